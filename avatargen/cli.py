@@ -1,0 +1,109 @@
+"""The ``avatargen`` command line (Typer): parse, call, report. Also runs under ``torchrun -m avatargen``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import typer
+
+from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError
+
+EXIT_CODES = "Exit codes: 0 ok; 2 bad input or bad config; 130 interrupted; 1 anything else (a bug: rerun with --debug)."
+
+app = typer.Typer(
+    name="avatargen",
+    help=f"Render talking-avatar videos of any length from a reference image and an audio track.\n\n{EXIT_CODES}",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+OVERRIDES_HELP = (
+    "Hydra-style config overrides: group=option (model=tiny), key=value (pipeline.n_chunk_frames=32), "
+    "+key=value adds a key. See `avatargen config` and docs/configuration.md."
+)
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+
+
+def _run(action: Callable[[], None], debug: bool) -> None:
+    """Run a command body, turning errors into one line and a documented exit code."""
+    try:
+        action()
+    except AvatarGenError as error:
+        if debug:
+            traceback.print_exc()
+        _fail(str(error))
+        raise typer.Exit(error.exit_code) from None
+    except KeyboardInterrupt:
+        _fail("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except typer.Exit:
+        raise
+    except Exception as error:  # a bug: say so in one line, the traceback is one flag away
+        if debug:
+            traceback.print_exc()
+        _fail(f"unexpected {error.__class__.__name__}: {error} (rerun with --debug for the traceback)")
+        raise typer.Exit(EXIT_FAILURE) from None
+
+
+@app.command(epilog=EXIT_CODES)
+def render(
+    image: Path = typer.Option(..., "--image", "-i", help="Reference image (PNG, JPEG, WebP; any size and mode)."),
+    audio: Path = typer.Option(..., "--audio", "-a", help="Driving audio (wav, flac, mp3, ogg, m4a; any rate, mono or stereo)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml."),
+    prompt: str = typer.Option("", "--prompt", "-p", help="Text / scene prompt (style, expression).", show_default="none"),
+    json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
+    quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+) -> None:
+    """Render IMAGE speaking AUDIO into OUTPUT, chunk by chunk, writing the MP4 while generating."""
+
+    def action() -> None:
+        from avatargen.config.loader import load_config
+        from avatargen.progress import RenderProgress
+        from avatargen.render import RenderRequest, render as run_render
+
+        cfg = load_config(overrides or [])
+        request = RenderRequest(image=image, audio=audio, output=output, prompt=prompt)
+
+        def progress(fps: int, total: int | None) -> RenderProgress:
+            return RenderProgress(fps, total, enabled=not quiet)
+
+        report = run_render(request, cfg, progress_factory=progress)
+        if json_out:
+            print(json.dumps(report))
+        elif not quiet:
+            print(
+                f"wrote {report['output']}: {report['frames']} frames, {report['duration_s']:.2f} s, "
+                f"{report['gen_fps']} fps generated, RTF {report['rtf']}",
+                file=sys.stderr,
+            )
+
+    _run(action, debug)
+
+
+@app.command(epilog=EXIT_CODES)
+def config(
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+) -> None:
+    """Print the fully resolved config (defaults list + overrides) as YAML."""
+
+    def action() -> None:
+        from avatargen.config.loader import load_config, to_yaml
+
+        print(to_yaml(load_config(overrides or [])), end="")
+
+    _run(action, debug)
+
+
+def main() -> None:
+    app()

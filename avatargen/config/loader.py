@@ -1,0 +1,196 @@
+"""Hydra-style config composition: a defaults list over groups, then command-line overrides.
+
+Grammar (a subset of Hydra's): ``group=option`` picks ``conf/<group>/<option>.yaml``; ``a.b=value`` sets an existing
+key; ``+a.b=value`` adds a key that the schema does not have (outside the typed sections, e.g. ``+meta.job=42``);
+``~a.b`` removes such an added key. Values are parsed as YAML scalars or flow lists (``[1, 2]``). Every error is a
+``ConfigError`` with one line that names the key and what is valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from avatargen.config.schema import GROUPS, Config
+from avatargen.config.validate import validate_config
+from avatargen.errors import ConfigError
+
+
+def default_config_dir() -> Path:
+    """The top-level ``conf/`` folder: in a source checkout beside the package, in a wheel as ``avatargen.conf``."""
+    source_tree = Path(__file__).resolve().parents[2] / "conf"
+    if (source_tree / "config.yaml").is_file():
+        return source_tree
+    return Path(str(resources.files("avatargen.conf")))
+
+
+@dataclass(frozen=True)
+class Override:
+    """One parsed ``key=value`` argument."""
+
+    key: str
+    value: Any
+    add: bool = False  # '+key=value'
+    delete: bool = False  # '~key'
+
+
+def parse_override(text: str) -> Override:
+    """Parse one Hydra-style override; raise ConfigError on malformed text."""
+    if text.startswith("~"):
+        return Override(key=text[1:].split("=", 1)[0], value=None, delete=True)
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' is not key=value; write e.g. pipeline.n_chunk_frames=32 or model=tiny")
+    key, raw = text.split("=", 1)
+    add = key.startswith("+")
+    key = key.lstrip("+")
+    if not key or not all(part.isidentifier() for part in key.split(".")):
+        raise ConfigError(f"override '{text}' has an invalid key '{key}'; keys are dotted names like pipeline.seam_frames")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw  # not YAML: keep the text, the schema decides whether a string is acceptable
+    return Override(key=key, value=value, add=add)
+
+
+def group_options(config_dir: Path, group: str) -> list[str]:
+    """The option names of a config group (the YAML files in ``conf/<group>/``)."""
+    return sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+
+
+def _read_yaml(path: Path) -> DictConfig:
+    try:
+        loaded = OmegaConf.load(path)
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"config file '{path}' could not be read ({error.__class__.__name__}); fix its YAML") from error
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"config file '{path}' must hold a mapping of keys")
+    return loaded
+
+
+def _defaults_choices(root: DictConfig, path: Path) -> dict[str, str]:
+    choices: dict[str, str] = {}
+    for entry in root.get("defaults", []):
+        if entry == "_self_":
+            continue
+        if not isinstance(entry, DictConfig) or len(entry) != 1:
+            raise ConfigError(f"'{path}': each defaults entry must be 'group: option' or _self_")
+        (group, option), = entry.items()
+        choices[str(group)] = str(option)
+    return choices
+
+
+def _one_line(error: OmegaConfBaseException) -> str:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
+    return message.replace("Key '", "key '")
+
+
+def _valid_keys(node: Any) -> str:
+    if isinstance(node, DictConfig):
+        return ", ".join(str(k) for k in node.keys())
+    return "(not a section)"
+
+
+def _parent_and_leaf(cfg: DictConfig, key: str) -> tuple[Any, str, str]:
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    return parent, parent_key, leaf
+
+
+def _apply_value(cfg: DictConfig, override: Override) -> None:
+    top = override.key.split(".")[0]
+    typed = top in Config.__dataclass_fields__
+    parent, parent_key, leaf = _parent_and_leaf(cfg, override.key)
+    exists = isinstance(parent, DictConfig) and leaf in parent
+    where = f"under '{parent_key}'" if parent_key else "at the top level"
+    if override.delete:
+        if typed:
+            raise ConfigError(f"cannot remove '{override.key}': it is part of the schema; set a value instead")
+        if not exists:
+            raise ConfigError(f"cannot remove '{override.key}': no such key")
+        OmegaConf.set_struct(cfg, False)
+        parent.pop(leaf)
+        OmegaConf.set_struct(cfg, True)
+        return
+    if override.add:
+        if exists:
+            raise ConfigError(f"'+{override.key}' adds a key that already exists; drop the '+' to set it")
+        if typed:
+            raise ConfigError(
+                f"'+{override.key}' cannot add keys to the typed '{top}' section; valid keys {where}: {_valid_keys(parent)}"
+            )
+        OmegaConf.set_struct(cfg, False)
+        OmegaConf.update(cfg, override.key, override.value, force_add=True)
+        OmegaConf.set_struct(cfg, True)
+        return
+    if not exists:
+        if isinstance(parent, DictConfig):
+            raise ConfigError(f"unknown config key '{override.key}'; valid keys {where}: {_valid_keys(parent)}")
+        raise ConfigError(f"unknown config key '{override.key}': '{parent_key}' is not a section")
+    try:
+        OmegaConf.update(cfg, override.key, override.value, merge=False)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"config key '{override.key}': {_one_line(error)}") from error
+
+
+def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -> DictConfig:
+    """Compose ``config.yaml``'s defaults list with ``overrides`` and validate the result against the schema.
+
+    Returns a struct-mode DictConfig (typed; unknown keys rejected). Use :func:`to_config` for the dataclass view.
+    """
+    config_dir = Path(config_dir) if config_dir else default_config_dir()
+    root_path = config_dir / "config.yaml"
+    if not root_path.is_file():
+        raise ConfigError(f"no config.yaml in config folder '{config_dir}'")
+    root = _read_yaml(root_path)
+    choices = _defaults_choices(root, root_path)
+
+    parsed = [parse_override(text) for text in overrides]
+    value_overrides = []
+    for override in parsed:
+        if override.key in GROUPS and not override.add and not override.delete:
+            options = group_options(config_dir, override.key)
+            if str(override.value) not in options:
+                raise ConfigError(
+                    f"unknown {override.key} option '{override.value}'; valid choices: {', '.join(options)}"
+                )
+            choices[override.key] = str(override.value)
+        else:
+            value_overrides.append(override)
+
+    cfg = OmegaConf.structured(Config)
+    try:
+        for group in GROUPS:
+            if group not in choices:
+                continue
+            option_path = config_dir / group / f"{choices[group]}.yaml"
+            if not option_path.is_file():
+                options = group_options(config_dir, group)
+                raise ConfigError(f"unknown {group} option '{choices[group]}'; valid choices: {', '.join(options)}")
+            cfg = OmegaConf.merge(cfg, {group: _read_yaml(option_path)})
+        own = {k: v for k, v in root.items() if k != "defaults"}
+        cfg = OmegaConf.merge(cfg, own)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "?"
+        raise ConfigError(f"config key '{key}' in the config files: {_one_line(error)}") from error
+    OmegaConf.set_struct(cfg, True)
+    for override in value_overrides:
+        _apply_value(cfg, override)
+    validate_config(to_config(cfg))
+    return cfg
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """The typed dataclass view of a composed config (extra '+' sections are dropped here; they only travel in YAML)."""
+    typed = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.masked_copy(cfg, list(Config.__dataclass_fields__)))
+    return OmegaConf.to_object(typed)  # type: ignore[return-value]
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    """The resolved config as YAML (what ``avatargen config`` prints and what is saved beside the output)."""
+    return OmegaConf.to_yaml(cfg, resolve=True)

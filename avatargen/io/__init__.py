@@ -1,0 +1,1 @@
+"""I/O: audio in (``audio``), the reference image in (``image``), MP4 out (``mp4_writer``), all via ``ffmpeg``."""

@@ -1,0 +1,121 @@
+"""Audio in: any file ffmpeg reads, decoded to float32 mono at the model's sample rate, streamed in blocks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from avatargen.errors import BadInputError
+from avatargen.io.ffmpeg import StderrTail, read_input_info, start_ffmpeg
+
+_FIX = "give a wav/flac/mp3/ogg/m4a file"
+_BYTES_PER_SAMPLE = 4  # f32le
+
+
+class AudioFileSource:
+    """Streams an audio file as float32 mono blocks of ``block_samples`` (the last one may be shorter).
+
+    The file is checked when the source is built, so a bad file fails before any rendering starts. Iterating starts
+    an ffmpeg decoder (``-vn -ac 1 -ar SR -f f32le pipe:1``, channels averaged) and reads its stdout block by block,
+    so memory stays constant however long the file is. Each iteration decodes from the start. ``duration_hint`` is
+    the container's duration in seconds for progress bars only (None when the container does not say); the decoded
+    sample count is what counts.
+
+    Errors (all ``BadInputError``): missing/unreadable file, a file ffmpeg cannot open or without an audio stream,
+    a file that decodes to no samples, a decode error midway (ffmpeg runs with ``-xerror``, so a truncated wav/flac
+    fails instead of silently ending early). Use as a context manager or call ``close()`` to stop the decoder.
+    """
+
+    def __init__(self, path: str | Path, sample_rate: int, block_samples: int = 16000) -> None:
+        if sample_rate <= 0 or block_samples <= 0:
+            raise ValueError(f"sample_rate and block_samples must be positive, got {sample_rate} and {block_samples}")
+        self.path = Path(path)
+        self.sample_rate = int(sample_rate)
+        self.block_samples = int(block_samples)
+        self._proc: subprocess.Popen | None = None
+        self._blocks: Iterator[np.ndarray] | None = None
+
+        if not self.path.exists():
+            raise BadInputError(f"audio file '{self.path}' does not exist; check the path")
+        if not self.path.is_file():
+            raise BadInputError(f"audio path '{self.path}' is not a file; {_FIX}")
+        if not os.access(self.path, os.R_OK):
+            raise BadInputError(f"audio file '{self.path}' is not readable; fix its permissions")
+        info = read_input_info(self.path)
+        if info.error is not None:
+            raise BadInputError(f"audio file '{self.path}' could not be decoded by ffmpeg ({info.error}); {_FIX}")
+        if "Audio" not in info.stream_kinds:
+            raise BadInputError(f"file '{self.path}' has no audio stream; {_FIX}")
+        self.duration_hint: float | None = info.duration_s
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        self.close()  # a new iteration restarts decoding; never leave the previous decoder running
+        self._blocks = self._decode()
+        return self._blocks
+
+    def _decode(self) -> Iterator[np.ndarray]:
+        proc = start_ffmpeg(
+            ["-v", "error", "-xerror", "-i", str(self.path), "-vn", "-ac", "1", "-ar", str(self.sample_rate),
+             # ffmpeg's default downmix sums stereo at -3 dB each (loud stereo then clips past 1.0); average instead.
+             "-af", "aresample=rematrix_maxval=1.0", "-f", "f32le", "pipe:1"],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        self._proc = proc
+        stderr = StderrTail(proc)
+        block_bytes = self.block_samples * _BYTES_PER_SAMPLE
+        total = 0
+        try:
+            while True:
+                data = proc.stdout.read(block_bytes)  # blocks until a full block or EOF
+                usable = len(data) - len(data) % _BYTES_PER_SAMPLE
+                if usable:
+                    total += usable // _BYTES_PER_SAMPLE
+                    yield np.frombuffer(data[:usable], dtype="<f4").astype(np.float32)
+                if len(data) < block_bytes:
+                    break
+            returncode = proc.wait()
+            stderr.join()
+            if returncode != 0:
+                raise BadInputError(
+                    f"audio file '{self.path}' failed to decode after {total / self.sample_rate:.2f}s "
+                    f"({stderr.reason()}); re-encode it or {_FIX}"
+                )
+            if total == 0:
+                raise BadInputError(f"audio file '{self.path}' contains no audio samples; {_FIX}")
+        finally:
+            _stop(proc)
+            if self._proc is proc:
+                self._proc = None
+
+    def close(self) -> None:
+        """Stop the decoder of the current iteration, if any (the iterator then ends)."""
+        if self._proc is not None:
+            _stop(self._proc)  # unblocks a reader stuck in read()
+        if self._blocks is not None:
+            self._blocks.close()  # runs the generator's cleanup now rather than at garbage collection
+            self._blocks = None
+
+    def __enter__(self) -> AudioFileSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill ffmpeg if it still runs and reap it, so no zombie is left behind."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def load_audio(path: str | Path, sample_rate: int) -> np.ndarray:
+    """Decode a whole audio file to float32 mono at ``sample_rate`` (for tests and evaluation; renders stream)."""
+    with AudioFileSource(path, sample_rate) as source:
+        return np.concatenate(list(source))

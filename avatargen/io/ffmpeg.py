@@ -1,0 +1,141 @@
+"""The ffmpeg binary and what every ffmpeg subprocess in avatargen shares.
+
+Everything in ``avatargen.io`` that decodes or encodes media goes through one ffmpeg executable (imageio-ffmpeg's
+static build: libx264 and aac, no ffprobe), started by ``start_ffmpeg`` and watched by ``StderrTail``.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import re
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from avatargen.errors import AvatarGenError
+
+STDERR_TAIL_LINES = 50
+
+
+class FfmpegError(AvatarGenError):
+    """ffmpeg exited with an error that is not the user's input (exit code 1)."""
+
+
+@functools.lru_cache(maxsize=1)
+def ffmpeg_exe() -> str:
+    """Path of the ffmpeg executable bundled with imageio-ffmpeg."""
+    import imageio_ffmpeg  # lazily, so importing avatargen.io never fails on a machine without it
+
+    return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def start_ffmpeg(args: list[str], *, stdin: int | None = None, stdout: int | None = None) -> subprocess.Popen:
+    """Start ``ffmpeg -hide_banner -nostdin <args>`` with stderr piped (pair it with ``StderrTail``).
+
+    ffmpeg runs in its own process group so that a Ctrl-C at the terminal reaches only Python: the caller then stops
+    ffmpeg in order (closing stdin finalises an MP4) instead of racing a SIGINT that ffmpeg handles on its own.
+    """
+    cmd = [ffmpeg_exe(), "-hide_banner", "-nostdin", *args]
+    return subprocess.Popen(
+        cmd,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=stdout if stdout is not None else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        process_group=0,
+    )
+
+
+class StderrTail:
+    """Drains a process's stderr on a daemon thread, keeping the last lines.
+
+    Without a reader, ffmpeg blocks once the stderr pipe buffer (64 KiB) fills, and so would whoever feeds it.
+    """
+
+    def __init__(self, proc: subprocess.Popen, max_lines: int = STDERR_TAIL_LINES) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
+        self._stream = proc.stderr
+        self._thread = threading.Thread(target=self._drain, name="ffmpeg-stderr", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        for raw in self._stream:
+            self._lines.append(raw.decode("utf-8", errors="replace").rstrip())
+        self._stream.close()
+
+    def join(self, timeout: float | None = 5.0) -> None:
+        """Wait until ffmpeg closed stderr (it has exited), so ``lines`` is complete."""
+        self._thread.join(timeout)
+
+    @property
+    def lines(self) -> list[str]:
+        """The last lines ffmpeg printed, oldest first."""
+        return list(self._lines)
+
+    def reason(self) -> str:
+        """The last meaningful stderr line (see ``ffmpeg_reason``)."""
+        return ffmpeg_reason(self.lines)
+
+
+_CONTEXT_PREFIX = re.compile(r"^(\[[^\]]*\]\s*)+")  # "[in#0 @ 0x55...] [dec:flac @ 0x...] "
+_NOISE = re.compile(
+    r"^(frame=|size=|video:|Press \[q\]|Conversion failed|Exiting normally|"
+    r"Error opening (input|output) file .*\.$|Terminating thread with return code|"
+    r"Task finished with error code|Guessed Channel Layout|Cannot check for SPDIF)"
+)
+_WRAPPED_REASON = re.compile(r"^Error opening (?:input|output) files?: (.+)$")
+
+
+def ffmpeg_reason(lines: list[str]) -> str:
+    """The last stderr line that says why ffmpeg failed, without the ``[demuxer @ 0x..]`` prefixes.
+
+    ffmpeg ends a failure with generic lines ("Conversion failed!", "Error opening input file x."); the useful
+    reason is the last line that is not one of those. Returns "no error message" when there is none.
+    """
+    for line in reversed(lines):
+        text = _CONTEXT_PREFIX.sub("", line.strip()).strip()
+        if not text or _NOISE.match(text):
+            continue
+        wrapped = _WRAPPED_REASON.match(text)
+        return wrapped.group(1) if wrapped else text
+    return "no error message"
+
+
+@dataclass
+class InputInfo:
+    """What ``ffmpeg -i`` says about a media file before decoding it."""
+
+    error: str | None = None  # why ffmpeg could not open it; None when it could
+    duration_s: float | None = None  # container duration, absent for some streams ("Duration: N/A")
+    stream_kinds: list[str] = field(default_factory=list)  # "Audio", "Video", ... in stream order
+
+
+_DURATION = re.compile(r"Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
+_STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+):")
+
+
+def read_input_info(path: str | Path) -> InputInfo:
+    """Open ``path`` with ``ffmpeg -i`` (no output) and parse its stream list and duration from stderr."""
+    proc = subprocess.run(
+        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", str(path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=60,
+    )
+    lines = proc.stderr.decode("utf-8", errors="replace").splitlines()
+    info = InputInfo()
+    # Without an output ffmpeg always exits non-zero; a failed open is told apart by its message.
+    if any("Error opening input" in line for line in lines):
+        info.error = ffmpeg_reason(lines)
+        return info
+    for line in lines:
+        duration = _DURATION.search(line)
+        if duration and info.duration_s is None:
+            hours, minutes, seconds = duration.groups()
+            info.duration_s = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        stream = _STREAM.match(line)
+        if stream:
+            info.stream_kinds.append(stream.group(1))
+    return info

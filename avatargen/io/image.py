@@ -1,0 +1,109 @@
+"""Image in: the reference portrait, whatever its format or mode, as a square uint8 RGB array."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from avatargen.errors import BadInputError
+
+MIN_SIDE = 32  # below this there are too few pixels for a face
+FITS = ("crop", "pad")
+_FIX = "give a PNG, JPEG or WebP image"
+
+
+def load_reference_image(path: str | Path, size: int, fit: str = "crop") -> np.ndarray:
+    """Load an image file as a (size, size, 3) uint8 RGB array.
+
+    EXIF orientation is applied; animated images give their first frame; transparency is composited over white;
+    16-bit images are scaled (not clipped) to 8 bits. ``fit="crop"`` center-crops to a square, ``fit="pad"``
+    extends the short side by repeating the edge pixels; either is then resized with Lanczos.
+
+    Raises ``ValueError`` for an unknown ``fit`` or non-positive ``size``, and ``BadInputError`` for a missing,
+    non-image, corrupt or smaller-than-32x32 file.
+    """
+    if fit not in FITS:
+        raise ValueError(f"fit must be one of {FITS}, got {fit!r}")
+    if size <= 0:
+        raise ValueError(f"size must be positive, got {size}")
+    path = Path(path)
+    try:
+        rgb = _to_rgb(_open(path))
+    except ValueError as err:  # a mode Pillow cannot convert to RGB (e.g. LAB without a color profile)
+        raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {_FIX}") from None
+    height, width = rgb.shape[:2]
+    if min(height, width) < MIN_SIDE:
+        raise BadInputError(
+            f"image '{path}' is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}"
+        )
+    square = _center_crop(rgb) if fit == "crop" else _edge_pad(rgb)
+    if square.shape[0] != size:
+        square = np.asarray(Image.fromarray(square).resize((size, size), Image.Resampling.LANCZOS))
+    return np.ascontiguousarray(square)
+
+
+def save_png(path: str | Path, rgb: np.ndarray) -> None:
+    """Write an (H, W, 3) uint8 RGB array as a PNG."""
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"expected (H, W, 3) uint8, got {rgb.shape} {rgb.dtype}")
+    Image.fromarray(rgb).save(Path(path), format="PNG")
+
+
+def _open(path: Path) -> Image.Image:
+    """Open and fully decode the first frame, upright; file problems become ``BadInputError``."""
+    if not path.exists():
+        raise BadInputError(f"image file '{path}' does not exist; check the path")
+    if not path.is_file():
+        raise BadInputError(f"image path '{path}' is not a file; {_FIX}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)  # a 90+ MP "portrait" is not one
+            with Image.open(path) as img:
+                img.seek(0)
+                img.load()  # open() reads only the header; decoding is where truncation and corruption show up
+                return ImageOps.exif_transpose(img)  # a copy, so closing the file is safe
+    except UnidentifiedImageError:
+        raise BadInputError(f"file '{path}' is not an image Pillow can read; {_FIX}") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise BadInputError(f"image '{path}' is too large to be a reference portrait; downscale it") from None
+    except PermissionError:
+        raise BadInputError(f"image file '{path}' is not readable; fix its permissions") from None
+    except (OSError, SyntaxError, ValueError) as err:  # Pillow raises SyntaxError for some broken PNG chunks
+        raise BadInputError(f"image '{path}' is corrupt or truncated ({err}); re-export it, {_FIX}") from None
+
+
+def _to_rgb(img: Image.Image) -> np.ndarray:
+    """Any Pillow mode to (H, W, 3) uint8 RGB."""
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        # Pillow's convert() clips these to 0..255; 16-bit images (and 'I', which 16-bit PNGs open as) span 0..65535.
+        wide = np.asarray(img, dtype=np.float64)
+        gray = np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8)
+        return np.repeat(gray[:, :, None], 3, axis=2)
+    if img.mode == "F":
+        values = np.asarray(img, dtype=np.float64)
+        scale = 255.0 if values.max(initial=0.0) <= 1.0 else 1.0  # float images come as 0..1 or 0..255
+        gray = np.clip(np.rint(values * scale), 0, 255).astype(np.uint8)
+        return np.repeat(gray[:, :, None], 3, axis=2)
+    has_alpha = img.mode in ("RGBA", "RGBa", "LA", "La", "PA") or "transparency" in img.info
+    if has_alpha:
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"))
+    return np.asarray(img.convert("RGB"))
+
+
+def _center_crop(rgb: np.ndarray) -> np.ndarray:
+    height, width = rgb.shape[:2]
+    side = min(height, width)
+    top, left = (height - side) // 2, (width - side) // 2
+    return rgb[top : top + side, left : left + side]
+
+
+def _edge_pad(rgb: np.ndarray) -> np.ndarray:
+    height, width = rgb.shape[:2]
+    side = max(height, width)
+    pad_h, pad_w = side - height, side - width
+    return np.pad(rgb, ((pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)), mode="edge")

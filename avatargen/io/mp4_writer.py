@@ -1,0 +1,185 @@
+"""Video out: RGB frames piped into ffmpeg as they are generated, muxed with the input audio into an MP4."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from avatargen.errors import BadInputError
+from avatargen.io.ffmpeg import FfmpegError, StderrTail, start_ffmpeg
+
+_AUDIO_RATE = 48000
+_NO_SPACE = "No space left on device"
+_STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the last fragment
+
+
+class Mp4Writer:
+    """Writes H.264 (yuv420p) + AAC MP4 incrementally; the user's file name appears only when it is complete.
+
+    Frames go to ``<stem>.partial.mp4`` in the output folder (same file system, so ``close()`` renames it into place
+    atomically). The MP4 is fragmented (a fragment per keyframe, one keyframe every ``gop_seconds``), so if the
+    process is killed the partial file still plays up to the last finished fragment. ``abort()`` stops ffmpeg
+    cleanly and keeps the partial file; nothing is written under ``path`` unless ``close()`` succeeds.
+
+    The audio track is ``audio_path`` in full (no ``-shortest``): the caller writes round(duration * fps) frames so
+    both tracks end within one frame of each other. Use as a context manager: an exception aborts, otherwise closes.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        width: int,
+        height: int,
+        fps: int,
+        audio_path: str | Path | None,
+        crf: int = 20,
+        preset: str = "veryfast",
+        gop_seconds: float = 1.0,
+    ) -> None:
+        if width <= 0 or height <= 0 or width % 2 or height % 2:
+            raise ValueError(f"width and height must be positive and even for yuv420p, got {width}x{height}")
+        if fps <= 0 or gop_seconds <= 0:
+            raise ValueError(f"fps and gop_seconds must be positive, got {fps} and {gop_seconds}")
+        self.path = Path(path)
+        self.width, self.height, self.fps = int(width), int(height), int(fps)
+        self.frames_written = 0
+        self.first_frame_time: float | None = None
+        self._result: Path | None = None  # set once closed or aborted
+        self._failure: Exception | None = None  # why ffmpeg died mid-write; close() raises it again
+
+        if audio_path is not None and not Path(audio_path).is_file():
+            raise BadInputError(f"audio file '{audio_path}' does not exist; check the path")
+        if self.path.is_dir():
+            raise BadInputError(f"output path '{self.path}' is a folder; give a file name such as out.mp4")
+        self._prepare_folder()
+        self._proc = start_ffmpeg(
+            self._ffmpeg_args(audio_path, crf, preset, max(1, round(fps * gop_seconds))), stdin=subprocess.PIPE
+        )
+        self._stderr = StderrTail(self._proc)
+
+    @property
+    def partial_path(self) -> Path:
+        """Where the MP4 is written until ``close()`` renames it to ``path``."""
+        return self.path.with_name(f"{self.path.stem}.partial.mp4")
+
+    def _prepare_folder(self) -> None:
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            # Opening the file now reports an unwritable folder here, not later as an ffmpeg failure mid-render.
+            with open(self.partial_path, "wb"):
+                pass
+        except OSError as err:
+            raise BadInputError(
+                f"cannot write to output folder '{folder}' ({err.strerror}); choose a writable folder"
+            ) from None
+
+    def _ffmpeg_args(self, audio_path: str | Path | None, crf: int, preset: str, keyint: int) -> list[str]:
+        args = ["-v", "error", "-y",
+                "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{self.width}x{self.height}",
+                "-framerate", str(self.fps), "-i", "pipe:0"]  # fmt: skip
+        if audio_path is not None:
+            # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
+            args += ["-i", str(audio_path), "-map", "0:v:0", "-map", "1:a:0",
+                     "-c:a", "aac", "-b:a", "128k", "-ar", str(_AUDIO_RATE)]  # fmt: skip
+        args += [
+            "-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-crf", str(crf), "-pix_fmt", "yuv420p",
+            # A fixed GOP (no scene-cut keyframes) bounds what a crash can lose: fragments end at keyframes.
+            "-g", str(keyint), "-sc_threshold", "0",
+            # A fragment per keyframe: the file is valid after every fragment, with no index to write at the end.
+            # delay_moov writes the header with the first fragment, once the AAC encoder delay is known: without it
+            # the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
+            "-movflags", "+frag_keyframe+empty_moov+delay_moov+default_base_moof", "-flush_packets", "1",
+            "-f", "mp4", str(self.partial_path),
+        ]  # fmt: skip
+        return args
+
+    def write(self, frames: np.ndarray) -> None:
+        """Hand frames, uint8 (T, H, W, 3) or one (H, W, 3), to ffmpeg; blocks while ffmpeg catches up."""
+        if self._failure is not None:
+            raise self._failure
+        if self._result is not None:
+            raise RuntimeError("Mp4Writer is already closed")
+        if frames.ndim == 3:
+            frames = frames[None]
+        expected = (self.height, self.width, 3)
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[1:] != expected:
+            raise ValueError(f"frames must be uint8 (T, {self.height}, {self.width}, 3), got {frames.dtype} "
+                             f"{frames.shape}")  # fmt: skip
+        if self.first_frame_time is None:
+            self.first_frame_time = time.perf_counter()
+        try:
+            self._proc.stdin.write(memoryview(np.ascontiguousarray(frames)).cast("B"))
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            self._stop()  # reap ffmpeg and collect its stderr: that says why it stopped
+            self._failure = self._error("stopped while receiving frames")
+            raise self._failure from None
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+            self._failure = BadInputError(f"out of disk space writing '{self.partial_path}'; free disk space or "
+                                          f"choose another output folder")  # fmt: skip
+            raise self._failure from None
+        self.frames_written += len(frames)
+
+    def close(self) -> Path:
+        """Finish the MP4 and rename it to ``path`` (atomically); returns ``path``.
+
+        If ffmpeg failed, raises (``FfmpegError``, or ``BadInputError`` when the disk is full) and leaves the partial
+        file where it is.
+        """
+        if self._failure is not None:
+            self._stop()
+            raise self._failure
+        if self._result is not None:
+            return self._result
+        returncode = self._stop()
+        if returncode != 0:
+            self._result = self.partial_path
+            raise self._error(f"failed with exit code {returncode}")
+        os.replace(self.partial_path, self.path)
+        self._result = self.path
+        return self.path
+
+    def abort(self) -> Path:
+        """Stop ffmpeg cleanly, keep what was written in ``partial_path`` (a playable MP4) and return that path."""
+        if self._result is None:
+            self._stop()
+            self._result = self.partial_path
+        return self.partial_path
+
+    def _stop(self) -> int:
+        """Close stdin (ffmpeg then flushes the last fragment and exits) and reap ffmpeg."""
+        try:
+            self._proc.stdin.close()
+        except BrokenPipeError:
+            pass  # ffmpeg already exited; its exit code says why
+        try:
+            returncode = self._proc.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            returncode = self._proc.wait()
+        self._stderr.join()
+        return returncode
+
+    def _error(self, what: str) -> Exception:
+        reason = self._stderr.reason()
+        if _NO_SPACE in reason:
+            return BadInputError(f"out of disk space writing '{self.partial_path}' ({reason}); free disk space "
+                                 f"or choose another output folder")  # fmt: skip
+        return FfmpegError(f"ffmpeg {what} writing '{self.partial_path}' ({reason})")
+
+    def __enter__(self) -> Mp4Writer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()

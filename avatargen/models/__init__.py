@@ -1,0 +1,23 @@
+"""avatargen's neural network architectures (architecture only: no I/O, sampling, checkpoints or placement)."""
+
+from avatargen.models.a2v_dit import A2VDiT, A2VDiTParams
+from avatargen.models.audio_encoder import AudioEncoder, AudioEncoderParams
+from avatargen.models.sr_dit import SRDiT, SRDiTParams
+from avatargen.models.text_encoder import TextEncoder, TextEncoderParams, tokenize
+from avatargen.models.vae import VAE, CausalConv3d, DecoderCache, VAEParams
+
+__all__ = [
+    "A2VDiT",
+    "A2VDiTParams",
+    "AudioEncoder",
+    "AudioEncoderParams",
+    "CausalConv3d",
+    "DecoderCache",
+    "SRDiT",
+    "SRDiTParams",
+    "TextEncoder",
+    "TextEncoderParams",
+    "VAE",
+    "VAEParams",
+    "tokenize",
+]

@@ -1,0 +1,194 @@
+"""Building blocks shared by avatargen's transformers: attention, MLP, adaLN-Zero, embeddings, patching.
+
+Everything here is architecture only and device-agnostic; every tensor op keeps fp32 inputs in fp32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+# --------------------------------------------------------------------------------------------------------------
+# Positional / timestep embeddings
+# --------------------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_embedding(positions: Tensor, dim: int, max_period: float = 10000.0) -> Tensor:
+    """Sinusoidal features of (possibly fractional) positions: ``(...,) -> (..., dim)``, [cos | sin] halves."""
+    half = dim // 2
+    freqs = torch.exp(
+        -math.log(max_period) * torch.arange(half, dtype=torch.float32, device=positions.device) / half
+    )  # (half,)
+    args = positions.float()[..., None] * freqs  # (..., half)
+    emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)  # (..., 2 * half)
+    if dim % 2:
+        emb = F.pad(emb, (0, 1))  # (..., dim)
+    return emb
+
+
+def sincos_2d(height: int, width: int, dim: int) -> Tensor:
+    """Fixed 2D sin-cos position table (MAE/DiT style), row-major over the grid: ``(height * width, dim)``."""
+    if dim % 4:
+        raise ValueError(f"sincos_2d needs dim divisible by 4, got dim={dim}")
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")  # (H, W) each
+    emb_y = sinusoidal_embedding(ys.reshape(-1), dim // 2)  # (H*W, dim/2)
+    emb_x = sinusoidal_embedding(xs.reshape(-1), dim // 2)  # (H*W, dim/2)
+    return torch.cat([emb_y, emb_x], dim=-1)  # (H*W, dim)
+
+
+class TimestepEmbedder(nn.Module):
+    """Scalar flow time ``t`` in [0, 1] -> conditioning vector (sinusoid of ``1000 t`` followed by an MLP)."""
+
+    def __init__(self, dim: int, freq_dim: int = 256) -> None:
+        super().__init__()
+        self.freq_dim = freq_dim
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
+
+    def forward(self, t: Tensor) -> Tensor:
+        """``t``: (B,) -> (B, dim)."""
+        # Scale by 1000 so that the fine frequencies resolve the [0, 1] range (DiT used integer steps 0..999).
+        freq = sinusoidal_embedding(t * 1000.0, self.freq_dim)  # (B, freq_dim)
+        return self.mlp(freq)  # (B, dim)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Attention and MLP
+# --------------------------------------------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """Multi-head attention over ``F.scaled_dot_product_attention``; self-attention, or cross-attention when a
+    ``context`` is given. ``mask`` is a bool tensor broadcastable to (B, heads, Lq, Lk), True = may attend."""
+
+    def __init__(self, dim: int, heads: int, context_dim: int | None = None) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
+        self.heads = heads
+        self.is_cross = context_dim is not None
+        if self.is_cross:
+            self.q = nn.Linear(dim, dim)
+            self.kv = nn.Linear(context_dim, 2 * dim)
+        else:
+            self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """``x``: (B, Lq, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, Lq, D)."""
+        if self.is_cross:
+            if context is None:
+                raise ValueError("cross-attention needs a context")
+            q = rearrange(self.q(x), "b l (h d) -> b h l d", h=self.heads)  # (B, H, Lq, d)
+            k, v = rearrange(self.kv(context), "b l (two h d) -> two b h l d", two=2, h=self.heads)  # (B, H, Lk, d)
+        else:
+            q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b h l d", three=3, h=self.heads)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Lq, d)
+        return self.proj(rearrange(out, "b h l d -> b l (h d)"))  # (B, Lq, D)
+
+
+class MLP(nn.Module):
+    """Two-layer feed-forward with tanh-GELU (as in DiT)."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., D) -> (..., D)."""
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class TransformerBlock(nn.Module):
+    """Unconditioned pre-norm block: ``x + attn(LN(x))``, then ``x + mlp(LN(x))``."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: float = 4.0) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = MLP(dim, int(dim * mlp_ratio))
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """(B, L, D) -> (B, L, D); ``mask`` as in :class:`Attention`."""
+        x = x + self.attn(self.norm1(x), mask=mask)  # (B, L, D)
+        return x + self.mlp(self.norm2(x))  # (B, L, D)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# adaLN-Zero
+# --------------------------------------------------------------------------------------------------------------
+
+
+def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
+    """adaLN modulation of token features ``x`` (B, L, D) by per-sample ``shift``/``scale`` (B, D)."""
+    return x * (1 + scale[:, None]) + shift[:, None]
+
+
+class AdaLNZero(nn.Module):
+    """Conditioning vector -> ``chunks`` modulation vectors (shifts, scales, gates).
+
+    adaLN-Zero: the projection is zero-initialised, so at init every shift/scale/gate is 0, each residual branch
+    is gated off and each block starts as the identity (DiT, Peebles & Xie 2023, section 3.2).
+    """
+
+    def __init__(self, dim: int, cond_dim: int, chunks: int) -> None:
+        super().__init__()
+        self.chunks = chunks
+        self.proj = nn.Linear(cond_dim, chunks * dim)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, c: Tensor) -> tuple[Tensor, ...]:
+        """``c``: (B, cond_dim) -> ``chunks`` tensors of shape (B, D)."""
+        return self.proj(F.silu(c)).chunk(self.chunks, dim=-1)
+
+
+class FinalLayer(nn.Module):
+    """adaLN-modulated LayerNorm + linear head; head and modulation are zero-initialised (output 0 at init)."""
+
+    def __init__(self, dim: int, cond_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
+        self.ada = AdaLNZero(dim, cond_dim, 2)
+        self.linear = nn.Linear(dim, out_dim)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: Tensor, c: Tensor) -> Tensor:
+        """``x``: (B, L, D), ``c``: (B, cond_dim) -> (B, L, out_dim)."""
+        shift, scale = self.ada(c)  # (B, D) each
+        return self.linear(modulate(self.norm(x), shift, scale))  # (B, L, out_dim)
+
+
+def init_linear_xavier(module: nn.Module) -> None:
+    """DiT's base init: xavier-uniform weights and zero biases for every ``nn.Linear`` under ``module``.
+
+    Call it BEFORE the zero-inits (adaLN-Zero, heads) so those stay zero.
+    """
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Patching
+# --------------------------------------------------------------------------------------------------------------
+
+
+def patchify(x: Tensor, patch: int) -> Tensor:
+    """Images to non-overlapping patch tokens, row-major: (N, C, H, W) -> (N, (H/p)(W/p), C p p)."""
+    return rearrange(x, "n c (h p) (w q) -> n (h w) (c p q)", p=patch, q=patch)
+
+
+def unpatchify(tokens: Tensor, patch: int, height: int, width: int) -> Tensor:
+    """Inverse of :func:`patchify`: (N, (H/p)(W/p), C p p) -> (N, C, H, W) for an H x W image."""
+    return rearrange(
+        tokens, "n (h w) (c p q) -> n c (h p) (w q)", h=height // patch, w=width // patch, p=patch, q=patch
+    )

@@ -1,0 +1,165 @@
+"""Causal video VAE: per-frame 2D encoder, streaming decoder with causal temporal convs at the latent resolution.
+
+Spatial factor ``2 ** len(widths)`` (8 by default), no temporal compression: one latent frame per video frame.
+
+Streaming (after Wan2.1's causal VAE, reorganised): only the :class:`CausalConv3d` layers look across time, and
+each owns its state explicitly: ``forward(x, cache) -> (y, new_cache)`` where the cache is its last ``k - 1`` input
+frames. :meth:`VAE.decode` threads a :class:`DecoderCache` (one tensor per causal conv) in and out, so decoding a
+video chunk by chunk equals decoding it at once, with memory bounded by the chunk, not the video.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+
+@dataclass
+class VAEParams:
+    """Hyper-parameters of :class:`VAE`. ``widths`` run from the latent resolution up to full resolution."""
+
+    latent_channels: int = 8
+    widths: list[int] = field(default_factory=lambda: [96, 48, 24])
+    blocks_per_level: int = 1
+    temporal_kernel: int = 3
+
+
+@dataclass
+class DecoderCache:
+    """Streaming-decode state: one tensor per :class:`CausalConv3d`, each its last ``k - 1`` input frames."""
+
+    frames: list[Tensor]
+
+
+class CausalConv3d(nn.Module):
+    """3D conv with kernel (k, 3, 3) padded only on the past side in time (and 'same' in space).
+
+    The past padding is the previous call's last ``k - 1`` input frames (zeros on the first call), passed in and
+    returned explicitly so the layer itself holds no state.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, temporal_kernel: int) -> None:
+        super().__init__()
+        if temporal_kernel < 1:
+            raise ValueError(f"temporal_kernel must be >= 1, got {temporal_kernel}")
+        self.past = temporal_kernel - 1
+        self.conv = nn.Conv3d(in_channels, out_channels, (temporal_kernel, 3, 3), padding=(0, 1, 1))
+
+    def forward(self, x: Tensor, cache: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``x``: (B, Cin, T, h, w), ``cache``: (B, Cin, k-1, h, w) or None -> (y (B, Cout, T, h, w), new cache)."""
+        if cache is None:
+            b, c, _, h, w = x.shape
+            cache = x.new_zeros(b, c, self.past, h, w)  # (B, Cin, k-1, h, w)
+        x = torch.cat([cache, x], dim=2)  # (B, Cin, k-1+T, h, w)
+        # clone: a slice would keep the whole concatenated chunk alive through the cache.
+        new_cache = x[:, :, x.shape[2] - self.past :].clone()  # (B, Cin, k-1, h, w)
+        return self.conv(x), new_cache  # (B, Cout, T, h, w)
+
+
+class ResBlock2d(nn.Module):
+    """``x + conv(SiLU(conv(SiLU(x))))``, 3x3 convs. No normalisation: it costs more than the convs on CPU."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(N, C, H, W) -> (N, C, H, W)."""
+        return x + self.conv2(F.silu(self.conv1(F.silu(x))))
+
+
+class Encoder(nn.Module):
+    """Per-frame 2D encoder: image (N, 3, H, W) -> posterior (mean, logvar), each (N, C, H/f, W/f)."""
+
+    def __init__(self, params: VAEParams) -> None:
+        super().__init__()
+        widths = params.widths
+        self.conv_in = nn.Conv2d(3, widths[-1], 3, padding=1)
+        stages: list[nn.Module] = []
+        for i in reversed(range(len(widths))):  # full resolution -> latent resolution
+            stages += [ResBlock2d(widths[i]) for _ in range(params.blocks_per_level)]
+            stages.append(nn.Conv2d(widths[i], widths[max(i - 1, 0)], 3, stride=2, padding=1))
+        self.down = nn.Sequential(*stages)
+        self.mid = ResBlock2d(widths[0])
+        self.conv_out = nn.Conv2d(widths[0], 2 * params.latent_channels, 3, padding=1)
+
+    def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """(N, 3, H, W) -> (mean, logvar), each (N, C, H/f, W/f)."""
+        x = self.mid(self.down(self.conv_in(images)))  # (N, w0, H/f, W/f)
+        mean, logvar = self.conv_out(F.silu(x)).chunk(2, dim=1)  # (N, C, H/f, W/f) each
+        return mean, logvar.clamp(-30.0, 20.0)
+
+
+class Decoder(nn.Module):
+    """Latents (B, C, T, h, w) -> video (B, 3, T, fh, fw) in [-1, 1].
+
+    Two causal convs at the latent resolution carry the temporal context; everything above it runs per frame
+    (T folded into the batch) as residual 3x3 blocks and PixelShuffle x2 upsamplers, the last of which emits RGB.
+    """
+
+    def __init__(self, params: VAEParams) -> None:
+        super().__init__()
+        widths, k = params.widths, params.temporal_kernel
+        self.causal_in = CausalConv3d(params.latent_channels, widths[0], k)
+        self.causal_mid = CausalConv3d(widths[0], widths[0], k)
+        levels: list[nn.Module] = []
+        for i, width in enumerate(widths):
+            out = widths[i + 1] if i + 1 < len(widths) else 3
+            levels += [ResBlock2d(width) for _ in range(params.blocks_per_level)]
+            levels += [nn.Conv2d(width, 4 * out, 3, padding=1), nn.PixelShuffle(2)]
+            if i + 1 < len(widths):
+                levels.append(nn.SiLU())
+        self.up = nn.Sequential(*levels)
+
+    def forward(self, z: Tensor, cache: DecoderCache | None) -> tuple[Tensor, DecoderCache]:
+        """``z``: (B, C, T, h, w) -> (video (B, 3, T, fh, fw), new cache)."""
+        past = cache.frames if cache is not None else [None, None]
+        b, t = z.shape[0], z.shape[2]
+        x, cache_in = self.causal_in(z, past[0])  # (B, w0, T, h, w)
+        dx, cache_mid = self.causal_mid(F.silu(x), past[1])  # (B, w0, T, h, w)
+        x = x + dx  # (B, w0, T, h, w)
+        x = rearrange(x, "b c t h w -> (b t) c h w").contiguous(memory_format=torch.channels_last)  # (BT, w0, h, w)
+        x = torch.tanh(self.up(x))  # (BT, 3, fh, fw)
+        video = rearrange(x, "(b t) c h w -> b c t h w", b=b, t=t)  # (B, 3, T, fh, fw)
+        return video, DecoderCache(frames=[cache_in, cache_mid])
+
+
+class VAE(nn.Module):
+    """Causal video VAE with a per-frame encoder and a chunk-streaming decoder (see the module docstring)."""
+
+    def __init__(self, params: VAEParams) -> None:
+        super().__init__()
+        if not params.widths:
+            raise ValueError("VAEParams.widths must not be empty")
+        self.params = params
+        self.factor = 2 ** len(params.widths)
+        self.encoder = Encoder(params)
+        self.decoder = Decoder(params)
+        # NHWC weights for the per-frame 2D convs (the fast conv path on CPU); Conv3d weights stay as they are.
+        self.encoder.to(memory_format=torch.channels_last)
+        self.decoder.up.to(memory_format=torch.channels_last)
+
+    def _check_size(self, images: Tensor) -> None:
+        if images.shape[-1] % self.factor or images.shape[-2] % self.factor:
+            raise ValueError(f"image size {tuple(images.shape[-2:])} is not a multiple of {self.factor}")
+
+    def encode_distribution(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """Images (B, 3, H, W) in [-1, 1] -> posterior (mean, logvar), each (B, C, H/f, W/f)."""
+        self._check_size(images)
+        return self.encoder(images.contiguous(memory_format=torch.channels_last))
+
+    def encode(self, images: Tensor) -> Tensor:
+        """Images (B, 3, H, W) in [-1, 1] -> posterior mean (B, C, H/f, W/f)."""
+        return self.encode_distribution(images)[0]
+
+    def decode(self, latents: Tensor, cache: DecoderCache | None = None) -> tuple[Tensor, DecoderCache]:
+        """Latents (B, C, T, h, w) -> (video (B, 3, T, fh, fw) in [-1, 1], cache for the next chunk).
+
+        Pass the returned cache with the next chunk of the same video; ``None`` starts a new video.
+        """
+        return self.decoder(latents, cache)

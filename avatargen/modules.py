@@ -1,0 +1,131 @@
+"""Module: one model, its checkpoint, and where its weights live.
+
+Stages talk to models only through Modules, so placement (device, offload) and checkpoint handling stay out of the
+model files and out of the stages.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from avatargen.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """How to build one of the five models: its checkpoint name and a factory from its params."""
+
+    name: str  # 'audio_encoder', 'text_encoder', 'vae', 'a2v', 'sr'
+    build: Callable[[], nn.Module]
+
+
+def read_checkpoint(path: Path, name: str) -> dict[str, torch.Tensor]:
+    """The tensors of module ``name`` in ``path``: a folder holding ``<name>.safetensors``, or one file whose keys are
+    prefixed ``<name>.``."""
+    if path.is_dir():
+        file = path / f"{name}.safetensors"
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint folder '{path}' has no '{name}.safetensors'; point model.checkpoint at a complete checkpoint")
+        return _load(file)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint '{path}' does not exist; set model.checkpoint to a .safetensors file or folder, or model.weights=random")
+    prefix = f"{name}."
+    tensors = {k[len(prefix):]: v for k, v in _load(path).items() if k.startswith(prefix)}
+    if not tensors:
+        raise CheckpointError(f"checkpoint '{path}' has no tensors for '{name}' (keys prefixed '{prefix}')")
+    return tensors
+
+
+def _load(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(file), device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else error.__class__.__name__
+        raise CheckpointError(f"checkpoint file '{file}' could not be read ({reason}); re-create or re-copy it") from error
+
+
+def check_state_dict(name: str, model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Raise CheckpointError naming missing, unexpected or mis-shaped tensors (first few of each)."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    misshaped = [
+        f"{k} {tuple(tensors[k].shape)} != {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in tensors and tensors[k].shape != v.shape
+    ]
+    problems = []
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)):
+        if items:
+            shown = ", ".join(items[:3]) + (f" (+{len(items) - 3} more)" if len(items) > 3 else "")
+            problems.append(f"{label}: {shown}")
+    if problems:
+        raise CheckpointError(
+            f"checkpoint for '{name}' does not match the model config ({'; '.join(problems)}); "
+            "use the checkpoint's own model config or retrain"
+        )
+
+
+class Module:
+    """A model with its weights: built from a spec, loaded from a checkpoint or seeded random init, placed on a device.
+
+    ``active()`` is the placement hook stages use: with ``offload='model'`` the weights move to the device on entry
+    and back to (pinned) CPU memory on exit; with ``offload='none'`` they stay on the device.
+    """
+
+    def __init__(self, spec: ModuleSpec, model: nn.Module, device: torch.device, offload: str = "none"):
+        self.name = spec.name
+        self.model = model.eval().requires_grad_(False)
+        self.device = device
+        self.offload = offload
+        home = torch.device("cpu") if offload == "model" else device
+        self.model.to(home)
+        if offload == "model" and device.type == "cuda":
+            for param in self.model.parameters():
+                param.data = param.data.pin_memory()
+
+    @classmethod
+    def load(cls, spec: ModuleSpec, checkpoint: Path, device: torch.device, offload: str = "none") -> "Module":
+        """Build the model and load its tensors from ``checkpoint`` (strict: names and shapes must match)."""
+        model = spec.build()
+        tensors = read_checkpoint(checkpoint, spec.name)
+        check_state_dict(spec.name, model, tensors)
+        model.load_state_dict(tensors, strict=True)
+        return cls(spec, model, device, offload)
+
+    @classmethod
+    def random(cls, spec: ModuleSpec, seed: int, device: torch.device, offload: str = "none") -> "Module":
+        """Build the model with a seeded random init (no checkpoint)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = spec.build()
+        return cls(spec, model, device, offload)
+
+    @contextmanager
+    def active(self) -> Iterator[nn.Module]:
+        """The model, resident on the device for the duration of the block."""
+        if self.offload == "model":
+            self.model.to(self.device, non_blocking=True)
+        try:
+            yield self.model
+        finally:
+            if self.offload == "model":
+                self.model.to("cpu")
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def save_checkpoint(modules: dict[str, nn.Module], path: Path) -> None:
+    """Write models as one safetensors file with keys prefixed by module name (the format ``read_checkpoint`` reads)."""
+    tensors = {f"{name}.{k}": v.detach().cpu().contiguous() for name, m in modules.items() for k, v in m.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path))

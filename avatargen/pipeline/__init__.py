@@ -1,0 +1,1 @@
+"""The pipeline: the graph of stages, the N/I chunk schedule and the rolling state."""

@@ -1,0 +1,47 @@
+"""The rich progress bar of a render: chunks, frames, generation fps, real-time factor, ETA."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from avatargen.pipeline.pipeline import Progress
+
+
+class RenderProgress:
+    """A progress bar on stderr, or nothing when ``enabled`` is False (``--quiet``)."""
+
+    def __init__(self, fps: int, total_frames: int | None, enabled: bool = True):
+        self.fps = fps
+        self.enabled = enabled
+        self._bar = RichProgress(
+            TextColumn("[bold]rendering"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} frames" if total_frames else "{task.completed} frames"),
+            TextColumn("{task.fields[chunks]}"),
+            TextColumn("{task.fields[speed]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+            disable=not enabled,
+        )
+        self._task = self._bar.add_task("render", total=total_frames, chunks="", speed="")
+
+    def __enter__(self) -> "RenderProgress":
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.__exit__(*exc)  # type: ignore[arg-type]
+
+    def update(self, progress: Progress) -> None:
+        gen_fps = progress.frames_done / progress.elapsed_s if progress.elapsed_s > 0 else 0.0
+        rtf = progress.elapsed_s / (progress.frames_done / self.fps) if progress.frames_done else 0.0
+        self._bar.update(
+            self._task,
+            completed=progress.frames_done,
+            total=progress.total_frames or self._bar.tasks[0].total,
+            chunks=f"N {progress.n_chunks_done} I {progress.i_chunks_done}",
+            speed=f"{gen_fps:.1f} fps, RTF {rtf:.2f}",
+        )

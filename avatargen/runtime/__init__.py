@@ -1,0 +1,1 @@
+"""Runtime: devices, threads, and (later) offload and distributed placement."""

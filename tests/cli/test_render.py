@@ -1,0 +1,98 @@
+"""`avatargen render` end to end through the real CLI, with the output checked by ffmpeg itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import FAST, REPO, run_cli, write_speechlike_wav
+from tests.ffmpeg_probe import decode_frames, probe
+
+
+def test_render_writes_a_playable_mp4_with_exact_frames_and_aligned_audio(tmp_path, face_png, speech_wav):
+    out = tmp_path / "nested" / "out.mp4"
+    result = run_cli("render", "--image", str(face_png), "--audio", str(speech_wav), "--output", str(out), "--json", "--quiet", *FAST)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    for key in ("frames", "fps", "duration_s", "chunks", "ttff_s", "wall_s", "gen_fps", "rtf", "peak_rss_mb"):
+        assert key in report, key
+    assert report["frames"] == 75 and report["fps"] == 25
+    assert report["weights"] == "random" and "weights=random" in result.stderr  # the output says so
+
+    info = probe(out)
+    assert (info["video_streams"], info["audio_streams"]) == (1, 1)
+    assert (info["video_codec"], info["audio_codec"]) == ("h264", "aac")
+    assert (info["width"], info["height"]) == (256, 256)
+    assert info["frames"] == 75
+    assert abs(info["video_duration_s"] - info["audio_duration_s"]) <= 1 / 25 + 1e-3
+    assert not list(out.parent.glob("*.partial.mp4"))
+    saved = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert saved["model"]["weights"] == "random"
+
+
+def test_frames_differ_over_time_and_chunks_follow_the_schedule(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 2.0, rate=48000, channels=2)
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "--json", "-q", *FAST, "pipeline.n_chunk_frames=12")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["frames"], report["chunks"], report["i_chunks"]) == (50, 5, 4)
+    frames = decode_frames(out)
+    assert frames.shape == (50, 256, 256, 3)
+
+
+def test_missing_inputs_exit_2_without_traceback_or_output(tmp_path, face_png):
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(tmp_path / "nope.wav"), "-o", str(out), *FAST)
+    assert result.returncode == 2
+    assert "nope.wav" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.glob("*.mp4"))
+
+
+def test_missing_checkpoint_exits_2_naming_it(tmp_path, face_png, speech_wav):
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), f"model.checkpoint={tmp_path}/none.safetensors")
+    assert result.returncode == 2
+    assert "none.safetensors" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_render_runs_unchanged_under_torchrun(tmp_path, face_png, speech_wav):
+    out = tmp_path / "t.mp4"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "avatargen", "render",
+           "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), "--json", "-q", *FAST]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert probe(out)["frames"] == 75
+
+
+def test_sigkill_mid_render_leaves_a_playable_partial_file(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "long.wav", 60.0)
+    out = tmp_path / "killed.mp4"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "avatargen", "render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", *FAST,
+         "output.gop_seconds=0.5"],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    partial = out.with_name("killed.partial.mp4")
+    deadline = time.monotonic() + 120
+    try:
+        # Wait until at least a couple of fragments have reached the disk.
+        while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 40_000):
+            assert process.poll() is None, "the render ended before it could be killed"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert not out.exists(), "a killed render must not leave a file under the output name"
+    info = probe(partial)
+    assert info["frames"] > 0 and info["video_codec"] == "h264"

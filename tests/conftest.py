@@ -1,0 +1,59 @@
+"""Shared fixtures: small real inputs made on the fly, and a helper to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from PIL import Image, ImageDraw
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Keep the test CLI runs small and single-threaded on the 2-core CI machine.
+FAST = ["model.weights=random", "runtime.threads=1"]
+
+
+def write_speechlike_wav(path: Path, seconds: float, rate: int = 22050, channels: int = 1) -> Path:
+    """A syllable-rate amplitude-modulated harmonic tone with pauses: speech-like energy, no speech."""
+    t = np.arange(int(seconds * rate)) / rate
+    envelope = np.clip(np.sin(2 * np.pi * 4.0 * t), 0, None) * (np.sin(2 * np.pi * 0.5 * t) > -0.3)
+    voice = sum(np.sin(2 * np.pi * f * t) / k for k, f in enumerate((140, 280, 420, 560), start=1))
+    wave = (0.3 * envelope * voice).astype(np.float32)
+    data = np.stack([wave] * channels, axis=1) if channels > 1 else wave
+    sf.write(path, data, rate)
+    return path
+
+
+def write_face_png(path: Path, size: int = 300) -> Path:
+    image = Image.new("RGB", (size, size), (70, 110, 160))
+    draw = ImageDraw.Draw(image)
+    s = size
+    draw.ellipse((0.25 * s, 0.15 * s, 0.75 * s, 0.85 * s), fill=(225, 180, 150))
+    draw.ellipse((0.36 * s, 0.38 * s, 0.44 * s, 0.45 * s), fill=(40, 40, 60))
+    draw.ellipse((0.56 * s, 0.38 * s, 0.64 * s, 0.45 * s), fill=(40, 40, 60))
+    draw.rectangle((0.42 * s, 0.66 * s, 0.58 * s, 0.70 * s), fill=(150, 50, 60))
+    image.save(path)
+    return path
+
+
+@pytest.fixture
+def face_png(tmp_path: Path) -> Path:
+    return write_face_png(tmp_path / "face.png")
+
+
+@pytest.fixture
+def speech_wav(tmp_path: Path) -> Path:
+    return write_speechlike_wav(tmp_path / "speech.wav", 3.0)
+
+
+def run_cli(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``python -m avatargen ARGS`` as a user would; returns the completed process (text mode)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "avatargen", *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
+    )

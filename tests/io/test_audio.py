@@ -1,0 +1,115 @@
+"""AudioFileSource / load_audio: any format, rate and channel count in; the right number of mono samples out."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import imageio_ffmpeg
+import numpy as np
+import pytest
+import soundfile as sf
+
+from avatargen.errors import BadInputError
+from avatargen.io.audio import AudioFileSource, load_audio
+
+SR = 16000
+SECONDS = 1.5
+
+
+def _write_wav(path: Path, rate: int, channels: int, seconds: float = SECONDS) -> Path:
+    t = np.arange(round(seconds * rate)) / rate
+    tone = (0.4 * np.sin(2 * np.pi * 330 * t)).astype(np.float32)
+    sf.write(path, np.stack([tone] * channels, axis=1), rate)
+    return path
+
+
+def _encode(src: Path, dst: Path) -> Path:
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-y", "-i", str(src), str(dst)], check=True)
+    return dst
+
+
+# Lossy codecs add encoder delay/padding that their containers may not fully describe: a few ms of slack.
+@pytest.mark.parametrize(
+    "ext, rate, channels, slack_ms",
+    [("wav", 8000, 1, 1), ("wav", 48000, 2, 1), ("flac", 22050, 2, 1), ("mp3", 44100, 1, 60),
+     ("ogg", 48000, 2, 30), ("m4a", 22050, 1, 60), ("m4a", 44100, 2, 60)],
+)  # fmt: skip
+def test_decodes_each_format_rate_and_layout_to_mono_at_the_target_rate(
+    tmp_path: Path, ext: str, rate: int, channels: int, slack_ms: int
+) -> None:
+    wav = _write_wav(tmp_path / "src.wav", rate, channels)
+    path = wav if ext == "wav" else _encode(wav, tmp_path / f"voice.{ext}")
+    audio = load_audio(path, SR)
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert abs(len(audio) - SECONDS * SR) <= slack_ms * SR / 1000 + 2
+    assert 0.2 < np.abs(audio).max() < 0.5  # the tone survived, stereo was averaged rather than summed
+
+
+def test_streams_fixed_size_blocks_with_a_short_last_one(tmp_path: Path) -> None:
+    path = _write_wav(tmp_path / "voice.wav", 44100, 2, seconds=2.3)
+    with AudioFileSource(path, SR, block_samples=4000) as source:
+        blocks = list(source)
+        assert source.duration_hint == pytest.approx(2.3, abs=0.01)
+    assert [len(b) for b in blocks[:-1]] == [4000] * (len(blocks) - 1)
+    assert 0 < len(blocks[-1]) <= 4000
+    assert abs(sum(len(b) for b in blocks) - 2.3 * SR) <= 2
+    assert all(b.dtype == np.float32 and b.flags.writeable for b in blocks)
+
+
+def test_iterating_again_restarts_from_the_beginning(tmp_path: Path) -> None:
+    source = AudioFileSource(_write_wav(tmp_path / "voice.wav", SR, 1), SR, block_samples=1000)
+    first = next(iter(source))
+    again = np.concatenate(list(source))
+    np.testing.assert_array_equal(again[:1000], first)
+    assert len(again) == SECONDS * SR
+
+
+def test_stopping_early_leaves_no_ffmpeg_process(tmp_path: Path) -> None:
+    path = _write_wav(tmp_path / "voice.wav", SR, 1, seconds=30.0)
+    with AudioFileSource(path, SR, block_samples=1000) as source:
+        next(iter(source))
+        proc = source._proc
+        assert proc is not None and proc.poll() is None  # decoding is streamed, not done up front
+    assert proc.returncode is not None  # killed and reaped: no zombie
+    assert not Path(f"/proc/{proc.pid}").exists()
+
+
+def test_missing_file_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="does not exist"):
+        AudioFileSource(tmp_path / "nope.wav", SR)
+
+
+def test_garbage_file_is_bad_input_with_ffmpegs_reason(tmp_path: Path) -> None:
+    path = tmp_path / "voice.mp3"
+    path.write_bytes(b"definitely not audio " * 50)
+    with pytest.raises(BadInputError, match=r"could not be decoded by ffmpeg \(Invalid data found") as err:
+        AudioFileSource(path, SR)
+    assert "\n" not in str(err.value)
+
+
+def test_file_without_audio_stream_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "silent.mp4"
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "color=s=32x32:d=0.2",
+                    str(path)], check=True)  # fmt: skip
+    with pytest.raises(BadInputError, match="no audio stream"):
+        AudioFileSource(path, SR)
+
+
+def test_zero_length_wav_is_bad_input_when_read(tmp_path: Path) -> None:
+    path = tmp_path / "empty.wav"
+    sf.write(path, np.zeros((0, 1), np.float32), SR)
+    source = AudioFileSource(path, SR)  # the header is valid; emptiness shows only when decoding
+    with pytest.raises(BadInputError, match="contains no audio samples"):
+        list(source)
+
+
+@pytest.mark.parametrize("ext", ["wav", "flac"])
+def test_truncated_file_is_bad_input_not_a_silently_short_render(tmp_path: Path, ext: str) -> None:
+    wav = _write_wav(tmp_path / "src.wav", 44100, 2, seconds=3.0)
+    full = wav if ext == "wav" else _encode(wav, tmp_path / f"full.{ext}")
+    data = full.read_bytes()
+    cut = tmp_path / f"cut.{ext}"
+    cut.write_bytes(data[: len(data) * 6 // 10 + 1])  # +1: end mid-sample/mid-frame, as an interrupted copy does
+    with pytest.raises(BadInputError, match="failed to decode"):
+        load_audio(cut, SR)

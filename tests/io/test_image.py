@@ -1,0 +1,132 @@
+"""load_reference_image: every mode, orientation and broken file a user might hand in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from avatargen.errors import BadInputError
+from avatargen.io.image import load_reference_image, save_png
+
+SIZE = 64
+
+
+def _load(path: Path, fit: str = "crop") -> np.ndarray:
+    out = load_reference_image(path, SIZE, fit)
+    assert out.dtype == np.uint8 and out.shape == (SIZE, SIZE, 3)
+    return out
+
+
+def _mean(rgb: np.ndarray) -> np.ndarray:
+    return rgb.reshape(-1, 3).mean(axis=0)
+
+
+@pytest.mark.parametrize(
+    "mode, color, expected",
+    [("RGB", (200, 30, 60), (200, 30, 60)), ("L", 90, (90, 90, 90)), ("1", 1, (255, 255, 255)),
+     ("CMYK", (0, 255, 255, 0), (255, 0, 0)), ("P", None, (0, 0, 255))],
+)  # fmt: skip
+def test_opaque_modes_become_rgb(tmp_path: Path, mode: str, color: object, expected: tuple) -> None:
+    if mode == "P":
+        img = Image.new("RGB", (40, 40), (0, 0, 255)).convert("P")
+    else:
+        img = Image.new(mode, (40, 40), color)
+    path = tmp_path / ("img.tif" if mode == "CMYK" else "img.png")
+    img.save(path)
+    np.testing.assert_allclose(_mean(_load(path)), expected, atol=2)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P"])
+def test_transparency_is_composited_over_white(tmp_path: Path, mode: str) -> None:
+    # Left half fully transparent (its hidden color is black), right half opaque black.
+    if mode == "P":
+        img = Image.new("P", (40, 40), 0)
+        img.putpalette([0, 0, 0] * 2)  # both indices black; index 1 is the transparent one
+        img.paste(1, (0, 0, 20, 40))
+        img.info["transparency"] = 1
+    else:
+        rgba = Image.new("RGBA", (40, 40), (0, 0, 0, 0))
+        rgba.paste((0, 0, 0, 255), (20, 0, 40, 40))
+        img = rgba.convert(mode)
+    img.save(tmp_path / "img.png")
+    out = load_reference_image(tmp_path / "img.png", 40, "crop")
+    assert (out[:, :20] == 255).all() and (out[:, 20:] == 0).all()
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I"])
+def test_16_bit_images_are_scaled_not_clipped(tmp_path: Path, mode: str) -> None:
+    wide = np.full((40, 40), 32896, np.uint16)  # mid-grey in 16 bits: 128 * 257
+    img = Image.fromarray(wide).convert(mode) if mode == "I" else Image.fromarray(wide)
+    path = tmp_path / ("img.png" if mode == "I;16" else "img.tif")  # Pillow writes 32-bit 'I' only as TIFF
+    img.save(path)
+    with Image.open(path) as reopened:
+        assert reopened.mode == mode
+    np.testing.assert_array_equal(_load(path), 128)
+
+
+def test_exif_orientation_is_applied(tmp_path: Path) -> None:
+    # Stored landscape: left half red, right half blue. Orientation 6 means "rotate 90 degrees clockwise to view".
+    stored = Image.new("RGB", (80, 40), (255, 0, 0))
+    stored.paste((0, 0, 255), (40, 0, 80, 40))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    stored.save(tmp_path / "photo.jpg", exif=exif, quality=95)
+    out = load_reference_image(tmp_path / "photo.jpg", 40, "pad")  # pad keeps both halves
+    top, bottom = _mean(out[:15]), _mean(out[-15:])
+    assert top[0] > 200 and top[2] < 60  # viewed upright, red is on top
+    assert bottom[2] > 200 and bottom[0] < 60
+
+
+def test_animated_gif_gives_its_first_frame(tmp_path: Path) -> None:
+    frames = [Image.new("RGB", (40, 40), c) for c in ((255, 0, 0), (0, 255, 0), (0, 0, 255))]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    np.testing.assert_allclose(_mean(_load(tmp_path / "anim.gif")), (255, 0, 0), atol=2)
+
+
+def test_crop_takes_the_center_and_pad_replicates_edges(tmp_path: Path) -> None:
+    img = np.zeros((40, 120, 3), np.uint8)
+    img[:, :40] = (255, 0, 0)  # left third red, middle green, right blue
+    img[:, 40:80] = (0, 255, 0)
+    img[:, 80:] = (0, 0, 255)
+    save_png(tmp_path / "wide.png", img)
+    cropped = load_reference_image(tmp_path / "wide.png", 40, "crop")
+    np.testing.assert_array_equal(cropped, np.broadcast_to(np.array([0, 255, 0], np.uint8), (40, 40, 3)))
+    padded = load_reference_image(tmp_path / "wide.png", 120, "pad")
+    np.testing.assert_array_equal(padded[:, 60:], np.broadcast_to(img[:1, 60:], (120, 60, 3)))  # rows repeated
+    assert padded.shape == (120, 120, 3)
+
+
+def test_unknown_fit_is_a_value_error(tmp_path: Path) -> None:
+    save_png(tmp_path / "img.png", np.zeros((40, 40, 3), np.uint8))
+    with pytest.raises(ValueError, match="fit"):
+        load_reference_image(tmp_path / "img.png", SIZE, "stretch")
+
+
+def test_missing_file_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="does not exist"):
+        _load(tmp_path / "nope.png")
+
+
+def test_text_file_named_png_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "face.png").write_text("hello, I am not a picture")
+    with pytest.raises(BadInputError, match="not an image"):
+        _load(tmp_path / "face.png")
+
+
+def test_truncated_png_is_bad_input(tmp_path: Path) -> None:
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)  # incompressible
+    save_png(tmp_path / "full.png", noise)
+    data = (tmp_path / "full.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    with pytest.raises(BadInputError, match="corrupt or truncated") as err:
+        _load(tmp_path / "cut.png")
+    assert "\n" not in str(err.value)
+
+
+def test_tiny_image_is_bad_input(tmp_path: Path) -> None:
+    save_png(tmp_path / "tiny.png", np.zeros((10, 10, 3), np.uint8))
+    with pytest.raises(BadInputError, match="too small to hold a face; give at least 32x32"):
+        _load(tmp_path / "tiny.png")
