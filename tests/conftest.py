@@ -51,6 +51,23 @@ def speech_wav(tmp_path: Path) -> Path:
     return write_speechlike_wav(tmp_path / "speech.wav", 3.0)
 
 
+def descendants(pid: int) -> list[int]:
+    """Process ids of every live descendant of ``pid`` (read from /proc; children before grandchildren)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in parents.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
 def run_cli(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     """Run ``python -m avatargen ARGS`` as a user would; returns the completed process (text mode)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -99,7 +99,9 @@ class A2VDiT(nn.Module):
         self.ref_type_embed = nn.Parameter(torch.zeros(p.dim))  # marks the in-context reference tokens
         self.t_embed = TimestepEmbedder(p.dim)
         self.text_proj = nn.Linear(p.text_dim, p.dim)
-        self.audio_proj = nn.Sequential(nn.Linear(p.audio_dim, p.dim), nn.GELU(approximate="tanh"), nn.Linear(p.dim, p.dim))
+        self.audio_proj = nn.Sequential(
+            nn.Linear(p.audio_dim, p.dim), nn.GELU(approximate="tanh"), nn.Linear(p.dim, p.dim)
+        )
         self.audio_offset_embed = nn.Parameter(torch.zeros(2 * p.audio_window + 1, p.dim))  # offset f'-f in window
         self.blocks = nn.ModuleList(A2VBlock(p.dim, p.heads, p.mlp_ratio) for _ in range(p.depth))
         self.final = FinalLayer(p.dim, p.dim, patch_dim)
@@ -170,7 +172,8 @@ class A2VDiT(nn.Module):
         video = video + cond_mask[..., None, None].to(video.dtype) * self.given_embed  # (B, T, N, D)
         video = rearrange(video, "b t n d -> b (t n) d")  # (B, T*N, D)
 
-        ref = self.patch_embed(patchify(ref_latents, p.patch_size)) + self.spatial_pos + self.ref_type_embed  # (B, N, D)
+        ref = self.patch_embed(patchify(ref_latents, p.patch_size))  # (B, N, D)
+        ref = ref + self.spatial_pos + self.ref_type_embed  # (B, N, D)
         n_ref = ref.shape[1]
         x = torch.cat([ref, video], dim=1)  # (B, N + T*N, D)
 

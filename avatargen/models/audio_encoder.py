@@ -30,7 +30,9 @@ class AudioEncoderParams:
     out_dim: int = 128
 
 
-def mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int, f_min: float = 0.0, f_max: float | None = None) -> Tensor:
+def mel_filterbank(
+    n_freqs: int, n_mels: int, sample_rate: int, f_min: float = 0.0, f_max: float | None = None
+) -> Tensor:
     """Triangular HTK-mel filters over the ``n_freqs`` rFFT bins: (n_freqs, n_mels), built on the CPU."""
     f_max = sample_rate / 2 if f_max is None else f_max
     mel_lo, mel_hi = (2595.0 * math.log10(1.0 + f / 700.0) for f in (f_min, f_max))

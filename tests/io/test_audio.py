@@ -104,6 +104,12 @@ def test_zero_length_wav_is_bad_input_when_read(tmp_path: Path) -> None:
         list(source)
 
 
+def test_zero_byte_file_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "voice.wav").write_bytes(b"")
+    with pytest.raises(BadInputError, match="could not be decoded by ffmpeg"):
+        AudioFileSource(tmp_path / "voice.wav", SR)
+
+
 @pytest.mark.parametrize("ext", ["wav", "flac"])
 def test_truncated_file_is_bad_input_not_a_silently_short_render(tmp_path: Path, ext: str) -> None:
     wav = _write_wav(tmp_path / "src.wav", 44100, 2, seconds=3.0)
