@@ -60,6 +60,7 @@ def render(
     output: Path = typer.Option(..., "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml."),
     prompt: str = typer.Option("", "--prompt", "-p", help="Text / scene prompt (style, expression).", show_default="none"),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
+    evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
@@ -77,7 +78,14 @@ def render(
         def progress(fps: int, total: int | None) -> RenderProgress:
             return RenderProgress(fps, total, enabled=not quiet)
 
-        report = run_render(request, cfg, progress_factory=progress)
+        report = run_render(request, cfg, progress_factory=progress, record_seams=evaluate)
+        if evaluate:
+            from avatargen.eval import evaluate_video, format_report
+
+            metrics = evaluate_video(output, audio, reference=image, seams=report["seams"] or None)
+            report.update({k: v for k, v in metrics.items() if k not in report and k != "video"})
+            if not json_out and not quiet:
+                print(format_report(metrics), file=sys.stderr)
         if json_out:
             print(json.dumps(report))
         elif not quiet:
@@ -101,6 +109,67 @@ def config(
         from avatargen.config.loader import load_config, to_yaml
 
         print(to_yaml(load_config(overrides or [])), end="")
+
+    _run(action, debug)
+
+
+@app.command("eval", epilog=EXIT_CODES)
+def eval_command(
+    video: Path = typer.Argument(..., help="Talking-head MP4 to measure (ours or anybody's)."),
+    audio: Path = typer.Option(..., "--audio", "-a", help="The driving audio of the video."),
+    reference: Optional[Path] = typer.Option(None, "--reference", "-r", help="Reference image for identity drift (default: the first frame)."),
+    seams: str = typer.Option("", "--seams", help="Comma-separated frame indices of chunk seams, e.g. 14,30,46.", show_default="none"),
+    json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object."),
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
+) -> None:
+    """Measure lip sync (offset, confidence), identity drift, seam continuity and flicker of a video."""
+
+    def action() -> None:
+        from avatargen.errors import BadInputError
+        from avatargen.eval import evaluate_video, format_report
+
+        try:
+            seam_list = [int(s) for s in seams.split(",") if s.strip()] or None
+        except ValueError:
+            raise BadInputError(f"--seams '{seams}' must be comma-separated frame numbers, e.g. 14,30,46") from None
+        result = evaluate_video(video, audio, reference=reference, seams=seam_list)
+        print(json.dumps(result) if json_out else format_report(result))
+
+    _run(action, debug)
+
+
+@app.command(epilog=EXIT_CODES)
+def train(
+    out: Path = typer.Option(..., "--out", help="Folder for the trained checkpoint (five .safetensors + model.yaml)."),
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Recipe overrides key=value (see avatargen/train/config.py).", show_default=False),
+) -> None:
+    """Train the five models on generated talking-avatar data (deterministic for a seed; CPU or GPU)."""
+
+    def action() -> None:
+        from avatargen.train.recipe import load_recipe, run_recipe
+
+        summary = run_recipe(load_recipe(overrides or []), out)
+        print(json.dumps(summary))
+
+    _run(action, debug)
+
+
+@app.command(epilog=EXIT_CODES)
+def synth(
+    out: Path = typer.Option(..., "--out", help="Folder for the generated examples."),
+    count: int = typer.Option(4, "--count", help="Number of examples."),
+    seconds: float = typer.Option(6.0, "--seconds", help="Length of each example."),
+    seed: int = typer.Option(1_000_000, "--seed", help="First identity seed (>= 1,000,000: identities never trained on)."),
+    size: int = typer.Option(256, "--size", help="Frame size in pixels."),
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
+) -> None:
+    """Generate synthetic talking-avatar examples: reference PNG, speech WAV, ground-truth MP4 and JSON."""
+
+    def action() -> None:
+        from avatargen.data.cli import synth_main
+
+        synth_main(out, count, seconds, seed, size)
 
     _run(action, debug)
 

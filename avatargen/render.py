@@ -65,6 +65,7 @@ def render(
     cfg: DictConfig,
     progress_factory: Callable[[int, int | None], Any] | None = None,
     warn: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    record_seams: bool = False,
 ) -> dict[str, Any]:
     """Render ``request`` with config ``cfg``; returns the report printed by ``--json``.
 
@@ -98,9 +99,9 @@ def render(
     try:
         if progress_cm is not None:
             with progress_cm as bar:
-                stats = pipeline.render(reference, source, [writer], request.prompt, on_progress=bar.update)
+                stats = pipeline.render(reference, source, [writer], request.prompt, on_progress=bar.update, record_seams=record_seams)
         else:
-            stats = pipeline.render(reference, source, [writer], request.prompt)
+            stats = pipeline.render(reference, source, [writer], request.prompt, record_seams=record_seams)
     except KeyboardInterrupt:
         partial = writer.abort()
         raise RenderInterrupted(f"interrupted; the frames rendered so far are in '{partial}'") from None
@@ -133,4 +134,5 @@ def render(
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "device": str(device),
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
+        "seams": stats.seams,
     }

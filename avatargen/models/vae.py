@@ -82,7 +82,9 @@ class Encoder(nn.Module):
         self.conv_in = nn.Conv2d(3, widths[-1], 3, padding=1)
         stages: list[nn.Module] = []
         for i in reversed(range(len(widths))):  # full resolution -> latent resolution
-            stages += [ResBlock2d(widths[i]) for _ in range(params.blocks_per_level)]
+            # No residual blocks at full resolution: they would cost a quarter of the encoder for little gain.
+            blocks = params.blocks_per_level if i < len(widths) - 1 else 0
+            stages += [ResBlock2d(widths[i]) for _ in range(blocks)]
             stages.append(nn.Conv2d(widths[i], widths[max(i - 1, 0)], 3, stride=2, padding=1))
         self.down = nn.Sequential(*stages)
         self.mid = ResBlock2d(widths[0])
@@ -143,6 +145,10 @@ class VAE(nn.Module):
         # NHWC weights for the per-frame 2D convs (the fast conv path on CPU); Conv3d weights stay as they are.
         self.encoder.to(memory_format=torch.channels_last)
         self.decoder.up.to(memory_format=torch.channels_last)
+        # Per-channel statistics of the posterior means, measured after training, so that the latents the DiTs see
+        # are roughly unit-variance (identity until set). Saved in the checkpoint with the weights.
+        self.register_buffer("latent_mean", torch.zeros(params.latent_channels))
+        self.register_buffer("latent_std", torch.ones(params.latent_channels))
 
     def _check_size(self, images: Tensor) -> None:
         if images.shape[-1] % self.factor or images.shape[-2] % self.factor:
@@ -154,12 +160,15 @@ class VAE(nn.Module):
         return self.encoder(images.contiguous(memory_format=torch.channels_last))
 
     def encode(self, images: Tensor) -> Tensor:
-        """Images (B, 3, H, W) in [-1, 1] -> posterior mean (B, C, H/f, W/f)."""
-        return self.encode_distribution(images)[0]
+        """Images (B, 3, H, W) in [-1, 1] -> normalised posterior mean (B, C, H/f, W/f)."""
+        mean = self.encode_distribution(images)[0]  # (B, C, h, w)
+        return (mean - self.latent_mean.view(1, -1, 1, 1)) / self.latent_std.view(1, -1, 1, 1)
 
     def decode(self, latents: Tensor, cache: DecoderCache | None = None) -> tuple[Tensor, DecoderCache]:
         """Latents (B, C, T, h, w) -> (video (B, 3, T, fh, fw) in [-1, 1], cache for the next chunk).
 
-        Pass the returned cache with the next chunk of the same video; ``None`` starts a new video.
+        ``latents`` are normalised like :meth:`encode`'s output. Pass the returned cache with the next chunk of the
+        same video; ``None`` starts a new video.
         """
-        return self.decoder(latents, cache)
+        raw = latents * self.latent_std.view(1, -1, 1, 1, 1) + self.latent_mean.view(1, -1, 1, 1, 1)
+        return self.decoder(raw, cache)

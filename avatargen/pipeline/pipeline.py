@@ -44,6 +44,7 @@ class RenderStats:
     i_chunks: int = 0
     ttff_s: float | None = None  # from render start to the first frame handed to the sinks
     wall_s: float = 0.0
+    seams: list[int] | None = None  # first frame of every emitted segment after the first (when recorded)
     stage_s: dict[str, float] = field(default_factory=lambda: {"init": 0.0, "context": 0.0, "a2v": 0.0, "sr": 0.0, "decode": 0.0, "publish": 0.0})
 
 
@@ -67,7 +68,7 @@ class Pipeline:
             models.audio_encoder, models.text_encoder, models.vae, config.seed, config.model.text_encoder.max_tokens
         )
         self.a2v = A2VStage(models.a2v, config.pipeline.sampling_steps, config.pipeline.sampling_shift)
-        self.sr = SRStage(models.sr)
+        self.sr = SRStage(models.sr, max_batch_frames=4)
         self.stats = RenderStats()
 
     @contextmanager
@@ -85,10 +86,14 @@ class Pipeline:
         sinks: Sequence[FrameSink],
         prompt: str = "",
         on_progress: Callable[[Progress], None] | None = None,
+        record_seams: bool = False,
     ) -> RenderStats:
-        """Render the whole audio stream into ``sinks``; returns timing and counts."""
+        """Render the whole audio stream into ``sinks``; returns timing and counts.
+
+        ``record_seams`` keeps the frame index of every chunk seam (one int per chunk) for seam metrics.
+        """
         started = time.perf_counter()
-        self.stats = stats = RenderStats()
+        self.stats = stats = RenderStats(seams=[] if record_seams else None)
         with self._timed("init"):
             reference = self.context.encode_reference(reference_rgb, prompt)
         audio = AudioTimeline(
@@ -107,6 +112,8 @@ class Pipeline:
                 self._emit(step, reference, state, publisher, audio)
                 if stats.ttff_s is None:
                     stats.ttff_s = time.perf_counter() - started
+                if stats.seams is not None and step.start > 0:
+                    stats.seams.append(step.start)
                 stats.frames += step.end - step.start
                 if on_progress:
                     on_progress(Progress(stats.frames, stats.n_chunks, stats.i_chunks, audio.total_frames, time.perf_counter() - started))
@@ -164,10 +171,14 @@ class Pipeline:
             high = self.sr.upscale(reference, window.frames(step.start, step.end))  # (1, C, T, H, W)
         if not torch.isfinite(high).all():
             raise NonFiniteError(f"the SR model produced NaN/Inf in frames {step.start}-{step.end}; the checkpoint is broken or mismatched")
-        with self._timed("decode"):
-            frames = publisher.decode(high)  # (T, S, S, 3) uint8
-        with self._timed("publish"):
-            publisher.publish(frames)
+        decoded = publisher.decode(high)
+        while True:
+            with self._timed("decode"):
+                frames = next(decoded, None)  # (t, S, S, 3) uint8
+            if frames is None:
+                break
+            with self._timed("publish"):
+                publisher.publish(frames)
         if step.source == "I":
             state.i_window = None
         else:

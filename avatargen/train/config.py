@@ -1,0 +1,42 @@
+"""Typed hyper-parameters of the training recipe (``conf/train/tiny.yaml``; ``key=value`` overrides)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class RecipeConfig:
+    """Step counts, not time budgets, so a seed gives the same weights on any machine of the same build."""
+
+    model: str = "tiny"  # the model config (conf/model/<model>.yaml) to train
+    seed: int = 0
+    threads: int = 0  # torch threads; 0 = torch's default
+    train_identities: int = 100_000  # identity seeds [0, train_identities) are the training pool
+    # VAE: random single frames of random identities and poses, at full and half resolution
+    vae_steps: int = 900
+    vae_batch: int = 8
+    vae_lr: float = 1e-3
+    vae_kl_weight: float = 1e-6
+    vae_mouth_weight: float = 4.0
+    # Talking clips for the audio encoder, A2V and SR phases
+    clips: int = 100
+    clip_seconds: float = 5.0
+    # Audio encoder: predicts the ground-truth mouth openness per frame (the head is dropped after training)
+    audio_steps: int = 600
+    audio_batch: int = 8
+    audio_lr: float = 2e-3
+    # A2V DiT (+ text encoder): flow matching on low-res latent windows
+    a2v_steps: int = 2400
+    a2v_batch: int = 4
+    a2v_window: int = 12
+    a2v_lr: float = 5e-4
+    a2v_mouth_weight: float = 8.0
+    # SR DiT: one step from low-res to high-res latents
+    sr_steps: int = 1200
+    sr_batch: int = 16
+    sr_lr: float = 1e-3
+    sr_mouth_weight: float = 4.0
+    sr_input_noise: float = 0.1  # robustness to the A2V's imperfect low-res latents
+    log_every: int = 50
+    save_dtype: str = "float16"  # what the shipped checkpoint stores (loaded into fp32)
