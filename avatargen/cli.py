@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -12,7 +13,10 @@ import typer
 
 from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError
 
-EXIT_CODES = "Exit codes: 0 ok; 2 bad input or bad config; 130 interrupted; 1 anything else (a bug: rerun with --debug)."
+EXIT_CODES = (
+    "Exit codes: 0 ok; 2 bad input or bad config; 130 interrupted (SIGINT), 143 terminated (SIGTERM); "
+    "1 anything else (a bug: rerun with --debug)."
+)
 
 app = typer.Typer(
     name="avatargen",
@@ -63,9 +67,14 @@ def render(
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
+    resume: bool = typer.Option(False, "--resume/--no-resume", help="Continue a stopped or killed render of OUTPUT from its last checkpoint (same inputs and config).", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
 ) -> None:
-    """Render IMAGE speaking AUDIO into OUTPUT, chunk by chunk, writing the MP4 while generating."""
+    """Render IMAGE speaking AUDIO into OUTPUT, chunk by chunk, writing the MP4 while generating.
+
+    Ctrl-C (SIGINT) or SIGTERM finishes the current chunk, keeps OUTPUT's stem + .partial.mp4 and prints the command
+    that resumes the render.
+    """
 
     def action() -> None:
         from avatargen.config.loader import load_config
@@ -76,9 +85,16 @@ def render(
         request = RenderRequest(image=image, audio=audio, output=output, prompt=prompt)
 
         def progress(fps: int, total: int | None) -> RenderProgress:
-            return RenderProgress(fps, total, enabled=not quiet)
+            # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.
+            return RenderProgress(fps, total, enabled=not quiet and sys.stderr.isatty())
 
-        report = run_render(request, cfg, progress_factory=progress, record_seams=evaluate)
+        report = run_render(
+            request, cfg, progress_factory=progress, record_seams=evaluate, resume=resume, resume_command=_resume_command()
+        )
+        from avatargen.runtime.distributed import world_info
+
+        if not world_info().is_primary:
+            return  # under torchrun only rank 0 reports, like only rank 0 writes
         if evaluate:
             from avatargen.eval import evaluate_video, format_report
 
@@ -96,6 +112,12 @@ def render(
             )
 
     _run(action, debug)
+
+
+def _resume_command() -> str:
+    """This very command line with ``--resume`` (what to run to continue it), quoted for a POSIX shell."""
+    args = [a for a in sys.argv[1:] if a not in ("--resume", "--no-resume")]
+    return shlex.join(["avatargen", *args, "--resume"])
 
 
 @app.command(epilog=EXIT_CODES)
@@ -172,6 +194,31 @@ def synth(
         synth_main(out, count, seconds, seed, size)
 
     _run(action, debug)
+
+
+@app.command(epilog=EXIT_CODES)
+def batch(
+    jobs: Path = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder."),
+    out_dir: Path = typer.Option(..., "--out-dir", help="Folder for the outputs and batch_report.json."),
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP + " Applied to every job, before its own overrides.", show_default=False),
+) -> None:
+    """Render every job of JOBS into --out-dir; skips outputs that already exist, so re-running resumes a batch.
+
+    Under torchrun, runtime.batch_mode=spread gives rank r the jobs r, r+N, ...; shard renders each job with all
+    ranks. A failed job does not stop the others. Exit code: 0 if every job is ok or skipped, 2 if the failures were
+    all bad input or config, 1 otherwise; details per job in DIR/batch_report.json (docs/distributed.md).
+    """
+    code = EXIT_FAILURE
+
+    def action() -> None:
+        nonlocal code
+        from avatargen.batch import run_batch
+
+        code = run_batch(jobs, out_dir, overrides or [], warn=lambda message: print(message, file=sys.stderr))
+
+    _run(action, debug)
+    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2
+EXIT_TERMINATED = 143  # SIGTERM: 128 + 15
 
 
 class AvatarGenError(Exception):
@@ -34,7 +35,19 @@ class CheckpointError(BadInputError):
     """A checkpoint is missing, unreadable, or its tensors do not match the model. Exit code 2."""
 
 
+class DiskFullError(BadInputError):
+    """The disk filled up or a file-size limit was hit while writing. Exit code 2; the render can be resumed."""
+
+
+class NonFiniteError(BadInputError):
+    """A model produced NaN or Inf: its checkpoint is broken (bad input, exit code 2); the message names the module."""
+
+
 class RenderInterrupted(AvatarGenError):
-    """The user interrupted the render (SIGINT). Exit code 130."""
+    """The render was stopped by a signal: exit code 130 for SIGINT (the default), 143 for SIGTERM."""
 
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED):
+        super().__init__(message)
+        self.exit_code = exit_code

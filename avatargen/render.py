@@ -1,30 +1,47 @@
 """One render request, end to end: validate inputs, build the models, run the pipeline into an MP4, report.
 
 The CLI parses arguments and prints; everything a render does lives here, so scripts can call ``render()`` too.
+
+Never losing work: while it runs, a render checkpoints its rolling state into ``OUT.resume/`` (``ResumeStore``) at
+the frames of a ``CheckpointGrid``, where the MP4 writer also forces a keyframe. SIGINT/SIGTERM ask the pipeline to
+stop between two steps (``StopRequests``); the partial MP4 is then closed with what was emitted. ``resume=True``
+continues from the latest checkpoint whose frames are in the partial MP4, writes the rest as a new part, and joins
+the parts into ``OUT.mp4`` (docs/reliability.md).
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from safetensors import SafetensorError
 
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.schema import WeightsSource
-from avatargen.errors import BadInputError, RenderInterrupted
+from avatargen.config.schema import Config, WeightsSource
+from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, DiskFullError, RenderInterrupted
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
-from avatargen.io.mp4_writer import Mp4Writer
-from avatargen.pipeline.build import build_modules, resolve_checkpoint, resolve_device
+from avatargen.io.mp4_join import join_parts, salvage_part
+from avatargen.io.mp4_writer import Mp4Writer, disk_full_error
+from avatargen.io.resume_store import ResumeStore, file_digest, text_digest
+from avatargen.pipeline.build import resolve_checkpoint, resolve_device
+from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.pipeline import Pipeline, Progress
-from avatargen.runtime.distributed import require_single_process, world_info
+from avatargen.pipeline.schedule import checkpoint_grid
+from avatargen.runtime.distributed import rank_failures, start_parallel
+from avatargen.runtime.sharding import place_modules, render_as_follower
 
 
 @dataclass
@@ -49,10 +66,122 @@ def _check_output(output: Path) -> None:
         raise BadInputError(f"output '{output}' is a folder; give a file name ending in .mp4")
 
 
+def _make_output_folder(output: Path) -> None:
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        probe = output.with_name(f".{output.name}.probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        blocker = next((p for p in [output.parent, *output.parent.parents] if p.exists()), None)
+        reason = f"'{blocker}' is a file" if blocker is not None and not blocker.is_dir() else err.strerror
+        raise BadInputError(f"cannot write to output folder '{output.parent}' ({reason}); choose a writable folder") from None
+
+
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+class StopRequests:
+    """SIGINT/SIGTERM handlers for the duration of a render (main thread only; previous handlers restored on exit).
+
+    The first signal only sets a flag: the pipeline checks it between steps, so the chunk being generated is
+    finished, and the render then closes a valid partial MP4 of everything emitted. A second signal interrupts at
+    once (KeyboardInterrupt), for a user who does not want to wait for the chunk.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequests":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "SIGINT"
+
+
+def fingerprint(request: RenderRequest, cfg: DictConfig, config: Config) -> dict[str, str]:
+    """What a resumed render must share with the stopped one: input bytes, prompt, config (but ``runtime.*``, which
+    changes where it runs, not what it makes) and the checkpoint files (path, size, mtime)."""
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    container.pop("runtime", None)
+    container.get("output", {}).pop("save_config", None)
+    found = {
+        "image": file_digest(request.image),
+        "audio": file_digest(request.audio),
+        "prompt": text_digest(request.prompt),
+        "config": text_digest(json.dumps(container, sort_keys=True)),
+    }
+    if config.model.weights != WeightsSource.random:
+        path = resolve_checkpoint(config)
+        files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+        found["weights"] = text_digest(json.dumps([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]))
+    return found
+
+
+def _resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn: Callable[[str], None]) -> RenderCheckpoint | None:
+    """Load ``store`` and pick the checkpoint to continue from (None: start over); the partial MP4 becomes a part."""
+    output_name = partial.with_name(f"{store.folder.name[: -len('.resume')]}.mp4")
+    if not store.exists():
+        warn(f"note: --resume: no stopped render of '{output_name}' to resume; rendering from the start")
+        return None
+    store.load()
+    changed = store.mismatch(found)
+    if changed:
+        raise BadInputError(
+            f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
+            "resume with the same inputs and config, or render without --resume to start over"
+        )
+    on_disk = salvage_part(partial) if partial.exists() else 0
+    chosen = store.choose(on_disk)
+    if chosen is None:
+        warn(f"note: --resume: no checkpoint of '{output_name}' is covered by its saved video; rendering from the start")
+        return None
+    if partial.exists():
+        store.add_part(partial, chosen["frames"])
+    return RenderCheckpoint.from_tensors(store.read_state(chosen), chosen["meta"])
+
+
+def _saver(store: ResumeStore) -> Callable[[RenderCheckpoint], None]:
+    def save(checkpoint: RenderCheckpoint) -> None:
+        try:
+            store.save(*checkpoint.to_tensors())
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EFBIG):
+                raise disk_full_error(store.folder, err.strerror) from None
+            raise
+        except SafetensorError as err:  # safetensors reports I/O errors as its own type: "... (os error 27)"
+            if f"os error {errno.EFBIG})" in str(err) or f"os error {errno.ENOSPC})" in str(err):
+                raise disk_full_error(store.folder, str(err).splitlines()[0]) from None
+            raise
+
+    return save
 
 
 def peak_rss_mb() -> float:
@@ -66,13 +195,31 @@ def render(
     progress_factory: Callable[[int, int | None], Any] | None = None,
     warn: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
     record_seams: bool = False,
+    resume: bool = False,
+    resume_command: str = "",
 ) -> dict[str, Any]:
     """Render ``request`` with config ``cfg``; returns the report printed by ``--json``.
 
     ``progress_factory(fps, total_frames_estimate)`` returns a context manager with ``update(Progress)``.
+    ``resume`` continues a stopped render of the same output (same inputs and config, else ``BadInputError``).
+    SIGINT/SIGTERM stop it after the current step with ``RenderInterrupted`` (exit code 130/143), whose message
+    names the partial MP4 and ``resume_command``.
     """
+    with StopRequests() as stop, rank_failures():
+        return _render(request, cfg, progress_factory, warn, record_seams, resume, resume_command, stop)
+
+
+def _render(
+    request: RenderRequest,
+    cfg: DictConfig,
+    progress_factory: Callable[[int, int | None], Any] | None,
+    warn: Callable[[str], None],
+    record_seams: bool,
+    resume: bool,
+    resume_command: str,
+    stop: StopRequests,
+) -> dict[str, Any]:
     started = time.perf_counter()
-    require_single_process(world_info())
     config = to_config(cfg)
     _check_output(request.output)
     reference = load_reference_image(request.image, config.model.image_size, config.pipeline.image_fit.value)
@@ -86,32 +233,76 @@ def render(
     if config.runtime.threads:
         torch.set_num_threads(config.runtime.threads)
     device = resolve_device(config)
-    models = build_modules(config, device)
+    parallel = start_parallel(config, device, resume=resume)  # alone, or one rank of an FSDP-sharded render
+    models = place_modules(config, device, parallel)
     pipeline = Pipeline(config, models)
+    if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
+        return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested))
 
-    size = config.model.image_size
-    estimate = round(source.duration_hint * config.model.fps) if source.duration_hint else None
+    size, fps = config.model.image_size, config.model.fps
+    grid = checkpoint_grid(pipeline.schedule, max(1, round(fps * config.output.gop_seconds)))
+    _make_output_folder(request.output)
+    store = ResumeStore(request.output)
+    found = fingerprint(request, cfg, config)
+    partial = request.output.with_name(f"{request.output.stem}.partial.mp4")
+    checkpoint = _resume_point(store, found, partial, warn) if resume else None
+    if checkpoint is None:
+        store.reset(found)
+    start = checkpoint.frames if checkpoint is not None else 0
+    store.begin_run(start)
+    estimate = round(source.duration_hint * fps) if source.duration_hint else None
     writer = Mp4Writer(
-        request.output, size, size, config.model.fps, request.audio,
+        request.output, size, size, fps, request.audio,
         crf=config.output.crf, preset=config.output.preset, gop_seconds=config.output.gop_seconds,
-    )
-    progress_cm = progress_factory(config.model.fps, estimate) if progress_factory else None
+        start_frame=start, keyframe_period=grid.period, keyframe_shift=grid.shift,
+    )  # fmt: skip
+    progress_cm = progress_factory(fps, estimate) if progress_factory else None
+    run = dict(record_seams=record_seams, resume=checkpoint, checkpoints=grid, on_checkpoint=_saver(store),
+               should_stop=parallel.agreed(stop.requested))  # fmt: skip
     try:
         if progress_cm is not None:
             with progress_cm as bar:
-                stats = pipeline.render(reference, source, [writer], request.prompt, on_progress=bar.update, record_seams=record_seams)
+                stats = pipeline.render(reference, source, [writer], request.prompt, on_progress=bar.update, **run)
         else:
-            stats = pipeline.render(reference, source, [writer], request.prompt, record_seams=record_seams)
-    except KeyboardInterrupt:
+            stats = pipeline.render(reference, source, [writer], request.prompt, **run)
+    except KeyboardInterrupt:  # a second signal: stop at once, keep what the encoder has
         partial = writer.abort()
-        raise RenderInterrupted(f"interrupted; the frames rendered so far are in '{partial}'") from None
+        raise RenderInterrupted(
+            f"interrupted by {stop.name}; the frames so far are in '{partial}'; resume with: {resume_command or '--resume'}",
+            stop.exit_code,
+        ) from None
+    except DiskFullError:
+        writer.abort()  # keep the partial and the state: free some space, then --resume
+        raise
+    except BadInputError:
+        writer.abort()  # a broken checkpoint (NaN) or an audio file that fails midway: nothing worth resuming
+        partial.unlink(missing_ok=True)
+        store.remove()
+        raise
     except BaseException:
         writer.abort()
         raise
     finally:
         source.close()
+    if stats.stopped:
+        partial = writer.close_partial()
+        where = f"'{partial}'" + (f" (earlier parts in '{store.folder}')" if store.parts else "")
+        raise RenderInterrupted(
+            f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s); the video of this "
+            f"run is in {where}; resume with: {resume_command or '--resume'}",
+            stop.exit_code,
+        )
     encode_started = time.perf_counter()
-    writer.close()
+    if store.parts:
+        writer.close_partial(trim=False)
+        joined = request.output.with_name(f".{request.output.stem}.joining.mp4")
+        parts = [(p.file, p.end - p.start) for p in store.parts] + [(partial, writer.frames_written)]
+        join_parts(parts, request.audio, joined, fps)
+        os.replace(joined, request.output)
+        partial.unlink(missing_ok=True)
+    else:
+        writer.close()
+    store.remove()
     if config.output.save_config:
         _write_text_atomic(config_path_for(request.output), to_yaml(cfg))
     wall = time.perf_counter() - started
@@ -135,4 +326,5 @@ def render(
         "device": str(device),
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
+        "resumed_from": stats.resumed_from,
     }

@@ -33,7 +33,7 @@ def speechlike(path: Path, seconds: float, rate: int = 16000) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--durations", type=float, nargs="+", default=[10, 60, 300])
-    parser.add_argument("--image", default=str(REPO / "examples" / "avatar.png"))
+    parser.add_argument("--image", default=str(REPO / "examples" / "avatar_1.png"))
     parser.add_argument("overrides", nargs="*", default=["model.weights=random"])
     args = parser.parse_args()
     print(f"# {date.today()} {platform.node()} {platform.processor() or platform.machine()} overrides={args.overrides}")

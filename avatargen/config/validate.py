@@ -54,3 +54,4 @@ def validate_config(config: Config) -> None:
     _require(o.preset in X264_PRESETS, f"output.preset '{o.preset}' is not an x264 preset; valid choices: {', '.join(X264_PRESETS)}")
     _require(o.gop_seconds > 0, "output.gop_seconds must be > 0")
     _require(config.runtime.threads >= 0, "runtime.threads must be >= 0 (0 = torch's default)")
+    _require(config.runtime.dist_timeout_s > 0, "runtime.dist_timeout_s must be > 0 (seconds)")

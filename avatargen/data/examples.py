@@ -75,3 +75,22 @@ def make_clip(identity_seed: int, clip_seed: int, seconds: float, size: int = 25
         openness=np.array([p.mouth_open for p in poses], np.float32), prompt=prompt,
         identity_seed=int(identity_seed), sample_rate=sample_rate, fps=fps,
     )
+
+
+def write_ground_truth_video(identity_seed: int, audio_path, output, size: int = 256, fps: int = 25,
+                             sample_rate: int = 16000, prompt: str = "", seed: int = 0) -> int:
+    """The generator's own talking video of ``identity_seed`` driven by any audio file, as an MP4 with that audio.
+
+    This is the reference a trained model is measured against (same identity, same audio). Returns the frame count.
+    """
+    from avatargen.io.audio import load_audio
+    from avatargen.io.mp4_writer import Mp4Writer
+
+    audio = load_audio(audio_path, sample_rate)
+    rng = np.random.default_rng([int(identity_seed), int(seed), 0x67])
+    poses = motion_track(audio_envelope(audio, sample_rate, fps), fps, style_from_prompt(prompt), rng)
+    renderer = FaceRenderer(identity_from_seed(identity_seed), size)
+    with Mp4Writer(output, size, size, fps, audio_path) as writer:
+        for frame, _ in render_clip_frames(renderer, poses):
+            writer.write(frame)
+    return len(poses)

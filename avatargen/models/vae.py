@@ -164,6 +164,18 @@ class VAE(nn.Module):
         mean = self.encode_distribution(images)[0]  # (B, C, h, w)
         return (mean - self.latent_mean.view(1, -1, 1, 1)) / self.latent_std.view(1, -1, 1, 1)
 
+    def still_cache(self, latents: Tensor) -> DecoderCache:
+        """The decoder state of a video that was still at ``latents``' first frame before it started.
+
+        Normalised latents (B, C, T, h, w) -> a cache for :meth:`decode`. Starting from this rather than from zeros
+        (a past the decoder never sees in training) keeps the first frames as clean as the rest.
+        """
+        first = latents[:, :, :1] * self.latent_std.view(1, -1, 1, 1, 1) + self.latent_mean.view(1, -1, 1, 1, 1)
+        past = first.expand(-1, -1, self.decoder.causal_in.past, -1, -1)  # (B, C, k-1, h, w)
+        x, cache_in = self.decoder.causal_in(past, None)  # (B, w0, k-1, h, w)
+        _, cache_mid = self.decoder.causal_mid(F.silu(x), None)
+        return DecoderCache(frames=[cache_in, cache_mid])
+
     def decode(self, latents: Tensor, cache: DecoderCache | None = None) -> tuple[Tensor, DecoderCache]:
         """Latents (B, C, T, h, w) -> (video (B, 3, T, fh, fw) in [-1, 1], cache for the next chunk).
 

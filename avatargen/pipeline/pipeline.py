@@ -16,10 +16,11 @@ import torch
 from torch import Tensor
 
 from avatargen.config.schema import Config
-from avatargen.errors import AvatarGenError
+from avatargen.errors import NonFiniteError
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.build import ModelSet
-from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
+from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.pipeline.schedule import CheckpointGrid, ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.stages import A2VStage, ContextGenStage, DecodeAndPublishStage, FrameSink, ReferenceContext, SRStage
 
@@ -45,11 +46,20 @@ class RenderStats:
     ttff_s: float | None = None  # from render start to the first frame handed to the sinks
     wall_s: float = 0.0
     seams: list[int] | None = None  # first frame of every emitted segment after the first (when recorded)
+    stopped: bool = False  # should_stop() said so: the render ended early, after a whole step
+    resumed_from: int = 0  # the frame a resumed render started at (0: from the start)
     stage_s: dict[str, float] = field(default_factory=lambda: {"init": 0.0, "context": 0.0, "a2v": 0.0, "sr": 0.0, "decode": 0.0, "publish": 0.0})
 
 
-class NonFiniteError(AvatarGenError):
-    """A model produced NaN or Inf; the render stops rather than write garbage."""
+__all__ = ["NonFiniteError", "Pipeline", "Progress", "RenderStats", "schedule_from_config"]
+
+
+def check_finite(tensor: Tensor, module: str, where: str) -> None:
+    """Stop the render, naming the module, rather than write garbage: NaN/Inf come from a broken checkpoint."""
+    if not torch.isfinite(tensor).all():
+        raise NonFiniteError(
+            f"the {module} model produced NaN/Inf {where}; its checkpoint is broken or mismatched: re-create or re-copy it"
+        )
 
 
 def schedule_from_config(config: Config) -> ChunkSchedule:
@@ -87,21 +97,43 @@ class Pipeline:
         prompt: str = "",
         on_progress: Callable[[Progress], None] | None = None,
         record_seams: bool = False,
+        resume: RenderCheckpoint | None = None,
+        checkpoints: CheckpointGrid | None = None,
+        on_checkpoint: Callable[[RenderCheckpoint], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> RenderStats:
         """Render the whole audio stream into ``sinks``; returns timing and counts.
 
         ``record_seams`` keeps the frame index of every chunk seam (one int per chunk) for seam metrics.
+        ``resume`` continues from a checkpoint: the sinks then receive the frames after ``resume.frames`` only.
+        ``on_checkpoint`` receives the state at every frame of ``checkpoints`` (the tensors are not copied: save them
+        before returning). ``should_stop`` is asked between steps (never inside one): when it says so the render
+        returns early with ``stopped`` set, every frame it emitted already handed to the sinks.
         """
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
         with self._timed("init"):
             reference = self.context.encode_reference(reference_rgb, prompt)
+            check_finite(reference.ref_high, "VAE", "encoding the reference image")
+            check_finite(reference.ref_low, "VAE", "encoding the reference image")
+            check_finite(reference.text, "text encoder", "encoding the prompt")
         audio = AudioTimeline(
             audio_blocks, self.config.model.sample_rate, self.config.model.fps, self.context.context_frames
         )
         publisher = DecodeAndPublishStage(self.models.vae, sinks)
         state = RollingState()
-        for step in self.schedule.steps(audio.spans(self.schedule.n_chunk_frames)):
+        skip = 0
+        if resume is not None:
+            state, publisher.cache, skip = resume.state, resume.decoder_cache, resume.steps
+            stats.frames = stats.resumed_from = resume.frames
+            stats.n_chunks, stats.i_chunks = resume.n_chunks, resume.i_chunks
+        for number, step in enumerate(self.schedule.steps(audio.spans(self.schedule.n_chunk_frames))):
+            if number < skip:
+                self._replay(step, audio, stats)
+                continue
+            if should_stop is not None and should_stop():
+                stats.stopped = True
+                break
             if isinstance(step, NChunk):
                 self._run_n_chunk(step, reference, audio, state)
                 stats.n_chunks += 1
@@ -117,8 +149,19 @@ class Pipeline:
                 stats.frames += step.end - step.start
                 if on_progress:
                     on_progress(Progress(stats.frames, stats.n_chunks, stats.i_chunks, audio.total_frames, time.perf_counter() - started))
+                finished = audio.total_frames is not None and stats.frames >= audio.total_frames  # nothing left to resume
+                if step.source == "N" and checkpoints is not None and on_checkpoint is not None and checkpoints.contains(stats.frames) and not finished:
+                    on_checkpoint(RenderCheckpoint(stats.frames, number + 1, stats.n_chunks, stats.i_chunks, state, publisher.cache))
         stats.wall_s = time.perf_counter() - started
         return stats
+
+    def _replay(self, step: NChunk | IChunk | Emit, audio: AudioTimeline, stats: RenderStats) -> None:
+        """A step before the resume point: run nothing, only keep the audio buffer bounded and the seams recorded."""
+        if isinstance(step, NChunk):
+            # Mirrors the release after the previous N body left (at most as far: the state may still read it).
+            audio.release_before(step.start - self.schedule.tail_frames - self.context.context_frames)
+        elif isinstance(step, Emit) and stats.seams is not None and step.start > 0:
+            stats.seams.append(step.start)
 
     def _latent_shape(self, frames: int) -> tuple[int, ...]:
         a2v = self.config.model.a2v
@@ -132,6 +175,7 @@ class Pipeline:
         shape = self._latent_shape(end - start)
         with self._timed("context"):
             features = self.context.audio_features(audio, start, end)  # (1, T, D_audio)
+            check_finite(features, "audio encoder", f"in {kind} chunk {index}")
             noise = self.context.noise(kind, index, shape)  # (1, C, T, h, w)
             given_latents = torch.zeros(shape, device=noise.device)
             given_mask = torch.zeros((1, end - start), dtype=torch.bool, device=noise.device)
@@ -141,8 +185,7 @@ class Pipeline:
                 given_mask[:, a : a + latents.shape[2]] = True
         with self._timed("a2v"):
             latents = self.a2v.generate(reference, features, given_latents, given_mask, noise)
-        if not torch.isfinite(latents).all():
-            raise NonFiniteError(f"the A2V model produced NaN/Inf in {kind} chunk {index}; the checkpoint is broken or mismatched, re-create it")
+        check_finite(latents, "A2V", f"in {kind} chunk {index}")
         return LatentWindow(start, latents)
 
     def _run_n_chunk(self, step: NChunk, reference: ReferenceContext, audio: AudioTimeline, state: RollingState) -> None:
@@ -169,9 +212,8 @@ class Pipeline:
         window = state.window(step.source, step.index)
         with self._timed("sr"):
             high = self.sr.upscale(reference, window.frames(step.start, step.end))  # (1, C, T, H, W)
-        if not torch.isfinite(high).all():
-            raise NonFiniteError(f"the SR model produced NaN/Inf in frames {step.start}-{step.end}; the checkpoint is broken or mismatched")
-        decoded = publisher.decode(high)
+        check_finite(high, "SR", f"in frames {step.start}-{step.end}")
+        decoded = publisher.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
         while True:
             with self._timed("decode"):
                 frames = next(decoded, None)  # (t, S, S, 3) uint8

@@ -143,3 +143,27 @@ class ChunkSchedule:
     def tail_frames(self) -> int:
         """How many of an N chunk's last frames later steps still read (motion frames and left anchors)."""
         return max(self.motion_frames, self.seam_left + self.anchor_frames if self.interpolate else 0)
+
+
+@dataclass(frozen=True)
+class CheckpointGrid:
+    """Timeline frames where the rolling state is checkpointed for resume: every ``f > 0`` with
+    ``(f + shift) % period == 0``.
+
+    They are ends of N chunk bodies (``shift`` = the seam's left half, or 0 without I chunks), every
+    ``period / n_chunk_frames`` chunks; right after such a body leaves, no I chunk is pending. The MP4 writer forces
+    an IDR keyframe at the same frames, so a resumed run can start a new part of the video there.
+    """
+
+    period: int
+    shift: int
+
+    def contains(self, frame: int) -> bool:
+        return frame > 0 and (frame + self.shift) % self.period == 0
+
+
+def checkpoint_grid(schedule: ChunkSchedule, keyframe_interval: int) -> CheckpointGrid:
+    """A checkpoint every whole number of N chunks, about one keyframe interval of video apart (at least one chunk)."""
+    chunks = max(1, -(-keyframe_interval // schedule.n_chunk_frames))  # ceil
+    shift = schedule.seam_left if schedule.interpolate else 0
+    return CheckpointGrid(chunks * schedule.n_chunk_frames, shift % (chunks * schedule.n_chunk_frames))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -31,11 +31,18 @@ class DecodeAndPublishStage:
         self.cache: DecoderCache | None = None  # bounded: the last few latent frames of each causal conv
 
     @torch.inference_mode()
-    def decode(self, latents: Tensor) -> Iterator[np.ndarray]:
-        """(1, C, T, H, W) latents -> uint8 frames (t, 8H, 8W, 3), a micro-batch at a time; advances the cache."""
+    def decode(self, latents: Tensor, check: Callable[[Tensor], None] | None = None) -> Iterator[np.ndarray]:
+        """(1, C, T, H, W) latents -> uint8 frames (t, 8H, 8W, 3), a micro-batch at a time; advances the cache.
+
+        ``check`` sees each decoded float video (1, 3, t, 8H, 8W) before it is quantised (e.g. a NaN check).
+        """
         with self.vae.active() as vae:
+            if self.cache is None:
+                self.cache = vae.still_cache(latents)  # the past the decoder is trained with, not zeros
             for part in latents.split(self.micro_batch_frames, dim=2):
                 video, self.cache = vae.decode(part, self.cache)  # (1, 3, t, 8H, 8W) in [-1, 1]
+                if check is not None:
+                    check(video)
                 video = rearrange(video, "1 c t h w -> t h w c")
                 yield video.add(1.0).mul(127.5).round().clamp(0, 255).to(torch.uint8).cpu().numpy()
 

@@ -18,11 +18,16 @@ from tests.ffmpeg_probe import decode_frames, probe
 
 def test_render_writes_a_playable_mp4_with_exact_frames_and_aligned_audio(tmp_path, face_png, speech_wav):
     out = tmp_path / "nested" / "out.mp4"
-    result = run_cli("render", "--image", str(face_png), "--audio", str(speech_wav), "--output", str(out), "--json", "--quiet", *FAST)
+    result = run_cli("render", "--image", str(face_png), "--audio", str(speech_wav), "--output", str(out), "--json",
+                     "--quiet", "--eval", *FAST)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     for key in ("frames", "fps", "duration_s", "chunks", "ttff_s", "wall_s", "gen_fps", "rtf", "peak_rss_mb"):
         assert key in report, key
+    # --eval measures the video it just made, with the seams it knows (where consecutive frames change chunk).
+    for key in ("offset_frames", "sync_confidence", "identity_ratio", "seam_ratio", "flicker"):
+        assert key in report, key
+    assert report["seams"][:4] == [12, 20, 28, 36] and report["seam_ratio"] > 0
     assert report["frames"] == 75 and report["fps"] == 25
     assert report["weights"] == "random" and "weights=random" in result.stderr  # the output says so
 

@@ -1,0 +1,103 @@
+"""Parts of a resumed render: what survived in a partial MP4, and joining parts into one MP4 without re-encoding.
+
+A render that is stopped and resumed writes one fragmented MP4 per run (a *part*); each starts with an IDR keyframe
+at a checkpoint frame. The final video is the parts' H.264 streams joined by ffmpeg's concat demuxer (stream copy,
+so every frame keeps the exact bits it was encoded with) and the input audio encoded once, in full.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import struct
+from pathlib import Path
+
+from avatargen.io.ffmpeg import FfmpegError, StderrTail, start_ffmpeg
+from avatargen.io.mp4_writer import _AUDIO_RATE, disk_full_error
+
+_FRAME_COUNT = re.compile(r"frame=\s*(\d+)")
+_FRAGMENTED = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
+
+
+def complete_prefix(path: Path) -> int:
+    """Bytes of ``path`` up to the end of its last complete fragment (top-level ``mdat`` box); 0 if none.
+
+    After a SIGKILL the last fragment of a fragmented MP4 may be cut anywhere; what precedes it is intact.
+    """
+    end, good = 0, 0
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        while end + 8 <= size:
+            file.seek(end)
+            header = file.read(16)
+            box_size, kind = struct.unpack(">I4s", header[:8])
+            if box_size == 1 and len(header) == 16:
+                box_size = struct.unpack(">Q", header[8:16])[0]
+            elif box_size == 0:  # "to the end of the file": only a finished file says that
+                box_size = size - end
+            if box_size < 8 or end + box_size > size:
+                break
+            end += box_size
+            if kind == b"mdat":
+                good = end
+    return good
+
+
+def salvage_part(path: Path) -> int:
+    """Cut ``path`` to its complete fragments (in place) and return how many video frames it holds."""
+    keep = complete_prefix(path)
+    if keep < path.stat().st_size:
+        with open(path, "r+b") as file:
+            file.truncate(keep)
+    return video_packets(path) if keep else 0
+
+
+def video_packets(path: Path) -> int:
+    """Video packets (= frames: the encoder makes no B-frames) in ``path``, counted by a stream copy (no decoding)."""
+    proc = start_ffmpeg(["-i", str(path), "-map", "0:v:0", "-c", "copy", "-f", "null", "-"])
+    stderr = StderrTail(proc, max_lines=200)
+    returncode = proc.wait()
+    stderr.join()
+    counts = _FRAME_COUNT.findall("\n".join(stderr.lines))
+    if returncode != 0 or not counts:
+        return 0
+    return int(counts[-1])
+
+
+def join_parts(parts: list[tuple[Path, int]], audio: Path, output: Path, fps: int) -> None:
+    """Write ``output``: the first ``frames`` video frames of each ``(part, frames)`` in order, then the audio in full.
+
+    The parts' video is stream-copied (their encoder settings are identical and each starts with an IDR frame, so
+    the joined stream decodes exactly as the parts do); the audio is ``audio`` encoded like ``Mp4Writer`` does.
+    """
+    listing = output.with_name(f".{output.name}.parts.txt")
+    lines = ["ffconcat version 1.0"]
+    for part, frames in parts:
+        # duration places the next part right after this one's last frame; outpoint (half a frame early, robust to
+        # rounding) drops the frames a part holds past its checkpoint. Frames never reorder (no B-frames), so
+        # cutting the stream there leaves every kept frame decodable.
+        lines += [f"file '{_quote(part.resolve())}'", f"duration {frames / fps:.6f}",
+                  f"outpoint {(frames - 0.5) / fps:.6f}"]  # fmt: skip
+    listing.write_text("\n".join(lines) + "\n")
+    try:
+        proc = start_ffmpeg(
+            ["-v", "error", "-y", "-f", "concat", "-safe", "0", "-i", str(listing), "-i", str(audio),
+             "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(_AUDIO_RATE),
+             "-movflags", _FRAGMENTED, "-f", "mp4", str(output)]
+        )  # fmt: skip
+        stderr = StderrTail(proc)
+        returncode = proc.wait()
+        stderr.join()
+    finally:
+        listing.unlink(missing_ok=True)
+    if returncode != 0:
+        output.unlink(missing_ok=True)
+        reason = stderr.reason()
+        if "No space left" in reason or "File too large" in reason or returncode == -signal.SIGXFSZ:
+            raise disk_full_error(output, reason)
+        raise FfmpegError(f"ffmpeg could not join the parts of '{output}' ({reason})")
+
+
+def _quote(path: Path) -> str:
+    return str(path).replace("'", "'\\''")
+

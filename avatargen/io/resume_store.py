@@ -1,0 +1,168 @@
+"""``OUT.resume/``: what a stopped render leaves so that ``--resume`` can continue it.
+
+Layout (every file is written to a temporary name and moved into place with ``os.replace``, the JSON last, so a kill
+at any moment leaves a consistent folder)::
+
+    OUT.resume/resume.json          fingerprint of the inputs and config, the parts, the checkpoints
+    OUT.resume/state-<F>.safetensors rolling state after frame F (a few hundred KiB, the same size for any duration)
+    OUT.resume/part-<k>.mp4          video of earlier runs (run k's frames [start, end))
+
+The current run writes ``OUT.partial.mp4``; on resume it becomes the next part. At most three checkpoints are kept:
+the one the current run started from and the last two (ffmpeg may not have written the frames of the very last one
+when the process is killed; the one before it then is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from avatargen.errors import BadInputError
+
+VERSION = 1
+
+
+@dataclass
+class Part:
+    """Frames [start, end) of the timeline, the first ``end - start`` video frames of ``file``."""
+
+    file: Path
+    start: int
+    end: int
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (streamed: constant memory for any size)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ResumeStore:
+    """The resume folder of output ``OUT.mp4``: ``OUT.resume/``."""
+
+    def __init__(self, output: Path):
+        self.folder = output.with_name(f"{output.stem}.resume")
+        self.index = self.folder / "resume.json"
+        self.fingerprint: dict[str, str] = {}
+        self.parts: list[Part] = []
+        self.checkpoints: list[dict[str, Any]] = []  # {"frames": F, "file": name, "meta": {...}}, oldest first
+        self.run_start = 0  # the frame the current run started at
+
+    # --- reading --------------------------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.index.is_file()
+
+    def load(self) -> None:
+        """Read ``resume.json``; a folder that cannot be read is reported, never silently ignored."""
+        try:
+            data = json.loads(self.index.read_text())
+            if data.get("version") != VERSION:
+                raise ValueError(f"version {data.get('version')}")
+            self.fingerprint = dict(data["fingerprint"])
+            self.parts = [Part(self.folder / p["file"], int(p["start"]), int(p["end"])) for p in data["parts"]]
+            self.checkpoints = list(data["checkpoints"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise BadInputError(
+                f"resume state '{self.folder}' is unreadable ({error}); render without --resume to start over"
+            ) from None
+
+    def mismatch(self, fingerprint: dict[str, str]) -> list[str]:
+        """Names of the inputs that differ from the stopped render's ('audio', 'config', ...)."""
+        keys = sorted(set(fingerprint) | set(self.fingerprint))
+        return [k for k in keys if fingerprint.get(k) != self.fingerprint.get(k)]
+
+    def parts_end(self) -> int:
+        return self.parts[-1].end if self.parts else 0
+
+    def choose(self, partial_frames: int) -> dict[str, Any] | None:
+        """The latest checkpoint the video on disk covers: parts up to ``parts_end()``, then ``partial_frames``."""
+        start = self.parts_end()
+        usable = [c for c in self.checkpoints if start <= c["frames"] <= start + partial_frames]
+        return usable[-1] if usable else None
+
+    def read_state(self, checkpoint: dict[str, Any]) -> dict[str, Tensor]:
+        file = self.folder / checkpoint["file"]
+        try:
+            return load_file(str(file), device="cpu")
+        except (SafetensorError, OSError) as error:
+            raise BadInputError(
+                f"resume state '{file}' is unreadable ({error}); render without --resume to start over"
+            ) from None
+
+    # --- writing --------------------------------------------------------------------------------------------------
+
+    def reset(self, fingerprint: dict[str, str]) -> None:
+        """Start a fresh render: forget any earlier state."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.fingerprint, self.parts, self.checkpoints, self.run_start = dict(fingerprint), [], [], 0
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._write_index()
+
+    def add_part(self, partial: Path, end: int) -> None:
+        """Keep the first ``end - parts_end()`` frames of ``partial`` as the next part (moved into the folder)."""
+        start = self.parts_end()
+        if end > start:
+            target = self.folder / f"part-{len(self.parts)}.mp4"
+            os.replace(partial, target)
+            self.parts.append(Part(target, start, end))
+        else:
+            partial.unlink(missing_ok=True)
+        self._write_index()
+
+    def begin_run(self, start: int) -> None:
+        """The current run starts at frame ``start``: drop checkpoints it cannot use any more."""
+        self.run_start = start
+        self.checkpoints = [c for c in self.checkpoints if c["frames"] == start]
+        self._write_index()
+        self._remove_unlisted()
+
+    def save(self, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
+        """Add the checkpoint after ``meta['frames']`` frames; keeps the run's start and the last two."""
+        frames = int(meta["frames"])
+        name = f"state-{frames}.safetensors"
+        tmp = self.folder / f".{name}.tmp"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, self.folder / name)
+        kept = [c for c in self.checkpoints if c["frames"] != frames]
+        start = [c for c in kept if c["frames"] == self.run_start]
+        recent = [c for c in kept if c["frames"] != self.run_start][-1:]
+        self.checkpoints = start + recent + [{"frames": frames, "file": name, "meta": meta}]
+        self._write_index()
+        self._remove_unlisted()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _write_index(self) -> None:
+        data = {
+            "version": VERSION,
+            "fingerprint": self.fingerprint,
+            "parts": [{"file": p.file.name, "start": p.start, "end": p.end} for p in self.parts],
+            "checkpoints": self.checkpoints,
+        }
+        tmp = self.folder / ".resume.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.index)
+
+    def _remove_unlisted(self) -> None:
+        listed = {c["file"] for c in self.checkpoints}
+        for file in self.folder.glob("state-*.safetensors"):
+            if file.name not in listed:
+                file.unlink(missing_ok=True)

@@ -1,0 +1,195 @@
+"""The bad-input matrix through the real CLI: one clear line, exit 2, no traceback, nothing under the output name;
+and odd but valid inputs that must render."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from PIL import Image
+
+from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
+from tests.ffmpeg_probe import probe
+
+
+def _bad_audio(kind: str, folder: Path) -> Path:
+    path = folder / f"{kind}.wav"
+    if kind == "missing":
+        return folder / "nope.wav"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "corrupt":
+        path.write_bytes(np.random.default_rng(0).integers(0, 256, 20_000, dtype=np.uint8).tobytes())
+    elif kind == "truncated":  # a valid header that promises far more samples than the file holds
+        write_speechlike_wav(path, 2.0)
+        data = path.read_bytes()
+        path.write_bytes(data[:200])
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "no_samples":
+        sf.write(path, np.zeros(0, np.float32), 16000)
+    return path
+
+
+def _bad_image(kind: str, folder: Path) -> Path:
+    path = folder / f"{kind}.png"
+    if kind == "missing":
+        return folder / "nope.png"
+    if kind == "not_an_image":
+        path.write_text("hello, I am a text file\n")
+    elif kind == "corrupt":
+        write_face_png(path)
+        data = bytearray(path.read_bytes())
+        data[100:400] = np.random.default_rng(1).integers(0, 256, 300, dtype=np.uint8).tobytes()
+        path.write_bytes(bytes(data))
+    elif kind == "truncated":
+        write_face_png(path)
+        path.write_bytes(path.read_bytes()[:300])
+    elif kind == "too_small":
+        Image.new("RGB", (20, 20), (200, 150, 120)).save(path)
+    return path
+
+
+def _assert_bad_input(result, out: Path, *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("note:")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert not out.exists(), "nothing may be left under the output name"
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "corrupt", "truncated", "folder", "no_samples"])
+def test_bad_audio_exits_2_with_one_line(tmp_path, face_png, kind):
+    audio, out = _bad_audio(kind, tmp_path), tmp_path / "o.mp4"
+    _assert_bad_input(run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), *FAST), out, audio.name)
+
+
+@pytest.mark.parametrize("kind", ["missing", "not_an_image", "corrupt", "truncated", "too_small"])
+def test_bad_image_exits_2_with_one_line(tmp_path, speech_wav, kind):
+    image, out = _bad_image(kind, tmp_path), tmp_path / "o.mp4"
+    _assert_bad_input(run_cli("render", "-i", str(image), "-a", str(speech_wav), "-o", str(out), *FAST), out, image.name)
+
+
+def test_unwritable_output_folder_exits_2(tmp_path, face_png, speech_wav):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    out = blocker / "o.mp4"  # a folder that cannot be created, even by root
+    _assert_bad_input(run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), *FAST), out, "a_file")
+
+
+def test_file_size_limit_mid_render_is_a_disk_space_error(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 4.0)
+    out = tmp_path / "o.mp4"
+
+    def limit_file_size() -> None:  # in the child: ffmpeg inherits it and hits EFBIG/SIGXFSZ after ~100 KB
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), *FAST, preexec_fn=limit_file_size)
+    _assert_bad_input(result, out, "file-size limit")
+
+
+def _checkpoint(tmp_path: Path, mutate) -> Path:
+    """A checkpoint of randomly initialised modules (the default model config), changed by ``mutate(tensors)``."""
+    from safetensors.torch import load_file, save_file
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.modules import save_checkpoint
+    from avatargen.pipeline.build import module_specs
+
+    config = to_config(load_config([]))
+    path = tmp_path / "model.safetensors"
+    torch.manual_seed(0)
+    save_checkpoint({spec.name: spec.build() for spec in module_specs(config)}, path)
+    tensors = load_file(str(path))
+    mutate(tensors)
+    save_file(tensors, str(path))
+    return path
+
+
+def _nan_in_a2v(tensors: dict) -> None:
+    key = next(k for k in sorted(tensors) if k.startswith("a2v.") and k.endswith("weight") and tensors[k].ndim == 2)
+    tensors[key][0, 0] = float("nan")
+
+
+def _wrong_shape_in_sr(tensors: dict) -> None:
+    key = next(k for k in sorted(tensors) if k.startswith("sr.") and tensors[k].ndim == 2)
+    tensors[key] = torch.zeros(3, 3)
+
+
+@pytest.mark.parametrize(
+    "kind, needles",
+    [("missing", ["none.safetensors"]), ("truncated", ["could not be read"]),
+     ("wrong_shapes", ["'sr'", "mis-shaped"]), ("nan_weights", ["A2V", "NaN"])],
+)  # fmt: skip
+def test_broken_checkpoint_exits_2_naming_the_module(tmp_path, face_png, speech_wav, kind, needles):
+    if kind == "missing":
+        checkpoint = tmp_path / "none.safetensors"
+    elif kind == "truncated":
+        checkpoint = _checkpoint(tmp_path, lambda t: None)
+        checkpoint.write_bytes(checkpoint.read_bytes()[: checkpoint.stat().st_size // 2])
+    elif kind == "wrong_shapes":
+        checkpoint = _checkpoint(tmp_path, _wrong_shape_in_sr)
+    else:
+        checkpoint = _checkpoint(tmp_path, _nan_in_a2v)
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), "runtime.threads=1",
+                     f"model.checkpoint={checkpoint}")  # fmt: skip
+    _assert_bad_input(result, out, *needles)
+    assert not list(tmp_path.glob("o.*")), "a broken checkpoint leaves nothing to resume"
+
+
+# --- odd but valid inputs ------------------------------------------------------------------------------------------
+
+
+def _odd_image(kind: str, folder: Path) -> Path:
+    face = Image.open(write_face_png(folder / "base.png", size=120)).convert("RGB")
+    path = folder / f"{kind}.png"
+    if kind == "rgba":
+        face.convert("RGBA").save(path)
+    elif kind == "grayscale":
+        face.convert("L").save(path)
+    elif kind == "palette":
+        face.convert("P").save(path)
+    elif kind == "16bit":
+        Image.fromarray((np.asarray(face.convert("L"), np.uint16) * 257)).save(path)
+    elif kind == "cmyk":
+        path = folder / "cmyk.jpg"
+        face.convert("CMYK").save(path)
+    elif kind == "exif_rotated":
+        path = folder / "rotated.jpg"
+        exif = Image.Exif()
+        exif[0x0112] = 6  # rotate 90 degrees on display
+        face.resize((160, 120)).save(path, exif=exif)
+    elif kind == "animated":
+        path = folder / "animated.gif"
+        face.save(path, save_all=True, append_images=[face.rotate(90)], duration=100, loop=0)
+    elif kind == "huge":
+        face.resize((4000, 3000)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["rgba", "grayscale", "palette", "16bit", "cmyk", "exif_rotated", "animated", "huge"])
+def test_odd_but_valid_images_render(tmp_path, kind):
+    image = _odd_image(kind, tmp_path)
+    audio = write_speechlike_wav(tmp_path / "a.wav", 0.4)
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(out), "-q", *FAST)
+    assert result.returncode == 0, result.stderr
+    assert probe(out)["frames"] == 10
+
+
+def test_silent_audio_renders_into_a_new_folder(tmp_path, face_png):
+    audio = tmp_path / "silence.wav"
+    sf.write(audio, np.zeros(16000, np.float32), 16000)
+    out = tmp_path / "new" / "deeper" / "o.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", *FAST)
+    assert result.returncode == 0, result.stderr
+    info = probe(out)
+    assert info["frames"] == 25 and abs(info["audio_duration_s"] - 1.0) < 0.04
+

@@ -1,0 +1,124 @@
+"""Signals and --resume through the real CLI: a stopped or killed render continues from its last checkpoint, and the
+joined video is exactly the uninterrupted one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import FAST, REPO, descendants, run_cli, write_speechlike_wav
+from tests.ffmpeg_probe import decode_frames, probe
+
+SECONDS = 5.0
+FRAMES = 125
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """Image, audio and the uninterrupted render of them (made once for the module)."""
+    from tests.conftest import write_face_png
+
+    folder = tmp_path_factory.mktemp("resume")
+    face, audio = write_face_png(folder / "face.png"), write_speechlike_wav(folder / "a.wav", SECONDS)
+    reference = folder / "reference.mp4"
+    result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(reference), "-q", *FAST)
+    assert result.returncode == 0, result.stderr
+    return face, audio, reference
+
+
+def _start(face: Path, audio: Path, out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *FAST, *extra]
+    return subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_checkpoints(process: subprocess.Popen, out: Path, count: int) -> None:
+    folder = out.with_name(f"{out.stem}.resume")
+    deadline = time.monotonic() + 120
+    while len(list(folder.glob("state-*.safetensors"))) < count:
+        assert process.poll() is None, "the render ended before it could be stopped"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def _resume(face: Path, audio: Path, out: Path) -> None:
+    result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *FAST, "--resume")
+    assert result.returncode == 0, result.stderr
+    assert not out.with_name(f"{out.stem}.resume").exists() and not out.with_name(f"{out.stem}.partial.mp4").exists()
+
+
+def _assert_same_video(out: Path, reference: Path) -> None:
+    info = probe(out)
+    assert (info["video_codec"], info["audio_codec"], info["frames"]) == ("h264", "aac", FRAMES)
+    assert abs(info["video_duration_s"] - info["audio_duration_s"]) <= 1 / 25 + 1e-3
+    assert np.array_equal(decode_frames(out), decode_frames(reference)), "resumed frames differ from an uninterrupted render"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)])
+def test_signal_closes_a_trimmed_partial_says_how_to_resume_and_resume_is_exact(tmp_path, inputs, sig, code):
+    face, audio, reference = inputs
+    out = tmp_path / "o.mp4"
+    process = _start(face, audio, out)
+    _wait_for_checkpoints(process, out, 1)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == code, stderr
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("note:")]
+    assert len(lines) == 1 and "Traceback" not in stderr
+    partial = out.with_name("o.partial.mp4")
+    assert f"'{partial}'" in lines[0] and lines[0].endswith("--resume") and "avatargen render" in lines[0]
+    assert not out.exists()
+    info = probe(partial)
+    assert 0 < info["frames"] < FRAMES
+    # The audio is cut with the video: at most an AAC frame (21 ms) apart, not the rest of the input.
+    assert abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25
+    _resume(face, audio, out)
+    _assert_same_video(out, reference)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_twice_is_exact(tmp_path, inputs):
+    face, audio, reference = inputs
+    out = tmp_path / "o.mp4"
+    for checkpoints in (1, 2):  # kill the first run, then kill the resumed run too
+        process = _start(face, audio, out, *(["--resume"] if checkpoints > 1 else []))
+        _wait_for_checkpoints(process, out, checkpoints)
+        for pid in [process.pid, *descendants(process.pid)]:  # everything at once, ffmpeg included
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.communicate()
+        assert not out.exists()
+    _resume(face, audio, out)
+    _assert_same_video(out, reference)
+
+
+def test_resume_with_other_inputs_or_config_is_refused(tmp_path, inputs):
+    face, audio, _ = inputs
+    out = tmp_path / "o.mp4"
+    process = _start(face, audio, out)
+    _wait_for_checkpoints(process, out, 1)
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=120)
+    other = write_speechlike_wav(tmp_path / "other.wav", 4.0)
+    result = run_cli("render", "-i", str(face), "-a", str(other), "-o", str(out), "-q", *FAST, "seed=3", "--resume")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "cannot resume" in result.stderr and "audio, config" in result.stderr
+    assert out.with_name("o.resume").is_dir(), "a refused resume keeps the state for the right command"
+
+
+def test_resume_with_nothing_to_resume_renders_from_the_start(tmp_path, inputs):
+    face, _, _ = inputs
+    audio = write_speechlike_wav(tmp_path / "short.wav", 0.4)
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *FAST, "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "rendering from the start" in result.stderr and probe(out)["frames"] == 10

@@ -1,0 +1,71 @@
+"""`avatargen batch`: jobs from JSONL/CSV, resumable, failures isolated, spread over torchrun ranks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from avatargen.batch import read_jobs
+from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
+from tests.distributed.torchrun import torchrun
+from tests.ffmpeg_probe import probe
+
+
+def make_inputs(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_face_png(folder / "face.png")
+    write_speechlike_wav(folder / "a.wav", 2.0)
+
+
+def test_jobs_files_resolve_paths_and_report_bad_rows(tmp_path):
+    (tmp_path / "jobs.csv").write_text(
+        "image,audio,prompt,output,overrides\n"
+        "in/face.png,in/a.wav,smiling,x/one.mp4,pipeline.sampling_steps=2 seed=3\n"
+        "in/face.png,,,two.mp4,\n"
+    )
+    one, two = read_jobs(tmp_path / "jobs.csv", tmp_path / "out")
+    assert one.image == tmp_path / "in" / "face.png" and one.output == tmp_path / "out" / "x" / "one.mp4"
+    assert one.overrides == ["pipeline.sampling_steps=2", "seed=3"] and one.prompt == "smiling" and one.problem is None
+    assert "line 3" in two.problem and "audio" in two.problem
+    (tmp_path / "jobs.jsonl").write_text('{"image": "f.png", "audio": "a.wav", "output": "o.mp4", "overrides": ["seed=1"]}\nnot json\n'
+                                         '{"image": "f.png", "audio": "a.wav", "output": "o.mp4"}\n')
+    first, broken, duplicate = read_jobs(tmp_path / "jobs.jsonl", tmp_path / "out")
+    assert first.overrides == ["seed=1"] and first.problem is None
+    assert "line 2" in broken.problem and "JSON" in broken.problem
+    assert "also the output of job 0" in duplicate.problem
+
+
+def test_batch_renders_skips_done_outputs_and_isolates_a_bad_job(tmp_path):
+    make_inputs(tmp_path / "in")
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("\n".join(json.dumps(row) for row in [
+        {"image": "in/face.png", "audio": "in/a.wav", "output": "a.mp4"},
+        {"image": "in/face.png", "audio": "in/missing.wav", "output": "bad.mp4"},
+        {"image": "in/face.png", "audio": "in/a.wav", "output": "sub/b.mp4", "prompt": "smiling", "overrides": ["seed=5"]},
+    ]) + "\n")  # fmt: skip
+    out = tmp_path / "out"
+    result = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST, timeout=300)
+    assert result.returncode == 2, result.stderr  # the only failure is bad input
+    report = json.loads((out / "batch_report.json").read_text())
+    assert [j["status"] for j in report["jobs"]] == ["ok", "failed", "ok"]
+    assert "missing.wav" in report["jobs"][1]["error"] and report["jobs"][1]["audio"].endswith("missing.wav")
+    assert report["jobs"][0]["frames"] == 50 and probe(out / "sub" / "b.mp4")["frames"] == 50
+    assert "failed" in result.stdout and "b.mp4" in result.stdout  # the rich summary table
+    # Re-running resumes: finished outputs are skipped, only the failed job is tried again.
+    result = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST, timeout=300)
+    report = json.loads((out / "batch_report.json").read_text())
+    assert [j["status"] for j in report["jobs"]] == ["skipped", "failed", "skipped"]
+
+
+def test_batch_spreads_jobs_over_two_ranks(tmp_path):
+    make_inputs(tmp_path / "in")
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("image,audio,output\n" + "".join(f"in/face.png,in/a.wav,v{i}.mp4\n" for i in range(3)))
+    out = tmp_path / "out"
+    (out).mkdir()
+    result = torchrun("batch", str(jobs), "--out-dir", str(out), *FAST, timeout=240)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "batch_report.json").read_text())
+    assert report["world_size"] == 2 and report["mode"] == "spread"
+    assert [(j["status"], j["rank"]) for j in report["jobs"]] == [("ok", 0), ("ok", 1), ("ok", 0)]
+    assert all(probe(out / f"v{i}.mp4")["frames"] == 50 for i in range(3))

@@ -1,0 +1,37 @@
+"""Mp4Writer under a file-size limit: ffmpeg is killed by SIGXFSZ mid-write, and that must read as a disk-space error."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+SCRIPT = """
+import numpy as np
+from avatargen.errors import DiskFullError
+from avatargen.io.mp4_writer import Mp4Writer
+writer = Mp4Writer("{out}", 64, 64, 25, None, gop_seconds=0.2)
+try:
+    for i in range(2000):
+        writer.write(np.random.default_rng(i).integers(0, 256, (4, 64, 64, 3), dtype=np.uint8))
+    writer.close()
+except DiskFullError as error:
+    print("DISKFULL", error)
+"""
+
+
+def test_file_size_limit_kills_ffmpeg_and_reads_as_disk_full(tmp_path):
+    out = tmp_path / "o.mp4"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", SCRIPT.format(out=out)], capture_output=True, text=True, env=env,
+                            preexec_fn=limit, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("DISKFULL") and "file-size limit" in result.stdout, result.stdout
+    assert not out.exists()
