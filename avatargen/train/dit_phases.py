@@ -13,7 +13,7 @@ from avatargen.models.sr_dit import SRDiT
 from avatargen.models.text_encoder import TextEncoder, tokenize
 from avatargen.sampling import noisy_sample
 from avatargen.train.config import RecipeConfig
-from avatargen.train.optim import warmup_cosine
+from avatargen.train.optim import optimizer_step, warmup_cosine
 from avatargen.train.latent_cache import HIGH_EVERY, EncodedClip, mouth_weight
 
 
@@ -70,11 +70,7 @@ def train_a2v(
         generated = (~mask)[:, None, :, None, None].float()  # (B, 1, L, 1, 1)
         error = (velocity - (noise - x0)).pow(2) * weights * generated
         loss = error.sum() / (weights * generated).expand_as(error).sum().clamp(min=1.0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(optimizer, schedule, loss, params)
         running += loss.item()
         if step % cfg.log_every == 0 or step == cfg.a2v_steps:
             log("a2v", {"step": step, "loss": running / cfg.log_every, "lr": schedule.get_last_lr()[0]})
@@ -104,11 +100,7 @@ def train_sr(model: SRDiT, cache: list[EncodedClip], cfg: RecipeConfig, log: Cal
         low = low + cfg.sr_input_noise * torch.randn_like(low)
         weights = mouth_weight(boxes, high.shape[-1], cfg.sr_mouth_weight, scale=2)  # (B, 1, H, W)
         loss = (weights * (model(low, ref) - high).abs()).mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(optimizer, schedule, loss, model.parameters())
         running += loss.item()
         if step % cfg.log_every == 0 or step == cfg.sr_steps:
             log("sr", {"step": step, "loss": running / cfg.log_every, "lr": schedule.get_last_lr()[0]})

@@ -18,3 +18,15 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fra
         return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, schedule, loss: torch.Tensor, params, max_norm: float | None = 1.0
+) -> None:
+    """One update every phase shares: backward, optional gradient-norm clipping, optimizer and schedule step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+    optimizer.step()
+    schedule.step()

@@ -18,7 +18,7 @@ from avatargen.data.render import FaceRenderer
 from avatargen.models.audio_encoder import AudioEncoder
 from avatargen.models.vae import VAE, DecoderCache
 from avatargen.train.config import RecipeConfig
-from avatargen.train.optim import warmup_cosine
+from avatargen.train.optim import optimizer_step, warmup_cosine
 from avatargen.train.latent_cache import images_to_tensor, mouth_weight
 
 
@@ -105,11 +105,7 @@ def train_vae(vae: VAE, cfg: RecipeConfig, size: int, log: Callable[[str, dict],
         l1 = (weights * (recon - images).abs()).mean()
         kl = 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).mean()
         loss = l1 + cfg.vae_kl_weight * kl
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(optimizer, schedule, loss, vae.parameters())
         running += l1.item()
         if step % cfg.log_every == 0 or step == cfg.vae_steps:
             log("vae", {"step": step, "l1": running / cfg.log_every, "kl": kl.item(), "lr": schedule.get_last_lr()[0]})
@@ -151,10 +147,7 @@ def train_audio_encoder(encoder: AudioEncoder, cfg: RecipeConfig, fps: int, samp
             waves.append(torch.from_numpy(wave * gain)), targets.append(torch.from_numpy(clip.openness[start : start + window]))
         features = encoder(torch.stack(waves))  # (B, window, D)
         loss = F.mse_loss(head(features)[..., 0], torch.stack(targets).float())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        optimizer_step(optimizer, schedule, loss, params, max_norm=None)
         running += loss.item()
         if step % cfg.log_every == 0 or step == cfg.audio_steps:
             log("audio", {"step": step, "mse": running / cfg.log_every, "lr": schedule.get_last_lr()[0]})
