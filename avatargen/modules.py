@@ -6,10 +6,10 @@ model files and out of the stages.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 from safetensors import SafetensorError
@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from avatargen.errors import CheckpointError
+from avatargen.runtime.offload import OffloadMonitor, Placement, make_placement
 
 
 @dataclass(frozen=True)
@@ -77,48 +78,78 @@ def check_state_dict(name: str, model: nn.Module, tensors: dict[str, torch.Tenso
 class Module:
     """A model with its weights: built from a spec, loaded from a checkpoint or seeded random init, placed on a device.
 
-    ``active()`` is the placement hook stages use: with ``offload='model'`` the weights move to the device on entry
-    and back to (pinned) CPU memory on exit; with ``offload='none'`` they stay on the device.
+    ``active()`` is the placement hook stages use; where the weights are in between is the offload policy's job
+    (avatargen/runtime/offload.py): ``none`` keeps them on the device, ``model`` moves the whole model in on entry
+    and out on exit, ``block`` keeps them in pinned host memory and streams the transformer blocks in just in time
+    (at most ``resident_blocks`` at once). ``monitor`` collects what placement cost; modules of one render share one.
     """
 
-    def __init__(self, spec: ModuleSpec, model: nn.Module, device: torch.device, offload: str = "none"):
+    def __init__(
+        self,
+        spec: ModuleSpec,
+        model: nn.Module,
+        device: torch.device,
+        offload: str = "none",
+        resident_blocks: int = 2,
+        monitor: OffloadMonitor | None = None,
+    ):
         self.name = spec.name
         self.model = model.eval().requires_grad_(False)
         self.device = device
-        self.offload = offload
-        home = torch.device("cpu") if offload == "model" else device
-        self.model.to(home)
-        if offload == "model" and device.type == "cuda":
-            for param in self.model.parameters():
-                param.data = param.data.pin_memory()
+        self.resident_blocks = resident_blocks
+        self.monitor = monitor if monitor is not None else OffloadMonitor(offload, resident_blocks, device)
+        self.placement: Placement = make_placement(offload, self.model, device, self.monitor, spec.name, resident_blocks)
+
+    @property
+    def offload(self) -> str:
+        """The placement policy: 'none', 'model', 'block', or 'fsdp' once sharding owns the weights."""
+        return self.placement.policy
+
+    @offload.setter
+    def offload(self, policy: str) -> None:
+        # runtime/sharding.py sets 'fsdp' after fully_shard: the old policy lets go (its hooks removed) first.
+        if policy != self.placement.policy:
+            self.placement.detach()
+            self.placement = make_placement(
+                policy, self.model, self.device, self.monitor, self.name, self.resident_blocks
+            )
 
     @classmethod
-    def load(cls, spec: ModuleSpec, checkpoint: Path, device: torch.device, offload: str = "none") -> "Module":
+    def load(
+        cls,
+        spec: ModuleSpec,
+        checkpoint: Path,
+        device: torch.device,
+        offload: str = "none",
+        resident_blocks: int = 2,
+        monitor: OffloadMonitor | None = None,
+    ) -> "Module":
         """Build the model and load its tensors from ``checkpoint`` (strict: names and shapes must match)."""
         model = spec.build()
         tensors = read_checkpoint(checkpoint, spec.name)
         check_state_dict(spec.name, model, tensors)
         model.load_state_dict(tensors, strict=True)
-        return cls(spec, model, device, offload)
+        return cls(spec, model, device, offload, resident_blocks, monitor)
 
     @classmethod
-    def random(cls, spec: ModuleSpec, seed: int, device: torch.device, offload: str = "none") -> "Module":
+    def random(
+        cls,
+        spec: ModuleSpec,
+        seed: int,
+        device: torch.device,
+        offload: str = "none",
+        resident_blocks: int = 2,
+        monitor: OffloadMonitor | None = None,
+    ) -> "Module":
         """Build the model with a seeded random init (no checkpoint)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = spec.build()
-        return cls(spec, model, device, offload)
+        return cls(spec, model, device, offload, resident_blocks, monitor)
 
-    @contextmanager
-    def active(self) -> Iterator[nn.Module]:
-        """The model, resident on the device for the duration of the block."""
-        if self.offload == "model":
-            self.model.to(self.device, non_blocking=True)
-        try:
-            yield self.model
-        finally:
-            if self.offload == "model":
-                self.model.to("cpu")
+    def active(self) -> AbstractContextManager[nn.Module]:
+        """The model, ready to run on the device for the duration of the ``with`` block."""
+        return self.placement.active()
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())

@@ -16,17 +16,19 @@ from avatargen.models.sr_dit import SRDiT
 from avatargen.models.text_encoder import TextEncoder
 from avatargen.models.vae import VAE
 from avatargen.modules import Module, ModuleSpec
+from avatargen.runtime.offload import OffloadMonitor
 
 
 @dataclass
 class ModelSet:
-    """The five modules of one model config."""
+    """The five modules of one model config, and the monitor of their placement (reset per render)."""
 
     audio_encoder: Module
     text_encoder: Module
     vae: Module
     a2v: Module
     sr: Module
+    monitor: OffloadMonitor
 
     def all(self) -> list[Module]:
         return [self.audio_encoder, self.text_encoder, self.vae, self.a2v, self.sr]
@@ -71,12 +73,16 @@ def resolve_device(config: Config) -> torch.device:
 
 
 def build_modules(config: Config, device: torch.device) -> ModelSet:
-    """All five modules, loaded strictly (names and shapes checked) or randomly initialised from ``seed``."""
-    offload = config.runtime.offload.value
+    """All five modules, loaded strictly (names and shapes checked) or randomly initialised from ``seed``, placed by
+    ``runtime.offload`` with one shared monitor."""
+    offload, resident_blocks = config.runtime.offload.value, config.runtime.offload_resident_blocks
+    monitor = OffloadMonitor(offload, resident_blocks, device)
     specs = module_specs(config)
     if config.model.weights == WeightsSource.random:
-        modules = [Module.random(spec, config.seed + i, device, offload) for i, spec in enumerate(specs)]
+        modules = [
+            Module.random(spec, config.seed + i, device, offload, resident_blocks, monitor) for i, spec in enumerate(specs)
+        ]
     else:
         checkpoint = resolve_checkpoint(config)
-        modules = [Module.load(spec, checkpoint, device, offload) for spec in specs]
-    return ModelSet(*modules)
+        modules = [Module.load(spec, checkpoint, device, offload, resident_blocks, monitor) for spec in specs]
+    return ModelSet(*modules, monitor=monitor)

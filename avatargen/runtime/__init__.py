@@ -1,1 +1,1 @@
-"""Runtime: devices, threads, and (later) offload and distributed placement."""
+"""Runtime: where the weights live (offload), torchrun and FSDP2 sharding, NUMA pinning, memory readings."""

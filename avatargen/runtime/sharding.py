@@ -7,7 +7,7 @@ render every rank builds the same modules (same checkpoint, or the same seeded i
   then the root, last: each block is its own all-gather unit, the root holds the embeddings and heads;
 - chains explicit forward prefetch, block n -> block n+1 (SR: the last main block -> the first face block), so the
   all-gather of the next block is issued while the current one computes;
-- with ``runtime.offload=model`` the shards live in host memory (``CPUOffloadPolicy``, pinned when CUDA is
+- with ``runtime.offload=model`` or ``block`` the shards live in host memory (``CPUOffloadPolicy``, pinned when CUDA is
   available): each block is copied host-to-device and all-gathered just before its forward, and freed after it
   (``reshard_after_forward``), so an idle DiT holds no GPU memory and a returning one is unsharded block by block.
 
@@ -30,17 +30,9 @@ from avatargen.config.schema import Config, Offload, WeightsSource
 from avatargen.errors import BadInputError
 from avatargen.pipeline.build import ModelSet, build_modules
 from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.offload import transformer_blocks
 
 SHARDED_MODULES = ("a2v", "sr")  # the DiTs: the only modules large enough to be worth sharding
-BLOCK_LISTS = ("blocks", "face_blocks")  # in forward order
-
-
-def transformer_blocks(model: nn.Module) -> list[nn.Module]:
-    """The model's transformer blocks in the order its forward runs them."""
-    blocks: list[nn.Module] = []
-    for name in BLOCK_LISTS:
-        blocks.extend(getattr(model, name, None) or [])
-    return blocks
 
 
 def shard_model(model: nn.Module, mesh: Any, offload: bool) -> list[nn.Module]:
@@ -63,7 +55,8 @@ def shard_modules(models: ModelSet, parallel: ParallelContext, config: Config) -
     """Apply FSDP2 to the DiTs of ``models`` over ``parallel.mesh`` (no-op for a single-process render)."""
     if not parallel.sharded:
         return models
-    offload = config.runtime.offload == Offload.model
+    # Sharded weights idle in host memory under either offload policy; FSDP streams them per block itself.
+    offload = config.runtime.offload in (Offload.model, Offload.block)
     for name in SHARDED_MODULES:
         module = getattr(models, name)
         shard_model(module.model, parallel.mesh, offload)
@@ -80,8 +73,8 @@ _cache: dict[str, ModelSet] = {}
 def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) -> str:
     model = OmegaConf.to_container(OmegaConf.structured(config.model), enum_to_str=True)
     seed = config.seed if config.model.weights == WeightsSource.random else None
-    return json.dumps([model, seed, config.runtime.offload.value, str(device), parallel.sharded, parallel.world.world_size],
-                      sort_keys=True, default=str)  # fmt: skip
+    placement = [config.runtime.offload.value, config.runtime.offload_resident_blocks, str(device)]
+    return json.dumps([model, seed, placement, parallel.sharded, parallel.world.world_size], sort_keys=True, default=str)
 
 
 def place_modules(config: Config, device: torch.device, parallel: ParallelContext) -> ModelSet:

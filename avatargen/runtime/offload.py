@@ -1,0 +1,480 @@
+"""Where a module's weights live while its stage runs and while it waits: the policies behind ``Module.active()``.
+
+``runtime.offload`` picks one policy for every module:
+
+- ``none``: every model stays on the device for the whole render.
+- ``model``: a model's whole weights are copied to the device when its stage is entered and back to host memory
+  when it is left (what diffusers' ``enable_model_cpu_offload`` does). The baseline.
+- ``block``: weights live in pinned host memory, which stays the source of truth. Entering a stage copies
+  everything outside the transformer block lists (embeddings, norms, heads; all of a small model) as one group, and
+  block 0; while block n computes, blocks up to n + resident_blocks - 1 are copied on a side CUDA stream; after its
+  forward a block's device copies are dropped. Leaving a stage copies nothing back: the parameters point at their
+  pinned host tensors again. A DiT runs its blocks once per sampling step (SR: once per frame batch), so after the
+  last block the prefetch wraps around to block 0.
+
+Timeline of one DiT stage under ``block`` with resident_blocks=2 (4 blocks; ``|`` = a CUDA event)::
+
+    copy stream     rest b0 | b1        | b2        | b3        | b0 (wrap) | b1 ...
+    compute stream    wait  | embed  b0 | b1        | b2        | b3 head   | embed b0 (next step) ...
+                                     ^ each block waits on the event of its own copy, then its copies are dropped
+                                       with record_stream, so the allocator reuses them only after its kernels ran
+
+On a CPU device the same hooks run and keep the same books (loads, evictions, resident blocks), but nothing is
+copied: ``tensor.to(cpu)`` of a host tensor returns that tensor, and there are no streams or events.
+Under FSDP sharding (``runtime/sharding.py``) FSDP owns placement: the module switches to ``Unmanaged``.
+
+Every model-owned tensor is treated as constant during inference (true of all five models: the VAE's causal cache
+is passed in and out of ``decode``, and ``latent_mean/std`` are set once after training). A buffer written in place
+inside a stage would be lost under ``block``, whose host copy is the only one kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor, nn
+
+POLICIES = ("none", "model", "block")
+BLOCK_STREAMED = ("a2v", "sr")  # the DiTs: big stacks of blocks; the encoders and the VAE are a few MB, one group each
+
+Span = tuple["torch.cuda.Event", "torch.cuda.Event"]  # (start, end) recorded on a CUDA stream
+
+
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The blocks of every ``nn.ModuleList`` child of ``model`` (A2V: ``blocks``; SR: ``blocks``, ``face_blocks``),
+    in registration order, which is the order the forward runs them (the prefetch order)."""
+    return [block for child in model.children() if isinstance(child, nn.ModuleList) for block in child]
+
+
+def _tensors(module: nn.Module) -> list[Tensor]:
+    """Parameters and buffers of ``module`` (each once, shared ones too)."""
+    return list({id(t): t for t in [*module.parameters(), *module.buffers()]}.values())
+
+
+def _timing_event() -> "torch.cuda.Event":
+    return torch.cuda.Event(enable_timing=True)
+
+
+def _mark(device: torch.device) -> "torch.cuda.Event":
+    """A timing event recorded now on ``device``'s current (compute) stream."""
+    event = _timing_event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+# -- measurements --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Switch:
+    """One stage entry: from the end of the previous stage's work to the first compute of this one."""
+
+    host_s: float = 0.0  # CPU: time in the exit and entry hooks and waiting for block 0
+    spans: list[Span] = field(default_factory=list)  # CUDA: event pairs whose elapsed times add up to the gap
+
+
+class OffloadMonitor:
+    """What placement cost during one render; one monitor is shared by the five Modules of a model set.
+
+    Measured: stage switches (the visible gap between stages), host-to-device bytes and achieved GB/s, loads and
+    evictions, the most blocks of one model resident at once, peak device memory. On CUDA the times come from CUDA
+    events, read back lazily, so measuring adds no synchronisation inside the render. On CPU nothing is copied
+    (0 bytes, no GB/s) and a switch costs the host time spent in the placement hooks.
+    ``trace=True`` also keeps every (event, module, block) for tests: it grows with the render, so it is off by default.
+    """
+
+    def __init__(self, policy: str, resident_blocks: int, device: torch.device, trace: bool = False):
+        self.policy = policy
+        self.resident_blocks = resident_blocks
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.trace: list[tuple[str, str, int | None]] | None = [] if trace else None
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new render: zero the counters (and the device's peak-memory statistics)."""
+        self.switches, self.switch_ms_sum, self.switch_ms_max = 0, 0.0, 0.0
+        self.loads = self.evictions = self.h2d_bytes = 0
+        self.copy_ms = 0.0
+        self.max_resident_blocks = 0
+        self._open: _Switch | None = None
+        self._exit_s = 0.0  # host time of the last exit, charged to the next switch
+        self._last_end: torch.cuda.Event | None = None  # CUDA: the end of the last stage's work
+        self._pending_switches: deque[_Switch] = deque()
+        self._pending_copies: deque[tuple[Span, int]] = deque()
+        if self.trace is not None:
+            self.trace.clear()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    # Stage entry and exit (called by Placement.active).
+
+    def entering(self) -> None:
+        self._close_switch()
+        self._open = _Switch(host_s=self._exit_s)
+        self._exit_s = 0.0
+        if self.cuda:
+            start = self._last_end if self._last_end is not None else _mark(self.device)  # first stage: from now
+            self._open.spans.append((start, start))  # completed by entered()
+
+    def entered(self, host_s: float) -> None:
+        assert self._open is not None
+        self._open.host_s += host_s
+        if self.cuda:
+            ready = _mark(self.device)  # after the compute stream's wait for the group the stage needs first
+            self._open.spans[-1] = (self._open.spans[-1][0], ready)
+
+    def first_block(self, host_s: float, span: Span | None) -> None:
+        """The wait for block 0 in the first forward after a stage entry (it belongs to the switch)."""
+        if self._open is not None:
+            self._open.host_s += host_s
+            if span is not None:
+                self._open.spans.append(span)
+
+    def leaving(self) -> None:
+        self._close_switch()
+        if self.cuda:
+            self._last_end = _mark(self.device)  # after the stage's last kernel on the compute stream
+
+    def left(self, host_s: float) -> None:
+        self._exit_s += host_s
+
+    # Copies and residency (called by the placements).
+
+    def loaded(self, module: str, block: int | None, nbytes: int, span: Span | None) -> None:
+        self.loads += 1
+        if span is not None:
+            self.h2d_bytes += nbytes
+            self._pending_copies.append((span, nbytes))
+            self._resolve(wait=False)
+        self.note("load", module, block)
+
+    def evicted(self, module: str, block: int | None) -> None:
+        self.evictions += 1
+        self.note("evict", module, block)
+
+    def resident(self, blocks: int) -> None:
+        self.max_resident_blocks = max(self.max_resident_blocks, blocks)
+
+    def note(self, event: str, module: str, block: int | None) -> None:
+        if self.trace is not None:
+            self.trace.append((event, module, block))
+
+    def report(self) -> dict[str, Any]:
+        """The ``offload`` dict of ``avatargen render --json`` (waits for the device's outstanding events)."""
+        self._close_switch()
+        self._resolve(wait=True)
+        mean = self.switch_ms_sum / self.switches if self.switches else None
+        gbps = self.h2d_bytes / (self.copy_ms / 1e3) / 1e9 if self.cuda and self.copy_ms > 0 else None
+        block = self.policy == "block"
+        return {
+            "policy": self.policy,
+            "resident_blocks": self.resident_blocks if block else None,
+            "switches": self.switches,
+            "switch_ms_mean": round(mean, 3) if mean is not None else None,
+            "switch_ms_max": round(self.switch_ms_max, 3) if self.switches else None,
+            "h2d_bytes": self.h2d_bytes,
+            "h2d_gbps": round(gbps, 2) if gbps is not None else None,
+            "loads": self.loads,
+            "evictions": self.evictions,
+            "max_resident_blocks": self.max_resident_blocks if block else None,
+            "peak_device_mb": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1) if self.cuda else None,
+        }
+
+    def _close_switch(self) -> None:
+        if self._open is None:
+            return
+        if self.cuda:
+            self._pending_switches.append(self._open)
+            self._resolve(wait=False)
+        else:
+            self._add_switch(self._open.host_s * 1e3)
+        self._open = None
+
+    def _add_switch(self, ms: float) -> None:
+        self.switches += 1
+        self.switch_ms_sum += ms
+        self.switch_ms_max = max(self.switch_ms_max, ms)
+
+    def _resolve(self, wait: bool) -> None:
+        """Fold the CUDA measurements whose events have completed (all of them when ``wait``) into the totals.
+        At most 256 stay pending, so a long render keeps a bounded list."""
+        while self._pending_switches:
+            switch = self._pending_switches[0]
+            if not self._done([end for _, end in switch.spans], wait or len(self._pending_switches) > 256):
+                break
+            self._pending_switches.popleft()
+            self._add_switch(sum(start.elapsed_time(end) for start, end in switch.spans))
+        while self._pending_copies:
+            (start, end), _ = self._pending_copies[0]
+            if not self._done([end], wait or len(self._pending_copies) > 256):
+                break
+            self._pending_copies.popleft()
+            self.copy_ms += start.elapsed_time(end)
+
+    @staticmethod
+    def _done(events: list["torch.cuda.Event"], wait: bool) -> bool:
+        if wait:
+            for event in events:
+                event.synchronize()
+            return True
+        return all(event.query() for event in events)
+
+
+# -- policies ------------------------------------------------------------------------------------------------------
+
+
+class Placement:
+    """Base of the policies: ``active()`` brackets a stage with the policy's entry and exit and measures both."""
+
+    policy = "none"
+
+    def __init__(self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str):
+        self.model = model
+        self.device = device
+        self.monitor = monitor
+        self.name = name
+
+    @contextmanager
+    def active(self) -> Iterator[nn.Module]:
+        """The model, ready to run on the device for the duration of the block."""
+        self.monitor.entering()
+        started = time.perf_counter()
+        self._enter()
+        self.monitor.entered(time.perf_counter() - started)
+        try:
+            yield self.model
+        finally:
+            self.monitor.leaving()
+            started = time.perf_counter()
+            self._exit()
+            self.monitor.left(time.perf_counter() - started)
+
+    def detach(self) -> None:
+        """Stop managing the model (another owner, FSDP, takes over); it is left where the policy keeps it idle."""
+
+    def _enter(self) -> None:
+        pass
+
+    def _exit(self) -> None:
+        pass
+
+
+class Resident(Placement):
+    """``none``: the model lives on the device; stage switches move nothing."""
+
+    policy = "none"
+
+    def __init__(self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str):
+        super().__init__(model, device, monitor, name)
+        model.to(device)
+
+
+class Unmanaged(Placement):
+    """``fsdp``: FSDP places the (sharded) weights itself; entries and exits are only measured."""
+
+    policy = "fsdp"
+
+
+class WholeModel(Placement):
+    """``model``: all weights to the device on entry, back to host memory on exit (the baseline)."""
+
+    policy = "model"
+
+    def __init__(self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str):
+        super().__init__(model, device, monitor, name)
+        model.to("cpu")
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            for param in model.parameters():
+                param.data = param.data.pin_memory()
+        self.nbytes = sum(t.numel() * t.element_size() for t in _tensors(model))
+
+    def _enter(self) -> None:
+        start = _mark(self.device) if self.cuda else None
+        self.model.to(self.device, non_blocking=True)  # on the compute stream: the stage waits for all of it
+        span = (start, _mark(self.device)) if start is not None else None
+        self.monitor.loaded(self.name, None, self.nbytes, span)
+
+    def _exit(self) -> None:
+        self.model.to("cpu")
+        self.monitor.evicted(self.name, None)
+
+
+class _Group:
+    """Tensors that come to the device together (one block, or everything outside the blocks) and their host copies.
+
+    The host copies (pinned for CUDA) are the source of truth: ``load`` points the tensors at fresh device copies,
+    ``evict`` points them back at the host copies and so drops the device memory without copying anything back.
+    """
+
+    def __init__(self, tensors: list[Tensor], pin: bool):
+        self.tensors = tensors
+        self.host = [t.data.pin_memory() if pin else t.data for t in tensors]
+        for tensor, host in zip(tensors, self.host):
+            tensor.data = host
+        self.nbytes = sum(h.numel() * h.element_size() for h in self.host)
+        self.resident = False
+        self.ready: torch.cuda.Event | None = None  # CUDA: recorded on the copy stream after the last copy
+
+    def load(self, device: torch.device, copy_stream: "torch.cuda.Stream | None") -> Span | None:
+        """Start the host-to-device copies; returns the copy's (start, end) events on CUDA."""
+        self.resident = True
+        if copy_stream is None:  # CPU: .to(cpu) of a host tensor is that tensor; nothing is copied
+            for tensor, host in zip(self.tensors, self.host):
+                tensor.data = host.to(device)
+            return None
+        compute = torch.cuda.current_stream(device)
+        start, self.ready = _timing_event(), _timing_event()
+        with torch.cuda.stream(copy_stream):  # allocations and copies on the side stream
+            start.record(copy_stream)
+            copies = [host.to(device, non_blocking=True) for host in self.host]  # pinned -> async DMA
+            self.ready.record(copy_stream)
+        for tensor, copy in zip(self.tensors, copies):
+            # Allocated on the copy stream, read on the compute stream: without this the allocator could hand the
+            # memory to the next prefetch as soon as Python drops it, while kernels still read it.
+            copy.record_stream(compute)
+            tensor.data = copy
+        return start, self.ready
+
+    def wait(self, device: torch.device) -> None:
+        """Make the compute stream wait for this group's copies (the host does not block)."""
+        if self.ready is not None:
+            torch.cuda.current_stream(device).wait_event(self.ready)
+
+    def evict(self) -> None:
+        for tensor, host in zip(self.tensors, self.host):
+            tensor.data = host
+        self.resident = False
+        self.ready = None
+
+
+class BlockStream(Placement):
+    """``block``: pinned host weights; the rest group on stage entry, the transformer blocks just in time.
+
+    ``resident_blocks`` (>= 1) bounds how many of the model's blocks are on the device at once: block n and up to
+    ``resident_blocks - 1`` prefetched after it. With 1 there is no prefetch (each block is copied in its own
+    pre-hook); with at least as many as the model has, the blocks stay for the whole stage and are copied once.
+    Models not in ``BLOCK_STREAMED`` have no blocks here: the whole model is the rest group.
+    """
+
+    policy = "block"
+
+    def __init__(
+        self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str, resident_blocks: int
+    ):
+        super().__init__(model, device, monitor, name)
+        if resident_blocks < 1:
+            raise ValueError(f"resident_blocks must be >= 1, got {resident_blocks}")
+        self.resident_blocks = resident_blocks
+        model.to("cpu")
+        pin = device.type == "cuda"
+        self.copy_stream = torch.cuda.Stream(device) if pin else None
+        blocks = transformer_blocks(model) if name in BLOCK_STREAMED else []
+        in_blocks: set[int] = set()
+        self.blocks: list[_Group] = []
+        for block in blocks:
+            tensors = [t for t in _tensors(block) if id(t) not in in_blocks]
+            in_blocks.update(id(t) for t in tensors)
+            self.blocks.append(_Group(tensors, pin))
+        self.rest = _Group([t for t in _tensors(model) if id(t) not in in_blocks], pin)
+        self._active = False  # hooks only place weights inside active(); a bare call runs on the host copies
+        self._first_pending = False  # the first forward after entry: its wait for block 0 is part of the switch
+        self._hooks = []
+        for index, block in enumerate(blocks):
+            self._hooks.append(block.register_forward_pre_hook(partial(self._before_block, index)))
+            self._hooks.append(block.register_forward_hook(partial(self._after_block, index)))
+
+    @property
+    def n_resident(self) -> int:
+        return sum(group.resident for group in self.blocks)
+
+    def _enter(self) -> None:
+        self._active = True
+        self._load_group(self.rest, None)
+        if self.blocks:
+            self._load_block(0, keep=[0])  # overlaps the embeddings, which only wait for the rest group
+            self._first_pending = True
+        self.rest.wait(self.device)
+
+    def _exit(self) -> None:
+        # Nothing is copied back: the host copies were never stale. Evicting only repoints the tensors.
+        for index, group in enumerate(self.blocks):
+            if group.resident:
+                group.evict()
+                self.monitor.evicted(self.name, index)
+        self.rest.evict()
+        self.monitor.evicted(self.name, None)
+        self._active = self._first_pending = False
+
+    def _before_block(self, index: int, module: nn.Module, args: Any) -> None:
+        """Forward pre-hook of block ``index``: prefetch the blocks after it, then wait for its own copies."""
+        if not self._active:
+            return
+        started = time.perf_counter()
+        count = len(self.blocks)
+        window = [(index + k) % count for k in range(min(self.resident_blocks, count))]  # wraps: the next step
+        for ahead in window:  # window[0] is this block: loaded here only when it was not prefetched
+            self._load_block(ahead, keep=window)
+        self.monitor.note("compute", self.name, index)
+        # The first block after entry: events before and after the compute stream's wait measure its stall.
+        before = _mark(self.device) if self._first_pending and self.copy_stream is not None else None
+        self.blocks[index].wait(self.device)
+        if self._first_pending:
+            span = (before, _mark(self.device)) if before is not None else None
+            self.monitor.first_block(time.perf_counter() - started, span)
+            self._first_pending = False
+
+    def _after_block(self, index: int, module: nn.Module, args: Any, output: Any) -> None:
+        """Forward hook of block ``index``: drop its device copies unless every block fits at once."""
+        if not self._active or self.resident_blocks >= len(self.blocks):
+            return
+        self.blocks[index].evict()
+        self.monitor.evicted(self.name, index)
+
+    def _load_block(self, index: int, keep: list[int]) -> None:
+        """Copy block ``index`` to the device unless it is there; first make room by evicting blocks not in ``keep``
+        (only when blocks ran out of the expected order), so at most ``resident_blocks`` are ever resident."""
+        group = self.blocks[index]
+        if group.resident:
+            return
+        while self.n_resident >= self.resident_blocks:
+            victim = next(i for i, g in enumerate(self.blocks) if g.resident and i not in keep)
+            self.blocks[victim].evict()
+            self.monitor.evicted(self.name, victim)
+        self._load_group(group, index)
+        self.monitor.resident(self.n_resident)
+
+    def _load_group(self, group: _Group, index: int | None) -> None:
+        span = group.load(self.device, self.copy_stream)
+        self.monitor.loaded(self.name, index, group.nbytes, span)
+
+    def detach(self) -> None:
+        """Remove the hooks and put every weight on the device (FSDP shards it from there)."""
+        for hook in self._hooks:
+            hook.remove()
+        for group in [self.rest, *self.blocks]:
+            for tensor, host in zip(group.tensors, group.host):
+                tensor.data = host.to(self.device)
+            group.resident = False
+
+
+def make_placement(
+    policy: str, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str, resident_blocks: int = 2
+) -> Placement:
+    """The placement of ``policy`` ('none', 'model', 'block', or 'fsdp' once sharding owns the model)."""
+    if policy == "none":
+        return Resident(model, device, monitor, name)
+    if policy == "model":
+        return WholeModel(model, device, monitor, name)
+    if policy == "block":
+        return BlockStream(model, device, monitor, name, resident_blocks)
+    if policy == "fsdp":
+        return Unmanaged(model, device, monitor, name)
+    raise ValueError(f"unknown offload policy '{policy}'; valid: {', '.join(POLICIES)}")

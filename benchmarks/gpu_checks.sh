@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU checks of runtime.offload (issue #4) in one device call of under 8 minutes, on the H200 machine (no
+# network; torch, accelerate, pytest preinstalled). From a session that has the device tool:
+#
+#     bash benchmarks/fetch_offload_wheels.sh     # here, once: benchmarks/wheels/ (git-ignored, ~37 MB)
+#     run(command="bash benchmarks/gpu_checks.sh", carry=["benchmarks/wheels"], timeout_s=560)
+#
+# Steps: install the carried wheels and avatargen offline; pytest tests/runtime (with the CUDA paths, slow ones too);
+# a short `avatargen render` of the shipped model on CUDA with runtime.offload=block; then
+# benchmarks/gpu_offload.py with whatever time is left of GPU_CHECKS_BUDGET_S (default 450 s).
+# Writes under $OUT (the device tool's folder; out/gpu_checks elsewhere): gpu_checks.log (everything), env.txt,
+# render.json, render.mp4 (+ render.yaml), gpu_offload.json.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out/gpu_checks}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+BUDGET=${GPU_CHECKS_BUDGET_S:-450}
+START=$SECONDS
+
+step() { echo; echo "== [$((SECONDS - START)) s] $*"; }
+
+main() {
+  step "machine"
+  {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    $PY -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+    $PY -m pip list --disable-pip-version-check 2>/dev/null
+  } >"$OUT/env.txt" 2>&1
+  head -2 "$OUT/env.txt"
+
+  step "install the carried wheels and avatargen, offline"
+  if compgen -G "benchmarks/wheels/*.whl" >/dev/null; then
+    # Resolve against what the image has; if that fails (a dependency the image lacks), take the wheels as they are.
+    names=$(ls benchmarks/wheels/*.whl | xargs -n1 basename | cut -d- -f1 | tr _ - | sort -u | tr '\n' ' ')
+    $PY -m pip install -q --disable-pip-version-check --no-index --find-links benchmarks/wheels $names \
+      || $PY -m pip install -q --disable-pip-version-check --no-index --no-deps benchmarks/wheels/*.whl
+  else
+    echo "no benchmarks/wheels/: rows (d) diffusers print 'skipped (not installed)'; avatargen's own deps must be there"
+  fi
+  if ! $PY -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation -e .; then
+    echo "editable install failed: running from the checkout (PYTHONPATH)"
+  fi
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  $PY -c "import avatargen.runtime.offload, omegaconf, soundfile, imageio_ffmpeg; print('avatargen ok')" || true
+  $PY -c "import diffusers, accelerate; print('diffusers', diffusers.__version__, 'accelerate', accelerate.__version__)" || true
+
+  step "pytest tests/runtime (CUDA available: CUDA paths run; -o addopts= also runs tests marked slow)"
+  timeout 150 $PY -m pytest -q -p no:cacheprovider -o addopts= tests/runtime
+  pytest_rc=$?
+
+  step "avatargen render on CUDA, runtime.offload=block (shipped tiny model)"
+  timeout 120 $PY -m avatargen render -i examples/avatar_1.png -a examples/speech_1.flac -o "$OUT/render.mp4" \
+    --json --quiet runtime.device=cuda runtime.offload=block >"$OUT/render.json"
+  render_rc=$?
+  cat "$OUT/render.json"
+
+  left=$((BUDGET - (SECONDS - START) - 15))
+  step "benchmarks/gpu_offload.py (budget ${left} s)"
+  timeout $((left + 30)) $PY benchmarks/gpu_offload.py --budget-s "$left" --json-out "$OUT/gpu_offload.json"
+  bench_rc=$?
+
+  step "done: pytest rc=$pytest_rc, render rc=$render_rc, gpu_offload rc=$bench_rc"
+  [[ $pytest_rc == 0 && $render_rc == 0 && $bench_rc == 0 ]]
+}
+
+main 2>&1 | tee "$OUT/gpu_checks.log"
+exit "${PIPESTATUS[0]}"
