@@ -11,11 +11,11 @@ from typing import Callable, List, Optional
 
 import typer
 
-from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError
+from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError
 
 EXIT_CODES = (
-    "Exit codes: 0 ok; 2 bad input or bad config; 130 interrupted (SIGINT), 143 terminated (SIGTERM); "
-    "1 anything else (a bug: rerun with --debug)."
+    "Exit codes: 0 ok; 2 bad input or bad config; 3 a live output failed (output.on_publish_failure=stop); "
+    "130 interrupted (SIGINT), 143 terminated (SIGTERM); 1 anything else (a bug: rerun with --debug)."
 )
 
 app = typer.Typer(
@@ -60,8 +60,12 @@ def _run(action: Callable[[], None], debug: bool) -> None:
 @app.command(epilog=EXIT_CODES)
 def render(
     image: Path = typer.Option(..., "--image", "-i", help="Reference image (PNG, JPEG, WebP; any size and mode)."),
-    audio: Path = typer.Option(..., "--audio", "-a", help="Driving audio (wav, flac, mp3, ogg, m4a; any rate, mono or stereo)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml."),
+    audio: Path = typer.Option(..., "--audio", "-a", help="Driving audio (wav, flac, mp3, ogg, m4a; any rate, mono or stereo); - reads WAV (or raw PCM, see --audio-rate) from stdin until it ends."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml. - writes MPEG-TS to stdout (| ffplay -).", show_default=False),
+    publish: Optional[List[str]] = typer.Option(None, "--publish", help="Also publish live while rendering (repeatable): DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY. Same encode as the file.", show_default=False),
+    realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
+    audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
+    audio_channels: int = typer.Option(1, "--audio-channels", help="With --audio-rate: channels of the raw PCM."),
     prompt: str = typer.Option("", "--prompt", "-p", help="Text / scene prompt (style, expression).", show_default="none"),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
@@ -81,8 +85,19 @@ def render(
         from avatargen.progress import RenderProgress
         from avatargen.render import RenderRequest, render as run_render
 
+        from avatargen.io.audio_stream import RawPcm
+
         cfg = load_config(overrides or [])
-        request = RenderRequest(image=image, audio=audio, output=output, prompt=prompt)
+        if publish:
+            cfg.output.publish = [*cfg.output.publish, *publish]
+        if realtime:
+            cfg.output.realtime = True
+        raw = RawPcm(audio_rate, audio_channels) if audio_rate is not None else None
+        request = RenderRequest(image=image, audio=audio, output=output, prompt=prompt, raw_audio=raw)
+        if evaluate and (request.output_file is None or str(audio) == "-"):
+            raise BadInputError("--eval measures an MP4 file against an audio file; give --output OUT.mp4 and --audio FILE")
+        # With --output - stdout carries the video: every word for people goes to stderr.
+        out = sys.stderr if str(output) == "-" else sys.stdout
 
         def progress(fps: int, total: int | None) -> RenderProgress:
             # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.
@@ -103,10 +118,10 @@ def render(
             if not json_out and not quiet:
                 print(format_report(metrics), file=sys.stderr)
         if json_out:
-            print(json.dumps(report))
+            print(json.dumps(report), file=out)
         elif not quiet:
             print(
-                f"wrote {report['output']}: {report['frames']} frames, {report['duration_s']:.2f} s, "
+                f"wrote {report['output'] or 'the live outputs'}: {report['frames']} frames, {report['duration_s']:.2f} s, "
                 f"{report['gen_fps']} fps generated, RTF {report['rtf']}",
                 file=sys.stderr,
             )

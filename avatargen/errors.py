@@ -9,6 +9,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+EXIT_PUBLISH_FAILED = 3  # a live output (RTMP ingest, stdout reader) failed under output.on_publish_failure=stop
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2
 EXIT_TERMINATED = 143  # SIGTERM: 128 + 15
 
@@ -41,6 +42,12 @@ class DiskFullError(BadInputError):
 
 class NonFiniteError(BadInputError):
     """A model produced NaN or Inf: its checkpoint is broken (bad input, exit code 2); the message names the module."""
+
+
+class PublishError(AvatarGenError):
+    """A live output failed (an ingest went down, the program reading stdout closed it). Exit code 3."""
+
+    exit_code = EXIT_PUBLISH_FAILED
 
 
 class RenderInterrupted(AvatarGenError):

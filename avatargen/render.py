@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import resource
 import signal
 import sys
 import threading
@@ -29,34 +28,59 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.schema import Config, WeightsSource
-from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, DiskFullError, RenderInterrupted
+from avatargen.config.schema import Config, PublishFailure, WeightsSource
+from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.io.audio import AudioFileSource
+from avatargen.io.audio_stream import AudioStreamSource, RawPcm
 from avatargen.io.image import load_reference_image
 from avatargen.io.mp4_join import join_parts, salvage_part
 from avatargen.io.mp4_writer import Mp4Writer, disk_full_error
+from avatargen.io.outputs import Output, parse_publish_target, stdout_output
+from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore, file_digest, text_digest
 from avatargen.pipeline.build import resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.pipeline import Pipeline, Progress
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.runtime.distributed import rank_failures, start_parallel
+from avatargen.runtime.memory import peak_rss_mb
 from avatargen.runtime.sharding import place_modules, render_as_follower
+
+
+STREAM = Path("-")  # --audio - reads stdin; --output - writes MPEG-TS to stdout
 
 
 @dataclass
 class RenderRequest:
-    """What the user asked for."""
+    """What the user asked for. ``audio`` ``-`` is stdin (``raw_audio`` says its format when it is not WAV);
+    ``output`` ``-`` is MPEG-TS on stdout, None is no file (live outputs only, ``output.publish``)."""
 
     image: Path
     audio: Path
-    output: Path
+    output: Path | None
     prompt: str = ""
+    raw_audio: RawPcm | None = None
+
+    @property
+    def output_file(self) -> Path | None:
+        """The MP4 file written, if any."""
+        return self.output if self.output is not None and self.output != STREAM else None
 
 
 def config_path_for(output: Path) -> Path:
     """Where the resolved config of a render is saved: beside the video, ``OUT.yaml``."""
     return output.with_suffix(".yaml")
+
+
+def _check_request(request: RenderRequest, config: Config, resume: bool) -> None:
+    if request.output is None and not config.output.publish:
+        raise BadInputError("nothing to write: give --output OUT.mp4, --output - (MPEG-TS to stdout) or --publish TARGET")
+    if request.output_file is not None:
+        _check_output(request.output_file)
+    if resume and (request.output_file is None or request.audio == STREAM):
+        raise BadInputError("--resume needs an MP4 output file and an audio file; a stream (stdin/stdout) cannot be resumed")
+    if request.raw_audio is not None and request.audio != STREAM:
+        raise BadInputError("--audio-rate/--audio-channels describe raw PCM on stdin; use them with --audio -")
 
 
 def _check_output(output: Path) -> None:
@@ -131,7 +155,8 @@ def fingerprint(request: RenderRequest, cfg: DictConfig, config: Config) -> dict
     changes where it runs, not what it makes) and the checkpoint files (path, size, mtime)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     container.pop("runtime", None)
-    container.get("output", {}).pop("save_config", None)
+    for delivery in ("save_config", "publish", "on_publish_failure", "hls_window", "realtime", "realtime_buffer_s"):
+        container.get("output", {}).pop(delivery, None)  # how the video is delivered, not what it is
     found = {
         "image": file_digest(request.image),
         "audio": file_digest(request.audio),
@@ -184,11 +209,6 @@ def _saver(store: ResumeStore) -> Callable[[RenderCheckpoint], None]:
     return save
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (not ffmpeg's), in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def render(
     request: RenderRequest,
     cfg: DictConfig,
@@ -221,10 +241,14 @@ def _render(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     config = to_config(cfg)
-    _check_output(request.output)
+    _check_request(request, config, resume)
+    live = [parse_publish_target(t, config.output.gop_seconds, config.output.hls_window) for t in config.output.publish]
     reference = load_reference_image(request.image, config.model.image_size, config.pipeline.image_fit.value)
     block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
-    source = AudioFileSource(request.audio, config.model.sample_rate, block_samples=block)
+    if request.audio == STREAM:
+        source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
+    else:
+        source = AudioFileSource(request.audio, config.model.sample_rate, block_samples=block)
     if config.model.weights == WeightsSource.random:
         weights = "random"
         warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")
@@ -234,6 +258,8 @@ def _render(
         torch.set_num_threads(config.runtime.threads)
     device = resolve_device(config)
     parallel = start_parallel(config, device, resume=resume)  # alone, or one rank of an FSDP-sharded render
+    if request.audio == STREAM and parallel.world.world_size > 1:
+        raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
     models = place_modules(config, device, parallel)
     pipeline = Pipeline(config, models)
     if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
@@ -241,43 +267,73 @@ def _render(
 
     size, fps = config.model.image_size, config.model.fps
     grid = checkpoint_grid(pipeline.schedule, max(1, round(fps * config.output.gop_seconds)))
-    _make_output_folder(request.output)
-    store = ResumeStore(request.output)
-    found = fingerprint(request, cfg, config)
-    partial = request.output.with_name(f"{request.output.stem}.partial.mp4")
-    checkpoint = _resume_point(store, found, partial, warn) if resume else None
-    if checkpoint is None:
-        store.reset(found)
+    file, streamed_audio = request.output_file, request.audio == STREAM
+    store: ResumeStore | None = None  # checkpoints for --resume: only a file rendered from a file can be resumed
+    checkpoint = None
+    if file is not None:
+        _make_output_folder(file)
+        partial = file.with_name(f"{file.stem}.partial.mp4")
+        if not streamed_audio:
+            store = ResumeStore(file)
+            found = fingerprint(request, cfg, config)
+            checkpoint = _resume_point(store, found, partial, warn) if resume else None
+            if checkpoint is None:
+                store.reset(found)
     start = checkpoint.frames if checkpoint is not None else 0
-    store.begin_run(start)
+    if store is not None:
+        store.begin_run(start)
     estimate = round(source.duration_hint * fps) if source.duration_hint else None
+
+    def dropped(output: Output, reason: str) -> None:
+        warn(f"warning: publish target '{output.label}' failed ({reason}); dropped it, the other outputs go on "
+             "(output.on_publish_failure=drop)")  # fmt: skip
+
     writer = Mp4Writer(
-        request.output, size, size, fps, request.audio,
+        file, size, size, fps, None if streamed_audio else request.audio,
         crf=config.output.crf, preset=config.output.preset, gop_seconds=config.output.gop_seconds,
         start_frame=start, keyframe_period=grid.period, keyframe_shift=grid.shift,
+        outputs=live + ([stdout_output()] if request.output == STREAM else []),
+        drop_failed_live=config.output.on_publish_failure == PublishFailure.drop, on_dropped=dropped,
+        audio_pipe=streamed_audio,
     )  # fmt: skip
+    if streamed_audio:
+        source.encoder_audio = writer.write_audio
+    sink: Mp4Writer | RealtimePacer = writer
+    if config.output.realtime:
+
+        def underrun(count: int) -> None:
+            if count == 1:
+                warn("warning: --realtime: generation fell behind the clock, the live output stalled; a faster device, "
+                     "more runtime.threads or pipeline=preview avoids it (underruns are counted in the report)")  # fmt: skip
+
+        sink = RealtimePacer(writer, fps, config.output.realtime_buffer_s, on_underrun=underrun)
     progress_cm = progress_factory(fps, estimate) if progress_factory else None
-    run = dict(record_seams=record_seams, resume=checkpoint, checkpoints=grid, on_checkpoint=_saver(store),
-               should_stop=parallel.agreed(stop.requested))  # fmt: skip
+    run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested))
+    if store is not None:
+        run.update(checkpoints=grid, on_checkpoint=_saver(store))
+    models.monitor.reset()  # the modules outlive a render (batch reuses them); their placement costs do not
     try:
         if progress_cm is not None:
             with progress_cm as bar:
-                stats = pipeline.render(reference, source, [writer], request.prompt, on_progress=bar.update, **run)
+                stats = pipeline.render(reference, source, [sink], request.prompt, on_progress=bar.update, **run)
         else:
-            stats = pipeline.render(reference, source, [writer], request.prompt, **run)
+            stats = pipeline.render(reference, source, [sink], request.prompt, **run)
+        if isinstance(sink, RealtimePacer):
+            sink.close(hurry=stats.stopped)  # the last frames go out on the clock too
     except KeyboardInterrupt:  # a second signal: stop at once, keep what the encoder has
         partial = writer.abort()
-        raise RenderInterrupted(
-            f"interrupted by {stop.name}; the frames so far are in '{partial}'; resume with: {resume_command or '--resume'}",
-            stop.exit_code,
-        ) from None
-    except DiskFullError:
-        writer.abort()  # keep the partial and the state: free some space, then --resume
+        kept = f"the frames so far are in '{partial}'" if partial else "the live outputs end here"
+        resume_hint = f"; resume with: {resume_command or '--resume'}" if store is not None else ""
+        raise RenderInterrupted(f"interrupted by {stop.name}; {kept}{resume_hint}", stop.exit_code) from None
+    except (DiskFullError, PublishError):
+        writer.abort()  # keep the partial and the state: free some space or fix the ingest, then --resume
         raise
     except BadInputError:
         writer.abort()  # a broken checkpoint (NaN) or an audio file that fails midway: nothing worth resuming
-        partial.unlink(missing_ok=True)
-        store.remove()
+        if file is not None:
+            partial.unlink(missing_ok=True)
+        if store is not None:
+            store.remove()
         raise
     except BaseException:
         writer.abort()
@@ -286,6 +342,9 @@ def _render(
         source.close()
     if stats.stopped:
         partial = writer.close_partial()
+        if store is None:
+            kept = f"the video is in '{partial}'" if partial else "the live outputs end here"
+            raise RenderInterrupted(f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s); {kept}", stop.exit_code)
         where = f"'{partial}'" + (f" (earlier parts in '{store.folder}')" if store.parts else "")
         raise RenderInterrupted(
             f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s); the video of this "
@@ -293,25 +352,26 @@ def _render(
             stop.exit_code,
         )
     encode_started = time.perf_counter()
-    if store.parts:
+    if store is not None and store.parts:
         writer.close_partial(trim=False)
-        joined = request.output.with_name(f".{request.output.stem}.joining.mp4")
+        joined = file.with_name(f".{file.stem}.joining.mp4")
         parts = [(p.file, p.end - p.start) for p in store.parts] + [(partial, writer.frames_written)]
         join_parts(parts, request.audio, joined, fps)
-        os.replace(joined, request.output)
+        os.replace(joined, file)
         partial.unlink(missing_ok=True)
     else:
         writer.close()
-    store.remove()
-    if config.output.save_config:
-        _write_text_atomic(config_path_for(request.output), to_yaml(cfg))
+    if store is not None:
+        store.remove()
+    if config.output.save_config and file is not None:
+        _write_text_atomic(config_path_for(file), to_yaml(cfg))
     wall = time.perf_counter() - started
     duration = stats.frames / config.model.fps
     stage_s = dict(stats.stage_s)
     stage_s["encode_finish"] = time.perf_counter() - encode_started
     ttff = (writer.first_frame_time - started) if writer.first_frame_time else None
     return {
-        "output": str(request.output),
+        "output": str(request.output) if request.output is not None else None,
         "weights": weights,
         "frames": stats.frames,
         "fps": config.model.fps,
@@ -327,4 +387,8 @@ def _render(
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
         "resumed_from": stats.resumed_from,
+        "publish": [{"target": o.label, "kind": o.kind, "dropped": o.label in writer.dropped,
+                     "reason": writer.dropped.get(o.label)} for o in live],  # fmt: skip
+        "realtime": sink.stats.as_dict() if isinstance(sink, RealtimePacer) else None,
+        "offload": models.monitor.report(),
     }

@@ -71,6 +71,5 @@ def descendants(pid: int) -> list[int]:
 def run_cli(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     """Run ``python -m avatargen ARGS`` as a user would; returns the completed process (text mode)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "avatargen", *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
-    )
+    kwargs.setdefault("text", True)
+    return subprocess.run([sys.executable, "-m", "avatargen", *args], capture_output=True, timeout=timeout, env=env, **kwargs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import List, Optional
 
 from avatargen.models.a2v_dit import A2VDiTParams
 from avatargen.models.audio_encoder import AudioEncoderParams
@@ -42,6 +42,14 @@ class Offload(Enum):
 
     none = "none"  # every module resident on the device
     model = "model"  # a module's weights move to the device on stage entry and back on exit
+    block = "block"  # weights stay in pinned host memory; the DiTs' blocks stream to the device just in time
+
+
+class PublishFailure(Enum):
+    """What a render does when a live output (``output.publish``) fails."""
+
+    drop = "drop"  # report it, stop sending to it, keep rendering the other outputs
+    stop = "stop"  # end the render (exit code 3); the MP4 so far is kept as OUT.partial.mp4 and can be resumed
 
 
 class ShardMode(Enum):
@@ -100,6 +108,11 @@ class OutputConfig:
     preset: str = "veryfast"
     gop_seconds: float = 1.0  # keyframe interval; also the granularity of what survives a kill
     save_config: bool = True  # write the resolved config beside the output as OUT.yaml
+    publish: List[str] = field(default_factory=list)  # live outputs: DIR/NAME.m3u8 (HLS), rtmp://HOST/APP/KEY
+    on_publish_failure: PublishFailure = PublishFailure.drop
+    hls_window: int = 0  # segments an HLS playlist lists: 0 = all (EVENT playlist), N = the last N (older deleted)
+    realtime: bool = False  # pace the output to the wall clock (live sessions); underruns are counted
+    realtime_buffer_s: float = 1.0  # --realtime: how far output starts behind the first frame (absorbs jitter)
 
 
 @dataclass
@@ -109,6 +122,7 @@ class RuntimeConfig:
     device: Device = Device.auto
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     offload: Offload = Offload.none
+    offload_resident_blocks: int = 2  # offload=block: most blocks of one model on the device at once (>= 1)
     shard: ShardMode = ShardMode.auto
     batch_mode: BatchMode = BatchMode.spread
     dist_timeout_s: float = 300.0  # process-group init and every collective: a lost rank ends the group, not hangs it

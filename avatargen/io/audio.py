@@ -59,42 +59,20 @@ class AudioFileSource:
 
     def _decode(self) -> Iterator[np.ndarray]:
         proc = start_ffmpeg(
-            ["-v", "error", "-xerror", "-i", str(self.path), "-vn", "-ac", "1", "-ar", str(self.sample_rate),
-             # ffmpeg's default downmix sums stereo at -3 dB each (loud stereo then clips past 1.0); average instead.
-             "-af", "aresample=rematrix_maxval=1.0", "-f", "f32le", "pipe:1"],
-            stdout=subprocess.PIPE,
-        )  # fmt: skip
+            ["-v", "error", "-xerror", "-i", str(self.path), *model_audio_args(self.sample_rate)], stdout=subprocess.PIPE
+        )
         self._proc = proc
-        stderr = StderrTail(proc)
-        block_bytes = self.block_samples * _BYTES_PER_SAMPLE
-        total = 0
         try:
-            while True:
-                data = proc.stdout.read(block_bytes)  # blocks until a full block or EOF
-                usable = len(data) - len(data) % _BYTES_PER_SAMPLE
-                if usable:
-                    total += usable // _BYTES_PER_SAMPLE
-                    yield np.frombuffer(data[:usable], dtype="<f4").astype(np.float32)
-                if len(data) < block_bytes:
-                    break
-            returncode = proc.wait()
-            stderr.join()
-            if returncode != 0:
-                raise BadInputError(
-                    f"audio file '{self.path}' failed to decode after {total / self.sample_rate:.2f}s "
-                    f"({stderr.reason()}); re-encode it or {_FIX}"
-                )
-            if total == 0:
-                raise BadInputError(f"audio file '{self.path}' contains no audio samples; {_FIX}")
+            yield from read_blocks(proc, self.block_samples, self.sample_rate, f"audio file '{self.path}'", f"re-encode it or {_FIX}")
         finally:
-            _stop(proc)
+            stop_decoder(proc)
             if self._proc is proc:
                 self._proc = None
 
     def close(self) -> None:
         """Stop the decoder of the current iteration, if any (the iterator then ends)."""
         if self._proc is not None:
-            _stop(self._proc)  # unblocks a reader stuck in read()
+            stop_decoder(self._proc)  # unblocks a reader stuck in read()
         if self._blocks is not None:
             self._blocks.close()  # runs the generator's cleanup now rather than at garbage collection
             self._blocks = None
@@ -106,7 +84,35 @@ class AudioFileSource:
         self.close()
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def model_audio_args(sample_rate: int) -> list[str]:
+    """ffmpeg output arguments: the first audio stream as float32 mono at ``sample_rate`` on stdout."""
+    # ffmpeg's default downmix sums stereo at -3 dB each (loud stereo then clips past 1.0); average instead.
+    return ["-map", "0:a:0", "-vn", "-ac", "1", "-ar", str(sample_rate), "-af", "aresample=rematrix_maxval=1.0",
+            "-f", "f32le", "-flush_packets", "1", "pipe:1"]  # fmt: skip
+
+
+def read_blocks(proc: subprocess.Popen, block_samples: int, sample_rate: int, what: str, fix: str) -> Iterator[np.ndarray]:
+    """Read ffmpeg's float32 stdout in blocks of ``block_samples``; BadInputError if decoding fails or finds nothing."""
+    stderr = StderrTail(proc)
+    block_bytes = block_samples * _BYTES_PER_SAMPLE
+    total = 0
+    while True:
+        data = proc.stdout.read(block_bytes)  # blocks until a full block or EOF
+        usable = len(data) - len(data) % _BYTES_PER_SAMPLE
+        if usable:
+            total += usable // _BYTES_PER_SAMPLE
+            yield np.frombuffer(data[:usable], dtype="<f4").astype(np.float32)
+        if len(data) < block_bytes:
+            break
+    returncode = proc.wait()
+    stderr.join()
+    if returncode != 0:
+        raise BadInputError(f"{what} failed to decode after {total / sample_rate:.2f}s ({stderr.reason()}); {fix}")
+    if total == 0:
+        raise BadInputError(f"{what} contains no audio samples; {fix}")
+
+
+def stop_decoder(proc: subprocess.Popen) -> None:
     """Kill ffmpeg if it still runs and reap it, so no zombie is left behind."""
     if proc.poll() is None:
         proc.kill()

@@ -13,6 +13,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from avatargen.errors import AvatarGenError
 
@@ -31,7 +32,9 @@ def ffmpeg_exe() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
-def start_ffmpeg(args: list[str], *, stdin: int | None = None, stdout: int | None = None) -> subprocess.Popen:
+def start_ffmpeg(
+    args: list[str], *, stdin: int | None = None, stdout: int | None = None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen:
     """Start ``ffmpeg -hide_banner -nostdin <args>`` with stderr piped (pair it with ``StderrTail``).
 
     ffmpeg runs in its own process group so that a Ctrl-C at the terminal reaches only Python: the caller then stops
@@ -43,6 +46,7 @@ def start_ffmpeg(args: list[str], *, stdin: int | None = None, stdout: int | Non
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=stdout if stdout is not None else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        pass_fds=pass_fds,  # extra input pipes, read by ffmpeg as pipe:N
         process_group=0,
     )
 
@@ -53,7 +57,10 @@ class StderrTail:
     Without a reader, ffmpeg blocks once the stderr pipe buffer (64 KiB) fills, and so would whoever feeds it.
     """
 
-    def __init__(self, proc: subprocess.Popen, max_lines: int = STDERR_TAIL_LINES) -> None:
+    def __init__(
+        self, proc: subprocess.Popen, max_lines: int = STDERR_TAIL_LINES, on_line: Callable[[str], None] | None = None
+    ) -> None:
+        self._on_line = on_line  # sees every line as it arrives (on the draining thread)
         self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
         self._stream = proc.stderr
         self._thread = threading.Thread(target=self._drain, name="ffmpeg-stderr", daemon=True)
@@ -61,7 +68,10 @@ class StderrTail:
 
     def _drain(self) -> None:
         for raw in self._stream:
-            self._lines.append(raw.decode("utf-8", errors="replace").rstrip())
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            self._lines.append(line)
+            if self._on_line is not None:
+                self._on_line(line)
         self._stream.close()
 
     def join(self, timeout: float | None = 5.0) -> None:

@@ -1,18 +1,25 @@
-"""Video out: RGB frames piped into ffmpeg as they are generated, muxed with the input audio into an MP4."""
+"""Video out: RGB frames piped into one ffmpeg as they are generated, encoded once, muxed with the audio into an
+MP4 and any live outputs (HLS, RTMP, stdout)."""
 
 from __future__ import annotations
 
 import errno
 import os
+import queue
+import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
+from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 
-from avatargen.errors import BadInputError, DiskFullError
-from avatargen.io.ffmpeg import FfmpegError, StderrTail, start_ffmpeg
+from avatargen.errors import BadInputError, DiskFullError, PublishError
+from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, start_ffmpeg
+from avatargen.io.outputs import Output, failed_slave, mp4_output, tee_target
 
 _AUDIO_RATE = 48000
 _NO_SPACE = "No space left on device"
@@ -28,24 +35,31 @@ _STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the
 
 
 class Mp4Writer:
-    """Writes H.264 (yuv420p) + AAC MP4 incrementally; the user's file name appears only when it is complete.
+    """The encoder: RGB frames piped into one ffmpeg that writes an H.264 (yuv420p) + AAC MP4 and any live outputs.
 
     Frames go to ``<stem>.partial.mp4`` in the output folder (same file system, so ``close()`` renames it into place
-    atomically). The MP4 is fragmented (a fragment per keyframe, one keyframe every ``gop_seconds``), so if the
-    process is killed the partial file still plays up to the last finished fragment. ``abort()`` stops ffmpeg
-    cleanly and keeps the partial file; nothing is written under ``path`` unless ``close()`` succeeds.
+    atomically): the user's file name appears only when it is complete. The MP4 is fragmented (a fragment per
+    keyframe, one keyframe every ``gop_seconds``), so if the process is killed the partial file still plays up to the
+    last finished fragment. ``abort()`` stops ffmpeg cleanly and keeps the partial file; nothing is written under
+    ``path`` unless ``close()`` succeeds. ``path`` None writes no file (only ``outputs``).
+
+    ``outputs`` (``avatargen.io.outputs``: HLS, RTMP, MPEG-TS on stdout) receive the same encoded packets as the file
+    (ffmpeg's tee muxer: one encode). With ``drop_failed_live`` a live output that fails is reported to
+    ``on_dropped(output, reason)`` and dropped while the rest go on; otherwise its failure ends the encode and
+    ``write`` raises ``PublishError``.
 
     The audio track is ``audio_path`` from ``start_frame / fps`` on, in full (no ``-shortest``): the caller writes
     round(duration * fps) frames so both tracks end within one frame of each other; ``close_partial()`` (a render
-    stopped early) trims the audio to the video. ``start_frame`` is the timeline frame of the first frame written (a
-    resumed render), ``keyframe_period``/``keyframe_shift`` force an IDR keyframe at every timeline frame ``f`` with
-    ``(f + shift) % period == 0``: the render's checkpoints, where a resumed render can start a new part.
-    Use as a context manager: an exception aborts, otherwise closes.
+    stopped early) trims the audio to the video. Or, with ``audio_pipe=True``, the caller streams it as 48 kHz
+    stereo s16le PCM through ``write_audio`` (audio read from stdin). ``start_frame`` is the timeline frame of the
+    first frame written (a resumed render), ``keyframe_period``/``keyframe_shift`` force an IDR keyframe at every
+    timeline frame ``f`` with ``(f + shift) % period == 0``: the render's checkpoints, where a resumed render can
+    start a new part. Use as a context manager: an exception aborts, otherwise closes.
     """
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | None,
         width: int,
         height: int,
         fps: int,
@@ -56,35 +70,68 @@ class Mp4Writer:
         start_frame: int = 0,
         keyframe_period: int = 0,
         keyframe_shift: int = 0,
+        outputs: Sequence[Output] = (),
+        drop_failed_live: bool = True,
+        on_dropped: Callable[[Output, str], None] | None = None,
+        audio_pipe: bool = False,
     ) -> None:
         if width <= 0 or height <= 0 or width % 2 or height % 2:
             raise ValueError(f"width and height must be positive and even for yuv420p, got {width}x{height}")
         if fps <= 0 or gop_seconds <= 0:
             raise ValueError(f"fps and gop_seconds must be positive, got {fps} and {gop_seconds}")
-        self.path = Path(path)
+        if path is None and not outputs:
+            raise ValueError("Mp4Writer needs a path or at least one output")
+        self.path = Path(path) if path is not None else None
         self.width, self.height, self.fps = int(width), int(height), int(fps)
         self.frames_written = 0
         self.start_frame = int(start_frame)
         self.first_frame_time: float | None = None
         self._result: Path | None = None  # set once closed or aborted
+        self._closed = False
         self._failure: Exception | None = None  # why ffmpeg died mid-write; close() raises it again
 
         if audio_path is not None and not Path(audio_path).is_file():
             raise BadInputError(f"audio file '{audio_path}' does not exist; check the path")
-        if self.path.is_dir():
-            raise BadInputError(f"output path '{self.path}' is a folder; give a file name such as out.mp4")
-        self._prepare_folder()
-        args = self._ffmpeg_args(audio_path, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period, keyframe_shift)
-        self._proc = start_ffmpeg(args, stdin=subprocess.PIPE)
-        self._stderr = StderrTail(self._proc)
+        if self.path is not None:
+            if self.path.is_dir():
+                raise BadInputError(f"output path '{self.path}' is a folder; give a file name such as out.mp4")
+            self._prepare_folder()
+        self.outputs = ([mp4_output(self.partial_path)] if self.path is not None else []) + list(outputs)
+        self.dropped: dict[str, str] = {}  # label -> why, for live outputs dropped after a failure
+        self._drop_failed_live = drop_failed_live
+        self._on_dropped = on_dropped
+        self._audio_feed: AudioFeed | None = None
+        pass_fds: tuple[int, ...] = ()
+        audio_input: list[str] = []
+        if audio_pipe:
+            read_fd, write_fd = os.pipe()
+            audio_input = ["-f", "s16le", "-ar", str(_AUDIO_RATE), "-ac", "2", "-i", f"pipe:{read_fd}"]
+            pass_fds = (read_fd,)
+        elif audio_path is not None:
+            # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
+            audio_input = (["-ss", f"{self.start_frame / self.fps:.6f}"] if self.start_frame else []) + ["-i", str(audio_path)]
+        args = self._ffmpeg_args(audio_input, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period, keyframe_shift)
+        stdout = sys.stdout.fileno() if any(o.kind == "stdout" for o in self.outputs) else None
+        if stdout is not None:
+            sys.stdout.flush()
+        try:
+            self._proc = start_ffmpeg(args, stdin=subprocess.PIPE, stdout=stdout, pass_fds=pass_fds)
+        finally:
+            for fd in pass_fds:
+                os.close(fd)  # ffmpeg holds its own copy; ours would keep the pipe open after ffmpeg exits
+        if audio_pipe:
+            self._audio_feed = AudioFeed(os.fdopen(write_fd, "wb", buffering=0))
+        self._stderr = StderrTail(self._proc, on_line=self._watch)
 
     @property
     def partial_path(self) -> Path:
         """Where the MP4 is written until ``close()`` renames it to ``path``."""
+        if self.path is None:
+            raise ValueError("this encoder writes no file")
         return self.path.with_name(f"{self.path.stem}.partial.mp4")
 
     def _prepare_folder(self) -> None:
-        folder = self.path.parent
+        folder = self.partial_path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
             # Opening the file now reports an unwritable folder here, not later as an ffmpeg failure mid-render.
@@ -95,37 +142,53 @@ class Mp4Writer:
                 f"cannot write to output folder '{folder}' ({err.strerror}); choose a writable folder"
             ) from None
 
-    def _ffmpeg_args(
-        self, audio_path: str | Path | None, crf: int, preset: str, keyint: int, period: int, shift: int
-    ) -> list[str]:
+    def _ffmpeg_args(self, audio_input: list[str], crf: int, preset: str, keyint: int, period: int, shift: int) -> list[str]:
         args = ["-v", "error", "-y",
                 "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{self.width}x{self.height}",
                 "-framerate", str(self.fps), "-i", "pipe:0"]  # fmt: skip
-        if audio_path is not None:
-            # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
-            if self.start_frame:
-                args += ["-ss", f"{self.start_frame / self.fps:.6f}"]
-            args += ["-i", str(audio_path), "-map", "0:v:0", "-map", "1:a:0",
+        if audio_input:
+            args += [*audio_input, "-map", "0:v:0", "-map", "1:a:0",
                      "-c:a", "aac", "-b:a", "128k", "-ar", str(_AUDIO_RATE)]  # fmt: skip
+        else:
+            args += ["-map", "0:v:0"]  # the tee muxer needs its streams named
         args += [
             "-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-crf", str(crf), "-pix_fmt", "yuv420p",
-            # A fixed GOP (no scene-cut keyframes) bounds what a crash can lose: fragments end at keyframes.
+            # A fixed GOP (no scene-cut keyframes) bounds what a crash can lose: fragments end at keyframes. It is
+            # also the HLS segment length (segments start at keyframes).
             "-g", str(keyint), "-sc_threshold", "0", "-x264-params", _X264_PARAMS,
-            # A fragment per keyframe: the file is valid after every fragment, with no index to write at the end.
-            # delay_moov writes the header with the first fragment, once the AAC encoder delay is known: without it
-            # the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
-            "-movflags", "+frag_keyframe+empty_moov+delay_moov+default_base_moof", "-flush_packets", "1",
         ]  # fmt: skip
         if period > 0:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
-        return args + ["-f", "mp4", str(self.partial_path)]
+        if len(self.outputs) == 1:
+            # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
+            # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
+            # without it the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
+            return args + self.outputs[0].args()
+        return args + ["-flush_packets", "1", "-f", "tee", tee_target(self.outputs, self._drop_failed_live)]
+
+    def _watch(self, line: str) -> None:
+        """Sees ffmpeg's stderr as it comes: a dropped tee slave is reported once, by the name the user gave."""
+        failed = failed_slave(line)
+        if failed is None or not 0 <= failed[0] < len(self.outputs):
+            return
+        output = self.outputs[failed[0]]
+        if output.label not in self.dropped:
+            self.dropped[output.label] = failed[1]
+            if self._on_dropped is not None:
+                self._on_dropped(output, failed[1])
+
+    def write_audio(self, pcm: bytes) -> None:
+        """Queue 48 kHz stereo s16le audio for the encoder (``audio_pipe=True``); never blocks the caller."""
+        if self._audio_feed is None:
+            raise RuntimeError("Mp4Writer was not opened with audio_pipe=True")
+        self._audio_feed.put(pcm)
 
     def write(self, frames: np.ndarray) -> None:
         """Hand frames, uint8 (T, H, W, 3) or one (H, W, 3), to ffmpeg; blocks while ffmpeg catches up."""
         if self._failure is not None:
             raise self._failure
-        if self._result is not None:
+        if self._closed:
             raise RuntimeError("Mp4Writer is already closed")
         if frames.ndim == 3:
             frames = frames[None]
@@ -145,57 +208,63 @@ class Mp4Writer:
         except OSError as err:
             if err.errno not in (errno.ENOSPC, errno.EFBIG):
                 raise
-            self._failure = disk_full_error(self.partial_path, err.strerror)
+            self._failure = disk_full_error(self._where, err.strerror)
             raise self._failure from None
         self.frames_written += len(frames)
 
-    def close(self) -> Path:
-        """Finish the MP4 and rename it to ``path`` (atomically); returns ``path``.
+    def close(self) -> Path | None:
+        """Finish every output and rename the MP4 to ``path`` (atomically); returns ``path`` (None: no file).
 
-        If ffmpeg failed, raises (``FfmpegError``, or ``BadInputError`` when the disk is full) and leaves the partial
-        file where it is.
+        If ffmpeg failed, raises (``FfmpegError``, ``PublishError``, or ``BadInputError`` when the disk is full) and
+        leaves the partial file where it is.
         """
         if self._failure is not None:
             self._stop()
             raise self._failure
-        if self._result is not None:
+        if self._closed:
             return self._result
         returncode = self._stop()
+        self._closed = True
         if returncode != 0:
-            self._result = self.partial_path
+            self._result = self.partial_path if self.path is not None else None
             raise self._error(f"failed with exit code {returncode}")
-        os.replace(self.partial_path, self.path)
-        self._result = self.path
-        return self.path
+        if self.path is not None:
+            os.replace(self.partial_path, self.path)
+            self._result = self.path
+        return self._result
 
-    def abort(self) -> Path:
+    def abort(self) -> Path | None:
         """Stop ffmpeg cleanly, keep what was written in ``partial_path`` (a playable MP4) and return that path."""
-        if self._result is None:
+        if not self._closed:
             self._stop()
-            self._result = self.partial_path
-        return self.partial_path
+            self._closed = True
+            self._result = self.partial_path if self.path is not None else None
+        return self._result
 
-    def close_partial(self, trim: bool = True) -> Path:
+    def close_partial(self, trim: bool = True) -> Path | None:
         """Finish the MP4 but keep it at ``partial_path`` (a render stopped early, or one part of a resumed render).
 
         The encoder reads the audio ahead of the video, so a file closed early ends with up to a second of audio past
         the last frame; ``trim`` cuts it at the video's end with a stream copy (to within one AAC frame, 21 ms).
         """
-        if self._result is not None:
+        if self._closed:
             return self._result
         if self._failure is not None:
             self.abort()
             raise self._failure
         returncode = self._stop()
-        self._result = self.partial_path
+        self._closed = True
+        self._result = self.partial_path if self.path is not None else None
         if returncode != 0:
             raise self._error(f"failed with exit code {returncode}")
-        if trim and self.frames_written:
-            trim_to_frames(self.partial_path, self.frames_written, self.fps)
-        return self.partial_path
+        if trim and self.frames_written and self._result is not None:
+            trim_to_frames(self._result, self.frames_written, self.fps)
+        return self._result
 
     def _stop(self) -> int:
-        """Close stdin (ffmpeg then flushes the last fragment and exits) and reap ffmpeg."""
+        """Close the inputs (ffmpeg then flushes the last fragment and exits) and reap ffmpeg."""
+        if self._audio_feed is not None:
+            self._audio_feed.finish()  # ffmpeg reads what is queued, then sees the end of the audio
         try:
             self._proc.stdin.close()
         except BrokenPipeError:
@@ -205,17 +274,33 @@ class Mp4Writer:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             returncode = self._proc.wait()
+        if self._audio_feed is not None:
+            self._audio_feed.join()
         self._stderr.join()
         return returncode
 
+    @property
+    def _where(self) -> str:
+        return str(self.partial_path) if self.path is not None else ", ".join(o.label for o in self.outputs)
+
     def _error(self, what: str) -> Exception:
+        lines = self._stderr.lines
         reason = self._stderr.reason()
         if _NO_SPACE in reason or _TOO_LARGE in reason:
-            return disk_full_error(self.partial_path, reason)
+            return disk_full_error(self._where, reason)
         if self._proc.returncode == -signal.SIGXFSZ:
             # Over the file-size limit (ulimit -f, RLIMIT_FSIZE), ffmpeg is killed by SIGXFSZ before it can say so.
-            return disk_full_error(self.partial_path, "File too large: the file-size limit (ulimit -f) was reached")
-        return FfmpegError(f"ffmpeg {what} writing '{self.partial_path}' ({reason})")
+            return disk_full_error(self._where, "File too large: the file-size limit (ulimit -f) was reached")
+        failed = failed_output(lines, self.outputs)
+        if failed is not None:
+            output, why = failed
+            if output.kind == "stdout":
+                return PublishError(f"stdout was closed by the program reading it ({why}); the render stopped")
+            return PublishError(
+                f"publish target '{output.label}' failed ({why}); check that it is reachable, or set "
+                "output.on_publish_failure=drop to keep rendering without it"
+            )
+        return FfmpegError(f"ffmpeg {what} writing '{self._where}' ({reason})")
 
     def __enter__(self) -> Mp4Writer:
         return self
@@ -227,7 +312,61 @@ class Mp4Writer:
             self.close()
 
 
-def disk_full_error(path: Path, reason: str | None) -> DiskFullError:
+class AudioFeed:
+    """Writes PCM to one of ffmpeg's input pipes from a thread, so that the caller never blocks on it.
+
+    ffmpeg reads its audio input only as fast as the video lets it mux: a blocking write from the render loop would
+    stall generation, which ffmpeg waits on (a deadlock). The queue holds what the audio source is ahead of the video,
+    which the pipeline bounds (one chunk and its audio context).
+    """
+
+    def __init__(self, pipe: BinaryIO) -> None:
+        self._pipe = pipe
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="ffmpeg-audio", daemon=True)
+        self._thread.start()
+
+    def put(self, pcm: bytes) -> None:
+        self._queue.put(pcm)
+
+    def finish(self) -> None:
+        """No more audio: the pipe closes once the queue is written."""
+        self._queue.put(None)
+
+    def join(self, timeout: float = 5.0) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while (pcm := self._queue.get()) is not None:
+                self._pipe.write(pcm)
+        except (BrokenPipeError, OSError):
+            pass  # ffmpeg stopped: the video side reports why
+        finally:
+            try:
+                self._pipe.close()
+            except OSError:
+                pass
+
+
+def failed_output(lines: list[str], outputs: Sequence[Output]) -> tuple[Output, str] | None:
+    """The output whose failure ended ffmpeg (and why), from its stderr; None when no output is to blame."""
+    reason = None
+    for line in lines:
+        opened = re.search(r"Slave '.*': error opening: (.+)$", line)
+        if opened:
+            reason = opened.group(1)
+        aborted = re.search(r"Slave muxer #(\d+) failed", line)
+        if aborted and "aborting" in line and int(aborted.group(1)) < len(outputs):
+            return outputs[int(aborted.group(1))], reason or ffmpeg_reason(lines)
+    if any(o.kind == "stdout" for o in outputs) and any("Broken pipe" in line for line in lines):
+        stdout = next(o for o in outputs if o.kind == "stdout")
+        if len(outputs) == 1:
+            return stdout, "Broken pipe"
+    return None
+
+
+def disk_full_error(path: Path | str, reason: str | None) -> DiskFullError:
     """The one-line error for a full disk or a file-size limit (a ``BadInputError``: exit code 2)."""
     return DiskFullError(
         f"out of disk space or over the file-size limit writing '{path}' ({reason or 'no reason given'}); "

@@ -1,0 +1,124 @@
+"""Audio in from a pipe (``--audio -``): WAV, or raw PCM of a given rate and channel count, decoded as it arrives.
+
+One ffmpeg decodes stdin into two streams at once: float32 mono at the model's rate for the pipeline (read block by
+block, like ``AudioFileSource``), and 48 kHz stereo s16le for the encoder's audio track, handed to
+``encoder_audio`` from a reader thread. The pipeline pulls the model stream only as fast as it renders, which holds
+ffmpeg, and so the reading of stdin, back: memory stays constant however long the session runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+from avatargen.errors import BadInputError
+from avatargen.io.audio import model_audio_args, read_blocks, stop_decoder
+from avatargen.io.ffmpeg import start_ffmpeg
+
+_FIX = "pipe WAV into --audio -, or raw s16le PCM with --audio-rate and --audio-channels"
+ENCODER_AUDIO_RATE = 48000
+_ENCODER_READ_BYTES = 19200  # 0.1 s of 48 kHz stereo s16le
+
+
+@dataclass(frozen=True)
+class RawPcm:
+    """Raw signed 16-bit little-endian PCM: its sample rate and channel count (a WAV header says them itself)."""
+
+    rate: int
+    channels: int
+
+
+class AudioStreamSource:
+    """Streams audio from ``stream`` (stdin by default) as float32 mono blocks of ``block_samples``; one pass only.
+
+    ``raw`` None reads any container ffmpeg detects on a pipe (WAV, FLAC, MP3, Ogg); otherwise raw s16le PCM.
+    ``encoder_audio`` (set before iterating) receives the same audio as 48 kHz stereo s16le bytes for the video's
+    audio track. ``duration_hint`` is None: a stream's length is known only when it ends.
+    """
+
+    duration_hint: float | None = None
+
+    def __init__(
+        self, sample_rate: int, block_samples: int, raw: RawPcm | None = None, stream: BinaryIO | None = None
+    ) -> None:
+        if sample_rate <= 0 or block_samples <= 0:
+            raise ValueError(f"sample_rate and block_samples must be positive, got {sample_rate} and {block_samples}")
+        if raw is not None and (raw.rate <= 0 or raw.channels <= 0):
+            raise BadInputError(f"--audio-rate and --audio-channels must be positive, got {raw.rate} and {raw.channels}")
+        self.stream = stream if stream is not None else sys.stdin.buffer
+        if self.stream.isatty():
+            raise BadInputError(f"--audio - reads audio from stdin, but stdin is a terminal; {_FIX}")
+        self.sample_rate = int(sample_rate)
+        self.block_samples = int(block_samples)
+        self.raw = raw
+        self.encoder_audio: Callable[[bytes], None] | None = None
+        self._proc: subprocess.Popen | None = None
+        self._blocks: Iterator[np.ndarray] | None = None
+        self._started = False
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if self._started:
+            raise RuntimeError("an audio stream can be read only once")
+        self._started = True
+        self._blocks = self._decode()
+        return self._blocks
+
+    def _decode(self) -> Iterator[np.ndarray]:
+        if self.raw is not None:
+            source = ["-f", "s16le", "-ar", str(self.raw.rate), "-ac", str(self.raw.channels)]
+        else:
+            source = ["-probesize", "32768", "-analyzeduration", "0"]  # start on the header, not after seconds of audio
+        outputs = model_audio_args(self.sample_rate)
+        pass_fds: tuple[int, ...] = ()
+        read_fd = -1
+        if self.encoder_audio is not None:
+            read_fd, write_fd = os.pipe()
+            pass_fds = (write_fd,)
+            outputs += ["-map", "0:a:0", "-vn", "-ac", "2", "-ar", str(ENCODER_AUDIO_RATE), "-f", "s16le",
+                        "-flush_packets", "1", f"pipe:{write_fd}"]  # fmt: skip
+        proc = start_ffmpeg(
+            ["-v", "error", "-xerror", *source, "-i", "pipe:0", *outputs],
+            stdin=self.stream.fileno(), stdout=subprocess.PIPE, pass_fds=pass_fds,
+        )  # fmt: skip
+        for fd in pass_fds:
+            os.close(fd)  # ffmpeg holds the write end; ours would hide the end of the stream from the reader
+        self._proc = proc
+        reader = None
+        if read_fd >= 0:
+            reader = threading.Thread(target=self._forward, args=(os.fdopen(read_fd, "rb", buffering=0),), daemon=True)
+            reader.start()
+        try:
+            yield from read_blocks(proc, self.block_samples, self.sample_rate, "audio from stdin", _FIX)
+            if reader is not None:
+                reader.join(timeout=5.0)  # the encoder gets the audio's last samples before the video ends
+        finally:
+            stop_decoder(proc)
+            if self._proc is proc:
+                self._proc = None
+
+    def _forward(self, pipe: BinaryIO) -> None:
+        """Hand the encoder's copy of the audio on as it comes (the encoder queues it: this never blocks long)."""
+        with pipe:
+            while chunk := pipe.read(_ENCODER_READ_BYTES):
+                self.encoder_audio(chunk)
+
+    def close(self) -> None:
+        """Stop the decoder (the iterator then ends)."""
+        if self._proc is not None:
+            stop_decoder(self._proc)
+        if self._blocks is not None:
+            self._blocks.close()
+            self._blocks = None
+
+    def __enter__(self) -> AudioStreamSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,126 @@
+"""Where the encoded video goes: the MP4 file, an HLS playlist, an RTMP ingest, stdout.
+
+One x264/AAC encode feeds every output: with more than one, ffmpeg's ``tee`` muxer writes the same packets to each
+(``Output.tee_slave``). An output that must not stop the render when it fails (a live target under
+``output.on_publish_failure=drop``) is marked ``onfail=ignore``: ffmpeg then reports it and goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from avatargen.errors import BadInputError
+
+# The fragmented-MP4 flags every MP4 avatargen writes uses (see Mp4Writer for why each is there).
+MP4_MOVFLAGS = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
+PUBLISH_FIX = "give DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One ffmpeg output: a muxer, its options and its target (a path or URL)."""
+
+    kind: str  # "mp4", "hls", "rtmp", "stdout"
+    target: str
+    muxer: str
+    options: dict[str, str] = field(default_factory=dict)
+    live: bool = False  # a publish target (may be dropped on failure), not the user's primary output
+
+    @property
+    def label(self) -> str:
+        """How messages name it: the path or URL the user gave."""
+        return "stdout" if self.kind == "stdout" else self.target
+
+    def args(self) -> list[str]:
+        """ffmpeg arguments when this is the only output."""
+        args = ["-f", self.muxer]
+        for key, value in self.options.items():
+            args += [f"-{key}", value]
+        return args + [self.target]
+
+    def tee_slave(self, ignore_failure: bool) -> str:
+        """This output as one slave of ffmpeg's tee muxer: ``[f=muxer:key=value...:onfail=...]target``."""
+        options = {"f": self.muxer, **self.options, "onfail": "ignore" if ignore_failure else "abort"}
+        spec = ":".join(f"{key}={_tee_escape(_option_escape(value))}" for key, value in options.items())
+        return f"[{spec}]{_tee_escape(self.target)}"
+
+
+def _option_escape(value: str) -> str:
+    """Escape a value for the ``key=value:key=value`` option list of a tee slave."""
+    return re.sub(r"([\\':=\[\]])", r"\\\1", value)
+
+
+def _tee_escape(text: str) -> str:
+    """Escape text for the tee muxer's slave list (``|`` separates slaves, ``[...]`` holds the options)."""
+    return re.sub(r"([\\'|\[\]:])", r"\\\1", text)
+
+
+def tee_target(outputs: list[Output], drop_failed_live: bool) -> str:
+    """The tee muxer's output argument for ``outputs`` (live ones ``onfail=ignore`` when ``drop_failed_live``)."""
+    return "|".join(o.tee_slave(ignore_failure=o.live and drop_failed_live) for o in outputs)
+
+
+def mp4_output(path: Path) -> Output:
+    return Output("mp4", str(path), "mp4", {"movflags": MP4_MOVFLAGS, "flush_packets": "1"})
+
+
+def stdout_output() -> Output:
+    """MPEG-TS on stdout: a stream any player or tool reads from a pipe (``| ffplay -``)."""
+    return Output("stdout", "pipe:1", "mpegts", {"flush_packets": "1"})
+
+
+def hls_output(playlist: Path, segment_s: float, window: int) -> Output:
+    """An HLS live playlist and its MPEG-TS segments (``NAME_00000.ts`` ...) beside it, one per keyframe interval.
+
+    ``window`` 0 keeps every segment (an EVENT playlist a late viewer can rewind, closed with ENDLIST when the render
+    ends); N > 0 keeps the last N segments and deletes older ones (constant disk for open-ended sessions).
+    """
+    flags = "independent_segments+temp_file" + ("+delete_segments" if window else "")
+    options = {
+        "hls_time": f"{segment_s:g}",
+        "hls_list_size": str(window),
+        "hls_flags": flags,
+        "hls_segment_filename": str(playlist.with_name(f"{playlist.stem}_%05d.ts")),
+        "flush_packets": "1",
+    }
+    if not window:
+        options["hls_playlist_type"] = "event"
+    return Output("hls", str(playlist), "hls", options, live=True)
+
+
+def rtmp_output(url: str) -> Output:
+    """An FLV stream pushed to an RTMP ingest (nginx-rtmp, a streaming service, ``ffmpeg -listen 1``)."""
+    return Output("rtmp", url, "flv", {"flvflags": "no_duration_filesize"}, live=True)
+
+
+def parse_publish_target(text: str, segment_s: float, hls_window: int) -> Output:
+    """``--publish TARGET``: ``DIR/NAME.m3u8`` (HLS) or ``rtmp://``/``rtmps://`` (RTMP push)."""
+    if re.match(r"^rtmps?://[^/]+/.+", text):
+        return rtmp_output(text)
+    if "://" in text:
+        raise BadInputError(f"publish target '{text}' uses an unsupported protocol; {PUBLISH_FIX}")
+    path = Path(text).expanduser()
+    if path.suffix.lower() != ".m3u8":
+        raise BadInputError(f"publish target '{text}' is neither an HLS playlist nor an RTMP URL; {PUBLISH_FIX}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise BadInputError(
+            f"cannot write the HLS playlist folder '{path.parent}' ({err.strerror}); choose a writable folder"
+        ) from None
+    return hls_output(path, segment_s, hls_window)
+
+
+_SLAVE_FAILED = re.compile(r"Slave muxer #(\d+) failed: (.+?), continuing with")
+
+
+def failed_slave(line: str) -> tuple[int, str] | None:
+    """``(slave index, reason)`` when an ffmpeg stderr line says a tee slave failed and was dropped."""
+    match = _SLAVE_FAILED.search(line)
+    return (int(match.group(1)), match.group(2)) if match else None
+

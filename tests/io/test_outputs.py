@@ -1,0 +1,48 @@
+"""One encode, several outputs: the tee muxer's file and HLS outputs, whatever the folder is called."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from avatargen.errors import BadInputError
+from avatargen.io.mp4_writer import Mp4Writer
+from avatargen.io.outputs import parse_publish_target
+from tests.ffmpeg_probe import decode_frames, probe
+
+
+def gradient(count: int) -> np.ndarray:
+    return np.stack([np.full((64, 64, 3), 4 * i, np.uint8) for i in range(count)])
+
+
+@pytest.mark.parametrize("folder", ["plain", "with space: colon [and] 'quote' | bar"])
+def test_hls_and_file_get_the_same_frames_whatever_the_folder_name(tmp_path, folder):
+    playlist = tmp_path / folder / "live.m3u8"
+    hls = parse_publish_target(str(playlist), segment_s=1.0, hls_window=0)
+    with Mp4Writer(tmp_path / folder / "out.mp4", 64, 64, 25, None, outputs=[hls]) as writer:
+        writer.write(gradient(60))
+    segments = sorted(playlist.parent.glob("live_*.ts"))
+    assert [s.name for s in segments] == ["live_00000.ts", "live_00001.ts", "live_00002.ts"]
+    assert "#EXT-X-ENDLIST" in playlist.read_text()
+    from_segments = np.concatenate([decode_frames(s) for s in segments])
+    np.testing.assert_array_equal(from_segments, decode_frames(tmp_path / folder / "out.mp4"))
+
+
+def test_a_sliding_hls_window_keeps_disk_use_constant(tmp_path):
+    playlist = tmp_path / "live.m3u8"
+    hls = parse_publish_target(str(playlist), segment_s=1.0, hls_window=2)
+    with Mp4Writer(None, 64, 64, 25, None, outputs=[hls], gop_seconds=1.0) as writer:
+        writer.write(gradient(60))
+        writer.write(gradient(60))
+    assert len(list(tmp_path.glob("live_*.ts"))) <= 3  # the two listed and at most one being deleted
+    assert playlist.read_text().count("#EXTINF") == 2
+    assert probe(tmp_path / "live_00004.ts")["frames"] == 20
+
+
+def test_publish_targets_are_checked_before_rendering(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BadInputError, match="cannot write the HLS playlist folder"):
+        parse_publish_target(str(tmp_path / "file" / "live.m3u8"), 1.0, 0)
+    with pytest.raises(BadInputError, match="neither an HLS playlist nor an RTMP URL"):
+        parse_publish_target(str(tmp_path / "live.mp4"), 1.0, 0)
+    assert parse_publish_target("rtmp://127.0.0.1:1935/live/key", 1.0, 0).muxer == "flv"

@@ -1,0 +1,70 @@
+"""--realtime pacing: frames leave on the wall clock, never early; a late frame is an underrun, counted, never hidden."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from avatargen.io.pacing import RealtimePacer
+
+FPS = 25
+
+
+class ClockSink:
+    """Records when each frame arrived."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.values: list[int] = []
+
+    def write(self, frames: np.ndarray) -> None:
+        for frame in frames:
+            self.times.append(time.perf_counter())
+            self.values.append(int(frame[0, 0, 0]))
+
+
+def frames(start: int, count: int) -> np.ndarray:
+    return np.arange(start, start + count, dtype=np.uint8)[:, None, None, None].repeat(2, 1).repeat(2, 2).repeat(3, 3)
+
+
+def test_a_fast_generator_is_paced_to_the_frame_rate():
+    sink = ClockSink()
+    pacer = RealtimePacer(sink, FPS, buffer_s=0.2)
+    began = time.perf_counter()
+    for start in range(0, 50, 10):
+        pacer.write(frames(start, 10))  # all 2 s of video handed over at once: faster than real time
+    pacer.close()
+    assert sink.values == list(range(50))  # every frame, in order
+    gaps = np.diff(sink.times)
+    assert sink.times[0] - began >= 0.19  # the start buffer
+    assert sink.times[-1] - sink.times[0] == pytest.approx(49 / FPS, abs=0.1)
+    assert gaps.min() > 0.5 / FPS  # never a burst
+    assert pacer.stats.underruns == 0
+
+
+def test_a_slow_generator_underruns_are_counted():
+    sink, seen = ClockSink(), []
+    pacer = RealtimePacer(sink, FPS, buffer_s=0.0, on_underrun=seen.append)
+    for start in range(0, 12, 4):
+        pacer.write(frames(start, 4))
+        time.sleep(4 / FPS + 0.15)  # each batch arrives 0.15 s after the previous one ran out
+    pacer.close()
+    assert sink.values == list(range(12))
+    assert pacer.stats.underruns == 2 and seen == [1, 2]
+    assert pacer.stats.stall_s == pytest.approx(0.3, abs=0.1)
+    # After a stall the clock moves back: the frames of a late batch keep their spacing instead of rushing out.
+    assert np.diff(sink.times[4:8]).min() > 0.5 / FPS
+
+
+def test_a_sink_failure_reaches_the_render():
+    class Broken:
+        def write(self, frames: np.ndarray) -> None:
+            raise OSError("ffmpeg went away")
+
+    pacer = RealtimePacer(Broken(), FPS, buffer_s=0.0)
+    with pytest.raises(OSError, match="ffmpeg went away"):
+        for start in range(0, 500, 10):  # more than the queue holds: the writer must not block forever
+            pacer.write(frames(start % 250, 10))
+        pacer.close()
