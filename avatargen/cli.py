@@ -65,7 +65,7 @@ def render(
     publish: Optional[List[str]] = typer.Option(None, "--publish", help="Also publish live while rendering (repeatable): DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY. Same encode as the file.", show_default=False),
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
-    audio_channels: int = typer.Option(1, "--audio-channels", help="With --audio-rate: channels of the raw PCM."),
+    audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM [default: 1].", show_default=False),
     prompt: str = typer.Option("", "--prompt", "-p", help="Text / scene prompt (style, expression).", show_default="none"),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
@@ -92,7 +92,9 @@ def render(
             cfg.output.publish = [*cfg.output.publish, *publish]
         if realtime:
             cfg.output.realtime = True
-        raw = RawPcm(audio_rate, audio_channels) if audio_rate is not None else None
+        if audio_channels is not None and audio_rate is None:
+            raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
+        raw = RawPcm(audio_rate, audio_channels or 1) if audio_rate is not None else None
         request = RenderRequest(image=image, audio=audio, output=output, prompt=prompt, raw_audio=raw)
         if evaluate and (request.output_file is None or str(audio) == "-"):
             raise BadInputError("--eval measures an MP4 file against an audio file; give --output OUT.mp4 and --audio FILE")
@@ -120,8 +122,9 @@ def render(
         if json_out:
             print(json.dumps(report), file=out)
         elif not quiet:
+            where = {None: "the live outputs", "-": "MPEG-TS to stdout"}.get(report["output"], report["output"])
             print(
-                f"wrote {report['output'] or 'the live outputs'}: {report['frames']} frames, {report['duration_s']:.2f} s, "
+                f"wrote {where}: {report['frames']} frames, {report['duration_s']:.2f} s, "
                 f"{report['gen_fps']} fps generated, RTF {report['rtf']}",
                 file=sys.stderr,
             )

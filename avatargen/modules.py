@@ -105,14 +105,11 @@ class Module:
         """The placement policy: 'none', 'model', 'block', or 'fsdp' once sharding owns the weights."""
         return self.placement.policy
 
-    @offload.setter
-    def offload(self, policy: str) -> None:
-        # runtime/sharding.py sets 'fsdp' after fully_shard: the old policy lets go (its hooks removed) first.
-        if policy != self.placement.policy:
-            self.placement.detach()
-            self.placement = make_placement(
-                policy, self.model, self.device, self.monitor, self.name, self.resident_blocks
-            )
+    def hand_over_to_fsdp(self) -> None:
+        """FSDP is about to shard this model and will place its weights itself: the offload policy lets go (hooks
+        removed, weights left where they idle, nothing copied) and only measures stage entries from now on."""
+        self.placement.detach()
+        self.placement = make_placement("fsdp", self.model, self.device, self.monitor, self.name, self.resident_blocks)
 
     @classmethod
     def load(

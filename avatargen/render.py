@@ -43,7 +43,7 @@ from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.pipeline import Pipeline, Progress
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.runtime.distributed import rank_failures, start_parallel
-from avatargen.runtime.memory import peak_rss_mb
+from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
 from avatargen.runtime.sharding import place_modules, render_as_follower
 
 
@@ -155,7 +155,9 @@ def fingerprint(request: RenderRequest, cfg: DictConfig, config: Config) -> dict
     changes where it runs, not what it makes) and the checkpoint files (path, size, mtime)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     container.pop("runtime", None)
-    for delivery in ("save_config", "publish", "on_publish_failure", "hls_window", "realtime", "realtime_buffer_s"):
+    delivery_keys = ("save_config", "publish", "on_publish_failure", "publish_timeout_s", "hls_window", "realtime",
+                     "realtime_buffer_s")  # fmt: skip
+    for delivery in delivery_keys:
         container.get("output", {}).pop(delivery, None)  # how the video is delivered, not what it is
     found = {
         "image": file_digest(request.image),
@@ -242,7 +244,8 @@ def _render(
     started = time.perf_counter()
     config = to_config(cfg)
     _check_request(request, config, resume)
-    live = [parse_publish_target(t, config.output.gop_seconds, config.output.hls_window) for t in config.output.publish]
+    o = config.output
+    live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
     reference = load_reference_image(request.image, config.model.image_size, config.pipeline.image_fit.value)
     block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
     if request.audio == STREAM:
@@ -296,30 +299,33 @@ def _render(
         drop_failed_live=config.output.on_publish_failure == PublishFailure.drop, on_dropped=dropped,
         audio_pipe=streamed_audio,
     )  # fmt: skip
-    if streamed_audio:
-        source.encoder_audio = writer.write_audio
-    sink: Mp4Writer | RealtimePacer = writer
-    if config.output.realtime:
-
-        def underrun(count: int) -> None:
-            if count == 1:
-                warn("warning: --realtime: generation fell behind the clock, the live output stalled; a faster device, "
-                     "more runtime.threads or pipeline=preview avoids it (underruns are counted in the report)")  # fmt: skip
-
-        sink = RealtimePacer(writer, fps, config.output.realtime_buffer_s, on_underrun=underrun)
-    progress_cm = progress_factory(fps, estimate) if progress_factory else None
-    run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested))
-    if store is not None:
-        run.update(checkpoints=grid, on_checkpoint=_saver(store))
-    models.monitor.reset()  # the modules outlive a render (batch reuses them); their placement costs do not
+    pacer: RealtimePacer | None = None
     try:
+        if streamed_audio:
+            source.encoder_audio = writer.write_audio
+        if config.output.realtime:
+
+            def underrun(count: int) -> None:
+                if count == 1:
+                    warn("warning: --realtime: generation fell behind the clock, the live output stalled; a faster "
+                         "device, more runtime.threads or pipeline=preview avoids it (underruns are counted in the "
+                         "report)")  # fmt: skip
+
+            pacer = RealtimePacer(writer, fps, config.output.realtime_buffer_s, on_underrun=underrun)
+        sink = pacer if pacer is not None else writer
+        progress_cm = progress_factory(fps, estimate) if progress_factory else None
+        run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested))
+        if store is not None:
+            run.update(checkpoints=grid, on_checkpoint=_saver(store))
+        models.monitor.reset()  # the modules outlive a render (batch reuses them); their placement costs do not
         if progress_cm is not None:
             with progress_cm as bar:
                 stats = pipeline.render(reference, source, [sink], request.prompt, on_progress=bar.update, **run)
         else:
             stats = pipeline.render(reference, source, [sink], request.prompt, **run)
-        if isinstance(sink, RealtimePacer):
-            sink.close(hurry=stats.stopped)  # the last frames go out on the clock too
+        rss_end = current_rss_mb()  # after the last segment: what a render holds once it runs (flat over hours)
+        if pacer is not None:
+            pacer.close(hurry=stats.stopped)  # the last frames go out on the clock too
     except KeyboardInterrupt:  # a second signal: stop at once, keep what the encoder has
         partial = writer.abort()
         kept = f"the frames so far are in '{partial}'" if partial else "the live outputs end here"
@@ -328,9 +334,12 @@ def _render(
     except (DiskFullError, PublishError):
         writer.abort()  # keep the partial and the state: free some space or fix the ingest, then --resume
         raise
-    except BadInputError:
-        writer.abort()  # a broken checkpoint (NaN) or an audio file that fails midway: nothing worth resuming
-        if file is not None:
+    except BadInputError as error:
+        kept = writer.abort()
+        if streamed_audio and kept is not None:
+            # A live session's audio cannot be replayed: what was rendered before the stream broke is kept.
+            raise BadInputError(f"{error}; the video so far is in '{kept}'") from None
+        if file is not None:  # a broken checkpoint (NaN) or an audio file that fails midway: nothing worth resuming
             partial.unlink(missing_ok=True)
         if store is not None:
             store.remove()
@@ -339,6 +348,8 @@ def _render(
         writer.abort()
         raise
     finally:
+        if pacer is not None:
+            pacer.discard()  # after an error: its thread ends and its queued frames are dropped
         source.close()
     if stats.stopped:
         partial = writer.close_partial()
@@ -383,12 +394,13 @@ def _render(
         "gen_fps": round(stats.frames / wall, 3) if wall > 0 else None,
         "rtf": round(wall / duration, 4) if duration > 0 else None,
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        "rss_end_mb": round(rss_end, 1) if rss_end is not None else None,
         "device": str(device),
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
         "resumed_from": stats.resumed_from,
         "publish": [{"target": o.label, "kind": o.kind, "dropped": o.label in writer.dropped,
                      "reason": writer.dropped.get(o.label)} for o in live],  # fmt: skip
-        "realtime": sink.stats.as_dict() if isinstance(sink, RealtimePacer) else None,
+        "realtime": pacer.stats.as_dict() if pacer is not None else None,
         "offload": models.monitor.report(),
     }

@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", default=["model.weights=random"])
     args = parser.parse_args()
     print(f"# {date.today()} {platform.node()} {platform.processor() or platform.machine()} overrides={args.overrides}")
-    print(f"{'audio_s':>8} {'frames':>7} {'ttff_s':>7} {'gen_fps':>8} {'rtf':>6} {'peak_rss_mb':>12}")
+    print(f"{'audio_s':>8} {'frames':>7} {'ttff_s':>7} {'gen_fps':>8} {'rtf':>6} {'peak_rss_mb':>12} {'rss_end_mb':>11}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seconds in args.durations:
@@ -52,10 +52,17 @@ def main() -> None:
             report = json.loads(result.stdout)
             rows.append(report)
             print(f"{seconds:>8g} {report['frames']:>7} {report['ttff_s']:>7.2f} {report['gen_fps']:>8.2f} "
-                  f"{report['rtf']:>6.2f} {report['peak_rss_mb']:>12.1f}", flush=True)
+                  f"{report['rtf']:>6.2f} {report['peak_rss_mb']:>12.1f} {report.get('rss_end_mb') or 0:>11.1f}", flush=True)
     growth = rows[-1]["peak_rss_mb"] / rows[0]["peak_rss_mb"] - 1
     print(f"peak RSS growth {args.durations[0]:g} s -> {args.durations[-1]:g} s: {growth * 100:+.1f} %")
-    print("stage seconds of the longest render:", json.dumps(rows[-1]["stage_s"]))
+    if rows[0].get("rss_end_mb") and rows[-1].get("rss_end_mb"):
+        steady = rows[-1]["rss_end_mb"] / rows[0]["rss_end_mb"] - 1
+        print(f"RSS after the last segment, {args.durations[0]:g} s -> {args.durations[-1]:g} s: {steady * 100:+.1f} %")
+    stages = rows[-1]["stage_s"]
+    compute = sum(stages[k] for k in ("init", "context", "a2v", "sr", "decode"))  # the modules' own work
+    print("stage seconds of the longest render:", json.dumps(stages))
+    print("share of module compute:", ", ".join(f"{k} {stages[k] / compute:.0%}" for k in ("init", "context", "a2v", "sr", "decode")))
+    print(f"framework overhead (wall / module compute - 1): {rows[-1]['wall_s'] / compute - 1:+.1%}")
 
 
 if __name__ == "__main__":

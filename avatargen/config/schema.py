@@ -110,6 +110,7 @@ class OutputConfig:
     save_config: bool = True  # write the resolved config beside the output as OUT.yaml
     publish: List[str] = field(default_factory=list)  # live outputs: DIR/NAME.m3u8 (HLS), rtmp://HOST/APP/KEY
     on_publish_failure: PublishFailure = PublishFailure.drop
+    publish_timeout_s: float = 5.0  # an RTMP ingest that does not answer for this long has failed
     hls_window: int = 0  # segments an HLS playlist lists: 0 = all (EVENT playlist), N = the last N (older deleted)
     realtime: bool = False  # pace the output to the wall clock (live sessions); underruns are counted
     realtime_buffer_s: float = 1.0  # --realtime: how far output starts behind the first frame (absorbs jitter)

@@ -53,6 +53,7 @@ def validate_config(config: Config) -> None:
     _require(0 <= o.crf <= 51, "output.crf must be in [0, 51]")
     _require(o.preset in X264_PRESETS, f"output.preset '{o.preset}' is not an x264 preset; valid choices: {', '.join(X264_PRESETS)}")
     _require(o.gop_seconds > 0, "output.gop_seconds must be > 0")
+    _require(o.publish_timeout_s > 0, "output.publish_timeout_s must be > 0 (seconds)")
     _require(o.hls_window >= 0, "output.hls_window must be >= 0 (0 = keep every segment)")
     _require(o.realtime_buffer_s >= 0, "output.realtime_buffer_s must be >= 0 (seconds)")
     _require(config.runtime.threads >= 0, "runtime.threads must be >= 0 (0 = torch's default)")

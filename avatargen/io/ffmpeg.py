@@ -71,7 +71,10 @@ class StderrTail:
             line = raw.decode("utf-8", errors="replace").rstrip()
             self._lines.append(line)
             if self._on_line is not None:
-                self._on_line(line)
+                try:
+                    self._on_line(line)
+                except Exception:  # noqa: BLE001 - a failing watcher must not stop the draining (ffmpeg would block)
+                    self._on_line = None
         self._stream.close()
 
     def join(self, timeout: float | None = 5.0) -> None:

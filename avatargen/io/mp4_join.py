@@ -13,10 +13,10 @@ import struct
 from pathlib import Path
 
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, start_ffmpeg
-from avatargen.io.mp4_writer import _AUDIO_RATE, disk_full_error
+from avatargen.io.mp4_writer import ENCODER_AUDIO_RATE, disk_full_error
+from avatargen.io.outputs import MP4_MOVFLAGS
 
 _FRAME_COUNT = re.compile(r"frame=\s*(\d+)")
-_FRAGMENTED = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
 
 
 def complete_prefix(path: Path) -> int:
@@ -82,8 +82,8 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path, output: Path, fps: in
     try:
         proc = start_ffmpeg(
             ["-v", "error", "-y", "-f", "concat", "-safe", "0", "-i", str(listing), "-i", str(audio),
-             "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(_AUDIO_RATE),
-             "-movflags", _FRAGMENTED, "-f", "mp4", str(output)]
+             "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE),
+             "-movflags", MP4_MOVFLAGS, "-f", "mp4", str(output)]
         )  # fmt: skip
         stderr = StderrTail(proc)
         returncode = proc.wait()

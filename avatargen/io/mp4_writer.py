@@ -19,9 +19,9 @@ import numpy as np
 
 from avatargen.errors import BadInputError, DiskFullError, PublishError
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, start_ffmpeg
-from avatargen.io.outputs import Output, failed_slave, mp4_output, tee_target
+from avatargen.io.outputs import MP4_MOVFLAGS, Output, failed_slave, mp4_output, tee_target
 
-_AUDIO_RATE = 48000
+ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo s16le at this rate
 _NO_SPACE = "No space left on device"
 _TOO_LARGE = "File too large"
 # Every run of the encoder must turn the same frames into the same bits from a keyframe on, so that a resumed render
@@ -31,6 +31,7 @@ _TOO_LARGE = "File too large"
 # keyframes use it too, so a fresh encoder and a running one agree from the next keyframe on. Adaptive quantisation
 # (within a frame) stays on. Measured at CRF 20 (docs/reliability.md): files 15-33 % smaller, PSNR 0.2-0.7 dB lower.
 _X264_PARAMS = "qcomp=1:ipratio=1"
+_OPEN_FAILED = re.compile(r"Slave '.*': error opening: (.+)$")
 _STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the last fragment
 
 
@@ -98,6 +99,7 @@ class Mp4Writer:
             self._prepare_folder()
         self.outputs = ([mp4_output(self.partial_path)] if self.path is not None else []) + list(outputs)
         self.dropped: dict[str, str] = {}  # label -> why, for live outputs dropped after a failure
+        self._open_failure: str | None = None  # the last "error opening" reason ffmpeg gave
         self._drop_failed_live = drop_failed_live
         self._on_dropped = on_dropped
         self._audio_feed: AudioFeed | None = None
@@ -105,8 +107,9 @@ class Mp4Writer:
         audio_input: list[str] = []
         if audio_pipe:
             read_fd, write_fd = os.pipe()
-            audio_input = ["-f", "s16le", "-ar", str(_AUDIO_RATE), "-ac", "2", "-i", f"pipe:{read_fd}"]
+            audio_input = ["-f", "s16le", "-ar", str(ENCODER_AUDIO_RATE), "-ac", "2", "-i", f"pipe:{read_fd}"]
             pass_fds = (read_fd,)
+            self._audio_feed = AudioFeed(os.fdopen(write_fd, "wb", buffering=0))  # owns (and closes) write_fd
         elif audio_path is not None:
             # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
             audio_input = (["-ss", f"{self.start_frame / self.fps:.6f}"] if self.start_frame else []) + ["-i", str(audio_path)]
@@ -116,11 +119,13 @@ class Mp4Writer:
             sys.stdout.flush()
         try:
             self._proc = start_ffmpeg(args, stdin=subprocess.PIPE, stdout=stdout, pass_fds=pass_fds)
+        except BaseException:
+            if self._audio_feed is not None:
+                self._audio_feed.finish()
+            raise
         finally:
             for fd in pass_fds:
                 os.close(fd)  # ffmpeg holds its own copy; ours would keep the pipe open after ffmpeg exits
-        if audio_pipe:
-            self._audio_feed = AudioFeed(os.fdopen(write_fd, "wb", buffering=0))
         self._stderr = StderrTail(self._proc, on_line=self._watch)
 
     @property
@@ -148,7 +153,7 @@ class Mp4Writer:
                 "-framerate", str(self.fps), "-i", "pipe:0"]  # fmt: skip
         if audio_input:
             args += [*audio_input, "-map", "0:v:0", "-map", "1:a:0",
-                     "-c:a", "aac", "-b:a", "128k", "-ar", str(_AUDIO_RATE)]  # fmt: skip
+                     "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE)]  # fmt: skip
         else:
             args += ["-map", "0:v:0"]  # the tee muxer needs its streams named
         args += [
@@ -160,15 +165,23 @@ class Mp4Writer:
         if period > 0:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
-        if len(self.outputs) == 1:
+        if len(self.outputs) == 1 and self.outputs[0].kind == "mp4":
             # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
             # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
             # without it the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
             return args + self.outputs[0].args()
+        # Several outputs, or a live one (even alone): the tee muxer names the output that failed ("Slave muxer #N").
         return args + ["-flush_packets", "1", "-f", "tee", tee_target(self.outputs, self._drop_failed_live)]
 
     def _watch(self, line: str) -> None:
         """Sees ffmpeg's stderr as it comes: a dropped tee slave is reported once, by the name the user gave."""
+        opened = _OPEN_FAILED.search(line)
+        if opened:
+            self._open_failure = opened.group(1)
+        if "All tee outputs failed" in line:  # the last one went: nothing is left to go on with
+            for output in self.outputs:
+                self.dropped.setdefault(output.label, self._open_failure or "failed")
+            return
         failed = failed_slave(line)
         if failed is None or not 0 <= failed[0] < len(self.outputs):
             return
@@ -286,13 +299,19 @@ class Mp4Writer:
     def _error(self, what: str) -> Exception:
         lines = self._stderr.lines
         reason = self._stderr.reason()
-        if _NO_SPACE in reason or _TOO_LARGE in reason:
-            return disk_full_error(self._where, reason)
+        full = next((line for line in lines if _NO_SPACE in line or _TOO_LARGE in line), None)
+        if full is not None:  # not always the last line: the muxers report the failure after the cause
+            return disk_full_error(self._where, ffmpeg_reason([full]))
         if self._proc.returncode == -signal.SIGXFSZ:
             # Over the file-size limit (ulimit -f, RLIMIT_FSIZE), ffmpeg is killed by SIGXFSZ before it can say so.
             return disk_full_error(self._where, "File too large: the file-size limit (ulimit -f) was reached")
+        if any(o.kind == "stdout" and o.label in self.dropped for o in self.outputs):
+            return PublishError("stdout was closed by the program reading it; the render stopped")
+        if self.outputs and all(o.label in self.dropped for o in self.outputs):
+            failures = "; ".join(f"{label}: {why}" for label, why in self.dropped.items())
+            return PublishError(f"every output failed ({failures}); check that the publish targets are reachable")
         failed = failed_output(lines, self.outputs)
-        if failed is not None:
+        if failed is not None and failed[0].kind in ("hls", "rtmp", "stdout"):
             output, why = failed
             if output.kind == "stdout":
                 return PublishError(f"stdout was closed by the program reading it ({why}); the render stopped")
@@ -353,7 +372,7 @@ def failed_output(lines: list[str], outputs: Sequence[Output]) -> tuple[Output, 
     """The output whose failure ended ffmpeg (and why), from its stderr; None when no output is to blame."""
     reason = None
     for line in lines:
-        opened = re.search(r"Slave '.*': error opening: (.+)$", line)
+        opened = _OPEN_FAILED.search(line)
         if opened:
             reason = opened.group(1)
         aborted = re.search(r"Slave muxer #(\d+) failed", line)
@@ -379,7 +398,7 @@ def trim_to_frames(path: Path, frames: int, fps: int) -> None:
     tmp = path.with_name(f".{path.name}.trim.mp4")
     proc = start_ffmpeg(
         ["-v", "error", "-y", "-i", str(path), "-map", "0", "-c", "copy", "-t", f"{frames / fps:.6f}",
-         "-movflags", "+frag_keyframe+empty_moov+delay_moov+default_base_moof", "-f", "mp4", str(tmp)]
+         "-movflags", MP4_MOVFLAGS, "-f", "mp4", str(tmp)]
     )  # fmt: skip
     stderr = StderrTail(proc)
     returncode = proc.wait()

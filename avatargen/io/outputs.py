@@ -90,15 +90,20 @@ def hls_output(playlist: Path, segment_s: float, window: int) -> Output:
     return Output("hls", str(playlist), "hls", options, live=True)
 
 
-def rtmp_output(url: str) -> Output:
-    """An FLV stream pushed to an RTMP ingest (nginx-rtmp, a streaming service, ``ffmpeg -listen 1``)."""
-    return Output("rtmp", url, "flv", {"flvflags": "no_duration_filesize"}, live=True)
+def rtmp_output(url: str, timeout_s: float = 5.0) -> Output:
+    """An FLV stream pushed to an RTMP ingest (nginx-rtmp, a streaming service, ``ffmpeg -listen 1``).
+
+    ``timeout_s`` bounds every network read and write: an ingest that stops answering (without closing the
+    connection) fails after it, instead of blocking the encoder, and with it the file and the render, for ever.
+    """
+    options = {"flvflags": "no_duration_filesize", "rw_timeout": str(round(timeout_s * 1e6))}
+    return Output("rtmp", url, "flv", options, live=True)
 
 
-def parse_publish_target(text: str, segment_s: float, hls_window: int) -> Output:
-    """``--publish TARGET``: ``DIR/NAME.m3u8`` (HLS) or ``rtmp://``/``rtmps://`` (RTMP push)."""
+def parse_publish_target(text: str, segment_s: float, hls_window: int, timeout_s: float = 5.0) -> Output:
+    """``--publish TARGET``: ``DIR/NAME.m3u8`` (HLS) or ``rtmp://``/``rtmps://`` (RTMP push, network ``timeout_s``)."""
     if re.match(r"^rtmps?://[^/]+/.+", text):
-        return rtmp_output(text)
+        return rtmp_output(text, timeout_s)
     if "://" in text:
         raise BadInputError(f"publish target '{text}' uses an unsupported protocol; {PUBLISH_FIX}")
     path = Path(text).expanduser()

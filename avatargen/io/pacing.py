@@ -72,6 +72,20 @@ class RealtimePacer:
         self._thread.join()
         self._raise_failure()
 
+    def discard(self) -> None:
+        """Stop at once, dropping queued frames (the render failed; the sink is being aborted). Idempotent."""
+        self._hurry = True
+        while self._thread.is_alive():
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            try:
+                self._queue.put_nowait(_DONE)
+            except queue.Full:
+                pass
+            self._thread.join(timeout=0.1)
+
     def _raise_failure(self) -> None:
         if self._error is not None:
             raise self._error

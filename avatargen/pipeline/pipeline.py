@@ -22,6 +22,7 @@ from avatargen.pipeline.build import ModelSet
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.schedule import CheckpointGrid, ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
+from avatargen.runtime.memory import trim_host_memory
 from avatargen.stages import A2VStage, ContextGenStage, DecodeAndPublishStage, FrameSink, ReferenceContext, SRStage
 
 
@@ -147,6 +148,7 @@ class Pipeline:
                 if stats.seams is not None and step.start > 0:
                     stats.seams.append(step.start)
                 stats.frames += step.end - step.start
+                trim_host_memory()  # freed tensor memory goes back to the OS: RSS stays flat over hours
                 if on_progress:
                     on_progress(Progress(stats.frames, stats.n_chunks, stats.i_chunks, audio.total_frames, time.perf_counter() - started))
                 finished = audio.total_frames is not None and stats.frames >= audio.total_frames  # nothing left to resume

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import resource
 from pathlib import Path
 
@@ -21,3 +23,35 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def current_rss_mb() -> float | None:
+    """Resident memory of this process now, in MiB (None where /proc is missing)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, musl): nothing to trim
+        return None
+
+
+def trim_host_memory() -> None:
+    """Give memory that was freed back to the OS (glibc's ``malloc_trim``); a no-op elsewhere.
+
+    glibc keeps freed heap memory for reuse, and the CPU tensors of a render (many sizes, several threads' arenas)
+    fragment it: without trimming, a render's resident memory crept up about 25 MB per 6000 frames (measured:
+    docs/performance.md); trimmed after every emitted segment it stays flat, for ~1-3 % more wall time.
+    """
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)

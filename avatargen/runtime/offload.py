@@ -246,9 +246,9 @@ class Placement:
         """The model, ready to run on the device for the duration of the block."""
         self.monitor.entering()
         started = time.perf_counter()
-        self._enter()
-        self.monitor.entered(time.perf_counter() - started)
         try:
+            self._enter()  # inside the try: a failed copy (out of memory) still leaves the model idle and clean
+            self.monitor.entered(time.perf_counter() - started)
             yield self.model
         finally:
             self.monitor.leaving()
@@ -257,7 +257,7 @@ class Placement:
             self.monitor.left(time.perf_counter() - started)
 
     def detach(self) -> None:
-        """Stop managing the model (another owner, FSDP, takes over); it is left where the policy keeps it idle."""
+        """Stop managing the model (FSDP takes over); it is left where the policy keeps it idle, nothing is copied."""
 
     def _enter(self) -> None:
         pass
@@ -283,7 +283,12 @@ class Unmanaged(Placement):
 
 
 class WholeModel(Placement):
-    """``model``: all weights to the device on entry, back to host memory on exit (the baseline)."""
+    """``model``: the whole model to the device on entry, on the compute stream (the stage waits for all of it).
+
+    The baseline ``block`` is measured against: diffusers' ``enable_model_cpu_offload`` moves models the same way.
+    Like ``block`` (and unlike diffusers, which copies the weights back), it keeps a pinned host copy as the source
+    of truth, so leaving a stage copies nothing back and every entry is an asynchronous copy from pinned memory.
+    """
 
     policy = "model"
 
@@ -291,19 +296,16 @@ class WholeModel(Placement):
         super().__init__(model, device, monitor, name)
         model.to("cpu")
         self.cuda = device.type == "cuda"
-        if self.cuda:
-            for param in model.parameters():
-                param.data = param.data.pin_memory()
-        self.nbytes = sum(t.numel() * t.element_size() for t in _tensors(model))
+        self.group = _Group(_tensors(model), pin=self.cuda)
 
     def _enter(self) -> None:
         start = _mark(self.device) if self.cuda else None
-        self.model.to(self.device, non_blocking=True)  # on the compute stream: the stage waits for all of it
+        self.group.load(self.device, copy_stream=None)
         span = (start, _mark(self.device)) if start is not None else None
-        self.monitor.loaded(self.name, None, self.nbytes, span)
+        self.monitor.loaded(self.name, None, self.group.nbytes, span)
 
     def _exit(self) -> None:
-        self.model.to("cpu")
+        self.group.evict()
         self.monitor.evicted(self.name, None)
 
 
@@ -326,9 +328,9 @@ class _Group:
     def load(self, device: torch.device, copy_stream: "torch.cuda.Stream | None") -> Span | None:
         """Start the host-to-device copies; returns the copy's (start, end) events on CUDA."""
         self.resident = True
-        if copy_stream is None:  # CPU: .to(cpu) of a host tensor is that tensor; nothing is copied
+        if copy_stream is None:  # on the current stream; on a CPU .to(cpu) of a host tensor is that tensor
             for tensor, host in zip(self.tensors, self.host):
-                tensor.data = host.to(device)
+                tensor.data = host.to(device, non_blocking=True)
             return None
         compute = torch.cuda.current_stream(device)
         start, self.ready = _timing_event(), _timing_event()
@@ -384,6 +386,10 @@ class BlockStream(Placement):
             in_blocks.update(id(t) for t in tensors)
             self.blocks.append(_Group(tensors, pin))
         self.rest = _Group([t for t in _tensors(model) if id(t) not in in_blocks], pin)
+        # CUDA: an event on the compute stream after each block whose copies were dropped. The host runs ahead of the
+        # GPU, and dropped copies are reusable only once those kernels ran (record_stream): before the next copy the
+        # host waits for them, so at most resident_blocks blocks (plus the one computing) ever hold device memory.
+        self._released: list[torch.cuda.Event] = []
         self._active = False  # hooks only place weights inside active(); a bare call runs on the host copies
         self._first_pending = False  # the first forward after entry: its wait for block 0 is part of the switch
         self._hooks = []
@@ -435,8 +441,15 @@ class BlockStream(Placement):
         """Forward hook of block ``index``: drop its device copies unless every block fits at once."""
         if not self._active or self.resident_blocks >= len(self.blocks):
             return
+        self._evict_block(index)
+
+    def _evict_block(self, index: int) -> None:
         self.blocks[index].evict()
         self.monitor.evicted(self.name, index)
+        if self.copy_stream is not None:
+            released = torch.cuda.Event()
+            released.record(torch.cuda.current_stream(self.device))
+            self._released.append(released)
 
     def _load_block(self, index: int, keep: list[int]) -> None:
         """Copy block ``index`` to the device unless it is there; first make room by evicting blocks not in ``keep``
@@ -446,8 +459,10 @@ class BlockStream(Placement):
             return
         while self.n_resident >= self.resident_blocks:
             victim = next(i for i, g in enumerate(self.blocks) if g.resident and i not in keep)
-            self.blocks[victim].evict()
-            self.monitor.evicted(self.name, victim)
+            self._evict_block(victim)
+        for released in self._released:  # the GPU is at most one block behind the host from here on
+            released.synchronize()
+        self._released.clear()
         self._load_group(group, index)
         self.monitor.resident(self.n_resident)
 
@@ -456,13 +471,11 @@ class BlockStream(Placement):
         self.monitor.loaded(self.name, index, group.nbytes, span)
 
     def detach(self) -> None:
-        """Remove the hooks and put every weight on the device (FSDP shards it from there)."""
+        """Remove the hooks; the weights stay on their host copies (FSDP moves or offloads them as it shards)."""
         for hook in self._hooks:
             hook.remove()
         for group in [self.rest, *self.blocks]:
-            for tensor, host in zip(group.tensors, group.host):
-                tensor.data = host.to(self.device)
-            group.resident = False
+            group.evict()
 
 
 def make_placement(

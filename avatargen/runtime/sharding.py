@@ -59,9 +59,8 @@ def shard_modules(models: ModelSet, parallel: ParallelContext, config: Config) -
     offload = config.runtime.offload in (Offload.model, Offload.block)
     for name in SHARDED_MODULES:
         module = getattr(models, name)
+        module.hand_over_to_fsdp()  # first: FSDP replaces the parameters, the old policy must not touch them after
         shard_model(module.model, parallel.mesh, offload)
-        # FSDP owns placement now: Module.active() must not move a sharded model as a whole.
-        module.offload = "fsdp"
     return models
 
 

@@ -6,9 +6,13 @@ import subprocess
 import time
 
 import imageio_ffmpeg
+import pytest
 
 from tests.ffmpeg_probe import probe
 from tests.live.harness import HlsBrowser, RtmpIngest, process_group_members
+
+# The harness proven on plain ffmpeg: slow-marked (run with -m slow); tests/live/test_publish.py uses it on renders.
+pytestmark = pytest.mark.slow
 
 SECONDS = 6
 # A real-time (-re) 6 s test card with a tone, encoded the way a live encoder would: 1 s GOPs, no lookahead.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -85,6 +86,43 @@ def test_a_dead_ingest_stops_the_render_when_configured(tmp_path):
                      "set output.on_publish_failure=drop to keep rendering without it"]  # fmt: skip
     assert "Traceback" not in result.stderr
     assert not out.exists()  # never a broken file under the user's name
+    assert (tmp_path / "out.partial.mp4").exists()  # what was rendered is kept, and resumable once the ingest is up
+    resumed = run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(out), "-q", "--resume", *QUICK)
+    assert resumed.returncode == 0, resumed.stderr
+    assert probe(out)["frames"] == 50
+
+
+def test_an_ingest_that_stops_answering_is_dropped_after_the_timeout(tmp_path):
+    image, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "speech.wav", 2.0)
+    with socket.socket() as silent:  # accepts the connection, never answers the RTMP handshake
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"rtmp://127.0.0.1:{silent.getsockname()[1]}/live/key"
+        result = run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(tmp_path / "out.mp4"),
+                         "--publish", url, "-q", "output.publish_timeout_s=1", *QUICK, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"publish target '{url}' failed (Connection timed out); dropped it" in result.stderr
+    assert probe(tmp_path / "out.mp4")["frames"] == 50
+
+
+def test_the_only_output_failing_ends_the_render(tmp_path):
+    image, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "speech.wav", 2.0)
+    dead = f"rtmp://127.0.0.1:{free_port()}/live/key"
+    result = run_cli("render", "-i", str(image), "-a", str(audio), "--publish", dead, "-q", *QUICK)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: every output failed ({dead}: Connection refused); check that the publish targets are reachable")
+
+
+def test_a_closed_stdout_reader_stops_the_render(tmp_path):
+    image, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "speech.wav", 8.0)
+    render = avatargen("render", "-i", str(image), "-a", str(audio), "-o", "-", "-q", *QUICK,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    render.stdout.read(188 * 10)  # the reader takes a little, then goes away (like `| head -c`)
+    render.stdout.close()
+    _, stderr = render.communicate(timeout=240)
+    assert render.returncode == 3, stderr
+    assert stderr.decode().strip().splitlines()[-1].startswith("error: stdout was closed by the program reading it")
 
 
 def test_stdout_carries_mpeg_ts_and_nothing_else(tmp_path):

@@ -142,7 +142,7 @@ def test_whole_model_offload_and_fsdp_handover(specs, trained_like):
     report = module.monitor.report()
     assert (report["loads"], report["switches"], report["max_resident_blocks"]) == (2, 2, None)
     streamed = placed(specs, trained_like, "a2v", "block")
-    streamed.offload = "fsdp"  # what runtime/sharding.py does after fully_shard: the block hooks must let go
+    streamed.hand_over_to_fsdp()  # what runtime/sharding.py does before fully_shard: the block hooks must let go
     run(streamed, "a2v", forwards=1)
     assert streamed.offload == "fsdp" and streamed.monitor.loads == 0 and not streamed.monitor.trace
 
@@ -153,7 +153,8 @@ def test_render_with_block_offload_writes_the_same_frames_and_reports_it(tmp_pat
     for policy in ("none", "block"):
         out = tmp_path / f"{policy}.mp4"
         result = run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(out), "--json", "-q",
-                         "runtime.threads=1", "pipeline.n_chunk_frames=12", f"runtime.offload={policy}")  # fmt: skip
+                         "runtime.device=cpu", "runtime.threads=1", "pipeline.n_chunk_frames=12",
+                         f"runtime.offload={policy}")  # fmt: skip
         assert result.returncode == 0, result.stderr
         outputs[policy], reports[policy] = decode_frames(out), json.loads(result.stdout)["offload"]
     assert outputs["none"].shape[0] == 30 and (outputs["none"] == outputs["block"]).all()
@@ -175,3 +176,28 @@ def test_zero_resident_blocks_is_a_one_line_config_error(tmp_path):
                      "runtime.offload=block", "runtime.offload_resident_blocks=0")  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip() == "error: runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/gpu_checks.sh runs it)")
+@pytest.mark.parametrize("name", ["a2v", "sr"])
+def test_cuda_block_offload_is_exact_and_bounds_device_memory(specs, trained_like, name):
+    cuda = torch.device("cuda")
+    model = trained_like[name]
+    block_bytes = max(sum(t.numel() * t.element_size() for t in b.parameters()) for b in transformer_blocks(model))
+    outputs, peaks = {}, {}
+    for policy in ("none", "block"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(cuda)
+        before = torch.cuda.memory_allocated(cuda)
+        module = Module(specs[name], copy.deepcopy(model), cuda, policy, resident_blocks=2)
+        with torch.inference_mode(), module.active() as placed_model:
+            args = [a.to(cuda) for a in inputs(name)]
+            outputs[policy] = [placed_model(*args).cpu() for _ in range(3)]
+        torch.cuda.synchronize(cuda)
+        peaks[policy] = torch.cuda.max_memory_allocated(cuda) - before
+        del module, placed_model
+    for a, b in zip(outputs["none"], outputs["block"]):
+        assert torch.equal(a, b)  # the same kernels on the same weights: copies change nothing
+    blocks = len(transformer_blocks(model))
+    # Resident: every block; block: 2 resident + the one whose kernels may still run.
+    assert peaks["block"] <= peaks["none"] - (blocks - 3) * block_bytes, (peaks, block_bytes, blocks)
