@@ -1,0 +1,131 @@
+"""Never losing work: stop requests from signals, and what a resumed render must match and continue from.
+
+A render checkpoints its rolling state into ``OUT.resume/`` (``ResumeStore``) at the frames of a ``CheckpointGrid``,
+where the encoder also forces a keyframe. SIGINT/SIGTERM ask the pipeline to stop between two steps
+(``StopRequests``); ``--resume`` continues from the latest checkpoint whose frames are in the partial MP4
+(docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+from safetensors import SafetensorError
+
+from avatargen.config.schema import Config, WeightsSource
+from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError
+from avatargen.io.mp4_join import salvage_part
+from avatargen.io.mp4_writer import disk_full_error
+from avatargen.io.resume_store import ResumeStore, file_digest, text_digest
+from avatargen.pipeline.build import resolve_checkpoint
+from avatargen.pipeline.checkpoint import RenderCheckpoint
+
+
+class StopRequests:
+    """SIGINT/SIGTERM handlers for the duration of a render (main thread only; previous handlers restored on exit).
+
+    The first signal only sets a flag: the pipeline checks it between steps, so the chunk being generated is
+    finished, and the render then closes a valid partial MP4 of everything emitted. A second signal interrupts at
+    once (KeyboardInterrupt), for a user who does not want to wait for the chunk.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequests":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "SIGINT"
+
+
+def fingerprint(image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config) -> dict[str, str]:
+    """What a resumed render must share with the stopped one: input bytes, prompt, config (but ``runtime.*``, which
+    changes where it runs, not what it makes) and the checkpoint files (path, size, mtime)."""
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    container.pop("runtime", None)
+    delivery_keys = ("save_config", "publish", "on_publish_failure", "publish_timeout_s", "hls_window", "realtime",
+                     "realtime_buffer_s")  # fmt: skip
+    for delivery in delivery_keys:
+        container.get("output", {}).pop(delivery, None)  # how the video is delivered, not what it is
+    found = {
+        "image": file_digest(image),
+        "audio": file_digest(audio),
+        "prompt": text_digest(prompt),
+        "config": text_digest(json.dumps(container, sort_keys=True)),
+    }
+    if config.model.weights != WeightsSource.random:
+        path = resolve_checkpoint(config)
+        files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+        found["weights"] = text_digest(json.dumps([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]))
+    return found
+
+
+def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn: Callable[[str], None]) -> RenderCheckpoint | None:
+    """Load ``store`` and pick the checkpoint to continue from (None: start over); the partial MP4 becomes a part."""
+    output_name = partial.with_name(f"{store.folder.name[: -len('.resume')]}.mp4")
+    if not store.exists():
+        warn(f"note: --resume: no stopped render of '{output_name}' to resume; rendering from the start")
+        return None
+    store.load()
+    changed = store.mismatch(found)
+    if changed:
+        raise BadInputError(
+            f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
+            "resume with the same inputs and config, or render without --resume to start over"
+        )
+    on_disk = salvage_part(partial) if partial.exists() else 0
+    chosen = store.choose(on_disk)
+    if chosen is None:
+        warn(f"note: --resume: no checkpoint of '{output_name}' is covered by its saved video; rendering from the start")
+        return None
+    if partial.exists():
+        store.add_part(partial, chosen["frames"])
+    return RenderCheckpoint.from_tensors(store.read_state(chosen), chosen["meta"])
+
+
+def checkpoint_saver(store: ResumeStore) -> Callable[[RenderCheckpoint], None]:
+    def save(checkpoint: RenderCheckpoint) -> None:
+        try:
+            store.save(*checkpoint.to_tensors())
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EFBIG):
+                raise disk_full_error(store.folder, err.strerror) from None
+            raise
+        except SafetensorError as err:  # safetensors reports I/O errors as its own type: "... (os error 27)"
+            if f"os error {errno.EFBIG})" in str(err) or f"os error {errno.ENOSPC})" in str(err):
+                raise disk_full_error(store.folder, str(err).splitlines()[0]) from None
+            raise
+
+    return save
