@@ -224,7 +224,7 @@ def _render(
         raise
     except BadInputError as error:
         kept = writer.abort()
-        if streamed_audio and kept is not None:
+        if streamed_audio and kept is not None and writer.frames_written:
             # A live session's audio cannot be replayed: what was rendered before the stream broke is kept.
             raise BadInputError(f"{error}; the video so far is in '{kept}'") from None
         if file is not None:  # a broken checkpoint (NaN) or an audio file that fails midway: nothing worth resuming

@@ -3,7 +3,7 @@
 One render, one encode, three sinks at once: MPEG-TS on stdout (decoded as it arrives), an HLS playlist, and an
 RTMP push into a local ingest (tests/live/harness.py). The audio is a WAV fed into ``--audio -`` at real time (as a
 microphone would), and ``--realtime`` paces the output. Printed per sink: seconds from the render's start to the
-first playable output (stdout: first decoded frame; HLS: first segment listed in the playlist; RTMP: first bytes at
+first playable output (stdout: first MPEG-TS bytes; HLS: first segment listed in the playlist; RTMP: first bytes at
 the ingest). End-to-end latency of frame f: the time it was decoded from stdout minus the time the last audio sample
 of frame f was fed in; median, p95 and max over the session, plus the underruns the render reported.
 
@@ -147,13 +147,14 @@ def main() -> None:
         "session_s": args.seconds, "frames": report["frames"], "decoded_frames": len(arrivals),
         "startup_s": round(t0 - launched, 3),  # process start, model build, until the render reads stdin
         "first_output_s": {
-            "stdout": round(arrivals[0] - t0, 3) if arrivals else None,
+            "stdout": round(first_bytes[0] - t0, 3) if first_bytes else None,  # a player in the pipe starts here
             "hls": round(hls_first[0] - t0, 3) if hls_first else None,
             "rtmp": round(ingest.first_bytes_time - t0, 3) if ingest.first_bytes_time else None,
         },
         "latency_s": {"median": round(float(np.median(latency)), 3), "p95": round(float(np.percentile(latency, 95)), 3),
                       "max": round(float(latency.max()), 3)},  # fmt: skip
         "realtime": report["realtime"], "rtf": report["rtf"],
+        "peak_rss_mb": report["peak_rss_mb"], "rss_end_mb": report["rss_end_mb"],
     }  # fmt: skip
     print(json.dumps(result, indent=1))
 

@@ -91,18 +91,28 @@ def model_audio_args(sample_rate: int) -> list[str]:
             "-f", "f32le", "-flush_packets", "1", "pipe:1"]  # fmt: skip
 
 
-def read_blocks(proc: subprocess.Popen, block_samples: int, sample_rate: int, what: str, fix: str) -> Iterator[np.ndarray]:
-    """Read ffmpeg's float32 stdout in blocks of ``block_samples``; BadInputError if decoding fails or finds nothing."""
+def read_blocks(
+    proc: subprocess.Popen, block_samples: int, sample_rate: int, what: str, fix: str, live: bool = False
+) -> Iterator[np.ndarray]:
+    """Read ffmpeg's float32 stdout in blocks of ``block_samples``; BadInputError if decoding fails or finds nothing.
+
+    ``live`` (a stream arriving in real time) yields whatever has arrived, up to a block, instead of waiting for a
+    whole one: the pipeline then starts a chunk as soon as its audio is there, not up to a block later.
+    """
     stderr = StderrTail(proc)
     block_bytes = block_samples * _BYTES_PER_SAMPLE
     total = 0
+    pending = b""  # a sample split across two reads
     while True:
-        data = proc.stdout.read(block_bytes)  # blocks until a full block or EOF
+        # read() blocks until a full block or EOF; read1() returns what one read of the pipe gives (b"" at EOF).
+        chunk = proc.stdout.read1(block_bytes) if live else proc.stdout.read(block_bytes)
+        data = pending + chunk
         usable = len(data) - len(data) % _BYTES_PER_SAMPLE
+        pending = data[usable:]
         if usable:
             total += usable // _BYTES_PER_SAMPLE
             yield np.frombuffer(data[:usable], dtype="<f4").astype(np.float32)
-        if len(data) < block_bytes:
+        if not chunk if live else len(chunk) < block_bytes:  # end of stream
             break
     returncode = proc.wait()
     stderr.join()

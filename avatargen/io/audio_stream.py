@@ -35,10 +35,60 @@ class RawPcm:
     channels: int
 
 
+_WAV_FORMATS = {(1, 8): "u8", (1, 16): "s16le", (1, 24): "s24le", (1, 32): "s32le", (3, 32): "f32le", (3, 64): "f64le"}
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """``size`` bytes from ``fd`` (a pipe returns what has arrived: read until there are enough); b"" at once at EOF."""
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def read_wav_header(fd: int) -> tuple[str, int, int]:
+    """Read a WAV header from ``fd`` up to the first sample; returns (ffmpeg raw format, sample rate, channels).
+
+    Exactly the header's bytes are read (unbuffered), so whoever reads ``fd`` next starts at the first sample. The
+    length fields are ignored: a stream is read until it ends (recorders write 0 or 0xFFFFFFFF there).
+    """
+    riff = _read_exactly(fd, 12)
+    if len(riff) < 12 or riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+        got = "nothing" if not riff else "no WAV header"
+        raise BadInputError(f"audio from stdin: {got} on stdin; {_FIX}")
+    fmt: tuple[int, int, int, int] | None = None
+    while True:
+        chunk = _read_exactly(fd, 8)
+        if len(chunk) < 8:
+            raise BadInputError(f"audio from stdin: the WAV header ends before its data; {_FIX}")
+        kind, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+        if kind == b"data":
+            break
+        body = _read_exactly(fd, size + size % 2)  # chunks are word-aligned
+        if kind == b"fmt " and len(body) >= 16:
+            tag, channels, rate = int.from_bytes(body[0:2], "little"), int.from_bytes(body[2:4], "little"), int.from_bytes(body[4:8], "little")
+            bits = int.from_bytes(body[14:16], "little")
+            if tag == 0xFFFE and len(body) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the real tag opens the sub-format GUID
+                tag = int.from_bytes(body[24:26], "little")
+            fmt = (tag, bits, rate, channels)
+    if fmt is None:
+        raise BadInputError(f"audio from stdin: the WAV header has no 'fmt ' chunk; {_FIX}")
+    tag, bits, rate, channels = fmt
+    if (tag, bits) not in _WAV_FORMATS or rate <= 0 or channels <= 0:
+        raise BadInputError(
+            f"audio from stdin: WAV format {tag} with {bits}-bit samples is not supported; send PCM (8/16/24/32-bit) "
+            "or float WAV, or raw s16le PCM with --audio-rate and --audio-channels"
+        )
+    return _WAV_FORMATS[(tag, bits)], rate, channels
+
+
 class AudioStreamSource:
     """Streams audio from ``stream`` (stdin by default) as float32 mono blocks of ``block_samples``; one pass only.
 
-    ``raw`` None reads any container ffmpeg detects on a pipe (WAV, FLAC, MP3, Ogg); otherwise raw s16le PCM.
+    ``raw`` None reads a WAV stream (PCM or float, any rate and channel count); otherwise raw s16le PCM.
     ``encoder_audio`` (set before iterating) receives the same audio as 48 kHz stereo s16le bytes for the video's
     audio track. ``duration_hint`` is None: a stream's length is known only when it ends.
     """
@@ -71,10 +121,12 @@ class AudioStreamSource:
         return self._blocks
 
     def _decode(self) -> Iterator[np.ndarray]:
-        if self.raw is not None:
-            source = ["-f", "s16le", "-ar", str(self.raw.rate), "-ac", str(self.raw.channels)]
-        else:
-            source = ["-probesize", "32768", "-analyzeduration", "0"]  # start on the header, not after seconds of audio
+        # The WAV header is read here, not by ffmpeg: ffmpeg's WAV demuxer on a pipe holds its output until the stream
+        # ends (measured: 2 s of real-time audio came out only at EOF), raw PCM flows at once. So ffmpeg gets raw PCM.
+        sample_format, rate, channels = (
+            ("s16le", self.raw.rate, self.raw.channels) if self.raw is not None else read_wav_header(self.stream.fileno())
+        )
+        source = ["-f", sample_format, "-ar", str(rate), "-ac", str(channels)]
         outputs = model_audio_args(self.sample_rate)
         pass_fds: tuple[int, ...] = ()
         read_fd = -1
@@ -95,7 +147,7 @@ class AudioStreamSource:
             reader = threading.Thread(target=self._forward, args=(os.fdopen(read_fd, "rb", buffering=0),), daemon=True)
             reader.start()
         try:
-            yield from read_blocks(proc, self.block_samples, self.sample_rate, "audio from stdin", _FIX)
+            yield from read_blocks(proc, self.block_samples, self.sample_rate, "audio from stdin", _FIX, live=True)
             if reader is not None:
                 reader.join(timeout=5.0)  # the encoder gets the audio's last samples before the video ends
         finally:

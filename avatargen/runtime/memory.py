@@ -8,6 +8,17 @@ import resource
 from pathlib import Path
 
 
+def _status_mb(field: str) -> float | None:
+    """A memory line of /proc/self/status (``VmHWM``, ``VmRSS``) in MiB; None where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process since it started (not its children's, nor its parent's), in MiB.
 
@@ -16,24 +27,13 @@ def peak_rss_mb() -> float:
     ``VmHWM`` line of /proc/self/status belongs to this process's own address space; ``ru_maxrss`` is the fallback
     where /proc is missing.
     """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    peak = _status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def current_rss_mb() -> float | None:
     """Resident memory of this process now, in MiB (None where /proc is missing)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return None
+    return _status_mb("VmRSS")
 
 
 @functools.lru_cache(maxsize=1)
