@@ -1,7 +1,7 @@
 """One render request, end to end: validate inputs, build the models, run the pipeline into an MP4, report.
 
 The CLI parses arguments and prints; everything a render does lives here, so scripts can call ``render()`` too.
-The outputs (file, live, stdout) are one encoder (``Mp4Writer``), optionally behind a real-time pacer. Signals and
+The outputs (file, live, stdout) are one ``Encoder``, optionally behind a real-time pacer. Signals and
 resume (avatargen/resume.py): a stopped render closes its partial MP4 with what was emitted; ``resume=True`` continues
 from the latest checkpoint, writes the rest as a new part, and joins the parts into ``OUT.mp4``.
 """
@@ -25,7 +25,7 @@ from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
 from avatargen.io.image import load_reference_image
 from avatargen.io.mp4_join import join_parts
-from avatargen.io.mp4_writer import Mp4Writer
+from avatargen.io.encoder import Encoder
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore
@@ -179,7 +179,7 @@ def _render(
         warn(f"warning: publish target '{output.label}' failed ({reason}); dropped it, the other outputs go on "
              "(output.on_publish_failure=drop)")  # fmt: skip
 
-    writer = Mp4Writer(
+    writer = Encoder(
         file, size, size, fps, None if streamed_audio else request.audio,
         crf=config.output.crf, preset=config.output.preset, gop_seconds=config.output.gop_seconds,
         start_frame=start, keyframe_period=grid.period, keyframe_shift=grid.shift,

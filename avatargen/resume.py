@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError
 from avatargen.io.mp4_join import salvage_part
-from avatargen.io.mp4_writer import disk_full_error
+from avatargen.io.encoder import disk_full_error
 from avatargen.io.resume_store import ResumeStore, file_digest, text_digest
 from avatargen.pipeline.build import resolve_checkpoint
 from avatargen.pipeline.checkpoint import RenderCheckpoint

@@ -12,7 +12,7 @@ from avatargen.data.examples import HELDOUT_SEEDS_START, clip_plan
 from avatargen.data.identity import identity_from_seed
 from avatargen.data.pose import NEUTRAL
 from avatargen.data.render import FaceRenderer
-from avatargen.io.mp4_writer import Mp4Writer
+from avatargen.io.encoder import Encoder
 
 
 def synth_main(out_dir: str | Path, count: int = 4, seconds: float = 5.0, seed: int = HELDOUT_SEEDS_START,
@@ -36,7 +36,7 @@ def synth_main(out_dir: str | Path, count: int = 4, seconds: float = 5.0, seed: 
         Image.fromarray(renderer.render(NEUTRAL)[0]).save(f"{stem}_ref.png")
         sf.write(f"{stem}.wav", audio, sample_rate, subtype="PCM_16")
         boxes = []
-        with Mp4Writer(f"{stem}.mp4", size, size, fps, f"{stem}.wav") as writer:
+        with Encoder(f"{stem}.mp4", size, size, fps, f"{stem}.wav") as writer:
             for pose in poses:
                 frame, box = renderer.render(pose)
                 writer.write(frame[None])

@@ -84,13 +84,13 @@ def write_ground_truth_video(identity_seed: int, audio_path, output, size: int =
     This is the reference a trained model is measured against (same identity, same audio). Returns the frame count.
     """
     from avatargen.io.audio import load_audio
-    from avatargen.io.mp4_writer import Mp4Writer
+    from avatargen.io.encoder import Encoder
 
     audio = load_audio(audio_path, sample_rate)
     rng = np.random.default_rng([int(identity_seed), int(seed), 0x67])
     poses = motion_track(audio_envelope(audio, sample_rate, fps), fps, style_from_prompt(prompt), rng)
     renderer = FaceRenderer(identity_from_seed(identity_seed), size)
-    with Mp4Writer(output, size, size, fps, audio_path) as writer:
+    with Encoder(output, size, size, fps, audio_path) as writer:
         for frame, _ in render_clip_frames(renderer, poses):
             writer.write(frame)
     return len(poses)

@@ -21,7 +21,7 @@ import numpy as np
 from avatargen.errors import BadInputError
 from avatargen.io.audio import model_audio_args, read_blocks, stop_decoder
 from avatargen.io.ffmpeg import start_ffmpeg
-from avatargen.io.mp4_writer import ENCODER_AUDIO_RATE
+from avatargen.io.encoder import ENCODER_AUDIO_RATE
 
 _FIX = "pipe WAV into --audio -, or raw s16le PCM with --audio-rate and --audio-channels"
 _ENCODER_READ_BYTES = 19200  # 0.1 s of 48 kHz stereo s16le

@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, start_ffmpeg
-from avatargen.io.mp4_writer import ENCODER_AUDIO_RATE, disk_full_error
+from avatargen.io.encoder import ENCODER_AUDIO_RATE, disk_full_error
 from avatargen.io.outputs import MP4_MOVFLAGS
 
 _FRAME_COUNT = re.compile(r"frame=\s*(\d+)")
@@ -68,7 +68,7 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path, output: Path, fps: in
     """Write ``output``: the first ``frames`` video frames of each ``(part, frames)`` in order, then the audio in full.
 
     The parts' video is stream-copied (their encoder settings are identical and each starts with an IDR frame, so
-    the joined stream decodes exactly as the parts do); the audio is ``audio`` encoded like ``Mp4Writer`` does.
+    the joined stream decodes exactly as the parts do); the audio is ``audio`` encoded like ``Encoder`` does.
     """
     listing = output.with_name(f".{output.name}.parts.txt")
     lines = ["ffconcat version 1.0"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from avatargen.errors import BadInputError
 
-# The fragmented-MP4 flags every MP4 avatargen writes uses (see Mp4Writer for why each is there).
+# The fragmented-MP4 flags every MP4 avatargen writes uses (see Encoder for why each is there).
 MP4_MOVFLAGS = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
 PUBLISH_FIX = "give DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY"
 

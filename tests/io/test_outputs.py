@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from avatargen.errors import BadInputError
-from avatargen.io.mp4_writer import Mp4Writer
+from avatargen.io.encoder import Encoder
 from avatargen.io.outputs import parse_publish_target
 from tests.ffmpeg_probe import decode_frames, probe
 
@@ -19,7 +19,7 @@ def gradient(count: int) -> np.ndarray:
 def test_hls_and_file_get_the_same_frames_whatever_the_folder_name(tmp_path, folder):
     playlist = tmp_path / folder / "live.m3u8"
     hls = parse_publish_target(str(playlist), segment_s=1.0, hls_window=0)
-    with Mp4Writer(tmp_path / folder / "out.mp4", 64, 64, 25, None, outputs=[hls]) as writer:
+    with Encoder(tmp_path / folder / "out.mp4", 64, 64, 25, None, outputs=[hls]) as writer:
         writer.write(gradient(60))
     segments = sorted(playlist.parent.glob("live_*.ts"))
     assert [s.name for s in segments] == ["live_00000.ts", "live_00001.ts", "live_00002.ts"]
@@ -31,7 +31,7 @@ def test_hls_and_file_get_the_same_frames_whatever_the_folder_name(tmp_path, fol
 def test_a_sliding_hls_window_keeps_disk_use_constant(tmp_path):
     playlist = tmp_path / "live.m3u8"
     hls = parse_publish_target(str(playlist), segment_s=1.0, hls_window=2)
-    with Mp4Writer(None, 64, 64, 25, None, outputs=[hls], gop_seconds=1.0) as writer:
+    with Encoder(None, 64, 64, 25, None, outputs=[hls], gop_seconds=1.0) as writer:
         writer.write(gradient(60))
         writer.write(gradient(60))
     assert len(list(tmp_path.glob("live_*.ts"))) <= 3  # the two listed and at most one being deleted

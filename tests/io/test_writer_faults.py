@@ -1,4 +1,4 @@
-"""Mp4Writer under a file-size limit: ffmpeg is killed by SIGXFSZ mid-write, and that must read as a disk-space error."""
+"""Encoder under a file-size limit: ffmpeg is killed by SIGXFSZ mid-write, and that must read as a disk-space error."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from tests.conftest import REPO
 SCRIPT = """
 import numpy as np
 from avatargen.errors import DiskFullError
-from avatargen.io.mp4_writer import Mp4Writer
+from avatargen.io.encoder import Encoder
 from avatargen.io.outputs import parse_publish_target
 live = [parse_publish_target("{hls}", 0.2, 0)] if {publish} else []
-writer = Mp4Writer("{out}", 64, 64, 25, None, gop_seconds=0.2, outputs=live)
+writer = Encoder("{out}", 64, 64, 25, None, gop_seconds=0.2, outputs=live)
 try:
     for i in range(2000):
         writer.write(np.random.default_rng(i).integers(0, 256, (4, 64, 64, 3), dtype=np.uint8))

@@ -1,4 +1,4 @@
-"""Mp4Writer: what lands on disk, checked with ffmpeg itself (tests/ffmpeg_probe.py), including after SIGKILL."""
+"""Encoder: what lands on disk, checked with ffmpeg itself (tests/ffmpeg_probe.py), including after SIGKILL."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import soundfile as sf
 
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import FfmpegError
-from avatargen.io.mp4_writer import Mp4Writer
+from avatargen.io.encoder import Encoder
 from tests.ffmpeg_probe import count_frames, decode_frames, probe, stream_start_times
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def _frames(start: int, count: int) -> np.ndarray:
 def test_writes_h264_aac_with_exact_frames_and_matching_durations(tmp_path: Path, seconds: float, rate: int) -> None:
     audio = _sine_wav(tmp_path / "voice.wav", seconds, rate)
     n_frames = round(seconds * FPS)
-    with Mp4Writer(tmp_path / "out.mp4", W, H, FPS, audio) as writer:
+    with Encoder(tmp_path / "out.mp4", W, H, FPS, audio) as writer:
         writer.write(_frames(0, 10))  # a batch
         for i in range(10, n_frames):
             writer.write(_frames(i, 1)[0])  # and single (H, W, 3) frames
@@ -59,7 +59,7 @@ def test_writes_h264_aac_with_exact_frames_and_matching_durations(tmp_path: Path
 
 def test_audio_and_video_start_together(tmp_path: Path) -> None:
     audio = _sine_wav(tmp_path / "voice.wav", 1.0)  # loud from the first sample
-    with Mp4Writer(tmp_path / "out.mp4", W, H, FPS, audio) as writer:
+    with Encoder(tmp_path / "out.mp4", W, H, FPS, audio) as writer:
         writer.write(_frames(0, FPS))
     starts = stream_start_times(tmp_path / "out.mp4")
     assert starts["video"] == 0.0 and starts["audio"] == 0.0
@@ -73,7 +73,7 @@ def test_audio_and_video_start_together(tmp_path: Path) -> None:
 
 
 def test_decoded_frames_keep_order_and_content(tmp_path: Path) -> None:
-    with Mp4Writer(tmp_path / "out.mp4", W, H, FPS, None, crf=10) as writer:
+    with Encoder(tmp_path / "out.mp4", W, H, FPS, None, crf=10) as writer:
         writer.write(_frames(0, 20))
     decoded = decode_frames(tmp_path / "out.mp4")
     assert decoded.shape == (20, H, W, 3)
@@ -83,7 +83,7 @@ def test_decoded_frames_keep_order_and_content(tmp_path: Path) -> None:
 
 def test_creates_missing_output_folder_and_writes_only_one_file(tmp_path: Path) -> None:
     target = tmp_path / "new" / "deeper" / "clip.mp4"
-    with Mp4Writer(target, W, H, FPS, None) as writer:
+    with Encoder(target, W, H, FPS, None) as writer:
         assert writer.partial_path == target.parent / "clip.partial.mp4"
         assert writer.partial_path.exists() and not target.exists()
         writer.write(_frames(0, 5))
@@ -92,7 +92,7 @@ def test_creates_missing_output_folder_and_writes_only_one_file(tmp_path: Path) 
 
 def test_exception_aborts_keeping_a_playable_partial_file(tmp_path: Path) -> None:
     target = tmp_path / "out.mp4"
-    with pytest.raises(KeyboardInterrupt), Mp4Writer(target, W, H, FPS, _sine_wav(tmp_path / "a.wav", 3.0)) as w:
+    with pytest.raises(KeyboardInterrupt), Encoder(target, W, H, FPS, _sine_wav(tmp_path / "a.wav", 3.0)) as w:
         w.write(_frames(0, 30))
         raise KeyboardInterrupt
     assert not target.exists()
@@ -102,8 +102,8 @@ def test_exception_aborts_keeping_a_playable_partial_file(tmp_path: Path) -> Non
 
 def test_odd_size_and_wrong_frames_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="even"):
-        Mp4Writer(tmp_path / "out.mp4", 63, 48, FPS, None)
-    with Mp4Writer(tmp_path / "out.mp4", W, H, FPS, None) as writer:
+        Encoder(tmp_path / "out.mp4", 63, 48, FPS, None)
+    with Encoder(tmp_path / "out.mp4", W, H, FPS, None) as writer:
         with pytest.raises(ValueError, match="uint8"):
             writer.write(np.zeros((1, H, W, 3), np.float32))
         with pytest.raises(ValueError, match="uint8"):
@@ -115,13 +115,13 @@ def test_unwritable_output_folder_is_bad_input(tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     with pytest.raises(BadInputError, match="a_file"):
-        Mp4Writer(blocker / "out.mp4", W, H, FPS, None)
+        Encoder(blocker / "out.mp4", W, H, FPS, None)
 
 
 def test_ffmpeg_failure_reports_its_reason(tmp_path: Path) -> None:
     not_audio = tmp_path / "voice.wav"
     not_audio.write_text("this is not audio")
-    writer = Mp4Writer(tmp_path / "out.mp4", W, H, FPS, not_audio)
+    writer = Encoder(tmp_path / "out.mp4", W, H, FPS, not_audio)
     with pytest.raises(FfmpegError, match="Invalid data found"):
         for i in range(200):  # ffmpeg exits at startup; the pipe breaks on some write or at close
             writer.write(_frames(i, 1))
@@ -130,7 +130,7 @@ def test_ffmpeg_failure_reports_its_reason(tmp_path: Path) -> None:
 
 
 def test_disk_full_is_reported_as_bad_input(tmp_path: Path) -> None:
-    writer = Mp4Writer(tmp_path / "out.mp4", W, H, FPS, None)
+    writer = Encoder(tmp_path / "out.mp4", W, H, FPS, None)
     writer.close()
     writer._stderr._lines.append("[out#0/mp4 @ 0x1] Error submitting a packet to the muxer: No space left on device")
     error = writer._error("stopped")  # ffmpeg's own ENOSPC cannot be provoked portably; its message can
@@ -141,9 +141,9 @@ _SLOW_WRITER = textwrap.dedent(
     """
     import sys, time
     import numpy as np
-    from avatargen.io.mp4_writer import Mp4Writer
+    from avatargen.io.encoder import Encoder
 
-    writer = Mp4Writer(sys.argv[1], 64, 48, 25, sys.argv[2])  # a fragment every 25 frames
+    writer = Encoder(sys.argv[1], 64, 48, 25, sys.argv[2])  # a fragment every 25 frames
     print(writer._proc.pid, flush=True)
     for i in range(100000):
         writer.write(np.full((48, 64, 3), i % 256, np.uint8))

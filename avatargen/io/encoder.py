@@ -35,7 +35,7 @@ _OPEN_FAILED = re.compile(r"Slave '.*': error opening: (.+)$")
 _STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the last fragment
 
 
-class Mp4Writer:
+class Encoder:
     """The encoder: RGB frames piped into one ffmpeg that writes an H.264 (yuv420p) + AAC MP4 and any live outputs.
 
     Frames go to ``<stem>.partial.mp4`` in the output folder (same file system, so ``close()`` renames it into place
@@ -81,7 +81,7 @@ class Mp4Writer:
         if fps <= 0 or gop_seconds <= 0:
             raise ValueError(f"fps and gop_seconds must be positive, got {fps} and {gop_seconds}")
         if path is None and not outputs:
-            raise ValueError("Mp4Writer needs a path or at least one output")
+            raise ValueError("Encoder needs a path or at least one output")
         self.path = Path(path) if path is not None else None
         self.width, self.height, self.fps = int(width), int(height), int(fps)
         self.frames_written = 0
@@ -194,7 +194,7 @@ class Mp4Writer:
     def write_audio(self, pcm: bytes) -> None:
         """Queue 48 kHz stereo s16le audio for the encoder (``audio_pipe=True``); never blocks the caller."""
         if self._audio_feed is None:
-            raise RuntimeError("Mp4Writer was not opened with audio_pipe=True")
+            raise RuntimeError("Encoder was not opened with audio_pipe=True")
         self._audio_feed.put(pcm)
 
     def write(self, frames: np.ndarray) -> None:
@@ -202,7 +202,7 @@ class Mp4Writer:
         if self._failure is not None:
             raise self._failure
         if self._closed:
-            raise RuntimeError("Mp4Writer is already closed")
+            raise RuntimeError("Encoder is already closed")
         if frames.ndim == 3:
             frames = frames[None]
         expected = (self.height, self.width, 3)
@@ -321,7 +321,7 @@ class Mp4Writer:
             )
         return FfmpegError(f"ffmpeg {what} writing '{self._where}' ({reason})")
 
-    def __enter__(self) -> Mp4Writer:
+    def __enter__(self) -> Encoder:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
