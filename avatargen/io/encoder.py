@@ -32,6 +32,7 @@ _TOO_LARGE = "File too large"
 # (within a frame) stays on. Measured at CRF 20 (docs/reliability.md): files 15-33 % smaller, PSNR 0.2-0.7 dB lower.
 _X264_PARAMS = "qcomp=1:ipratio=1"
 _OPEN_FAILED = re.compile(r"Slave '.*': error opening: (.+)$")
+_ABORTED = re.compile(r"Slave muxer #(\d+) failed, aborting")
 _STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the last fragment
 
 
@@ -311,7 +312,7 @@ class Encoder:
             failures = "; ".join(f"{label}: {why}" for label, why in self.dropped.items())
             return PublishError(f"every output failed ({failures}); check that the publish targets are reachable")
         failed = failed_output(lines, self.outputs)
-        if failed is not None and failed[0].kind in ("hls", "rtmp", "stdout"):
+        if failed is not None and failed[0].kind != "mp4":  # the file's own failures are ffmpeg's (or the disk's)
             output, why = failed
             if output.kind == "stdout":
                 return PublishError(f"stdout was closed by the program reading it ({why}); the render stopped")
@@ -369,19 +370,15 @@ class AudioFeed:
 
 
 def failed_output(lines: list[str], outputs: Sequence[Output]) -> tuple[Output, str] | None:
-    """The output whose failure ended ffmpeg (and why), from its stderr; None when no output is to blame."""
+    """The tee slave whose failure ended ffmpeg (``onfail=abort``) and why, from its stderr; None if none did."""
     reason = None
     for line in lines:
         opened = _OPEN_FAILED.search(line)
         if opened:
             reason = opened.group(1)
-        aborted = re.search(r"Slave muxer #(\d+) failed", line)
-        if aborted and "aborting" in line and int(aborted.group(1)) < len(outputs):
+        aborted = _ABORTED.search(line)
+        if aborted and int(aborted.group(1)) < len(outputs):
             return outputs[int(aborted.group(1))], reason or ffmpeg_reason(lines)
-    if any(o.kind == "stdout" for o in outputs) and any("Broken pipe" in line for line in lines):
-        stdout = next(o for o in outputs if o.kind == "stdout")
-        if len(outputs) == 1:
-            return stdout, "Broken pipe"
     return None
 
 
