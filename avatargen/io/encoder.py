@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 
 from avatargen.errors import BadInputError, DiskFullError, PublishError
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, start_ffmpeg
-from avatargen.io.outputs import MP4_MOVFLAGS, Output, failed_slave, mp4_output, tee_target
+from avatargen.io.outputs import MP4_MOVFLAGS, Output, mp4_output, tee_event, tee_target
 
 ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo s16le at this rate
 _NO_SPACE = "No space left on device"
@@ -31,8 +30,6 @@ _TOO_LARGE = "File too large"
 # keyframes use it too, so a fresh encoder and a running one agree from the next keyframe on. Adaptive quantisation
 # (within a frame) stays on. Measured at CRF 20 (docs/reliability.md): files 15-33 % smaller, PSNR 0.2-0.7 dB lower.
 _X264_PARAMS = "qcomp=1:ipratio=1"
-_OPEN_FAILED = re.compile(r"Slave '.*': error opening: (.+)$")
-_ABORTED = re.compile(r"Slave muxer #(\d+) failed, aborting")
 _STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the last fragment
 
 
@@ -101,6 +98,7 @@ class Encoder:
         self.outputs = ([mp4_output(self.partial_path)] if self.path is not None else []) + list(outputs)
         self.dropped: dict[str, str] = {}  # label -> why, for live outputs dropped after a failure
         self._open_failure: str | None = None  # the last "error opening" reason ffmpeg gave
+        self._aborted: tuple[Output, str | None] | None = None  # the output whose failure ended ffmpeg, and why
         self._drop_failed_live = drop_failed_live
         self._on_dropped = on_dropped
         self._audio_feed: AudioFeed | None = None
@@ -175,22 +173,24 @@ class Encoder:
         return args + ["-flush_packets", "1", "-f", "tee", tee_target(self.outputs, self._drop_failed_live)]
 
     def _watch(self, line: str) -> None:
-        """Sees ffmpeg's stderr as it comes: a dropped tee slave is reported once, by the name the user gave."""
-        opened = _OPEN_FAILED.search(line)
-        if opened:
-            self._open_failure = opened.group(1)
-        if "All tee outputs failed" in line:  # the last one went: nothing is left to go on with
+        """Sees ffmpeg's stderr as it comes: a dropped tee slave is reported once, by the name the user gave; the
+        slave whose failure ends ffmpeg is kept for ``_error``."""
+        event = tee_event(line)
+        if event is None:
+            return
+        if event.kind == "open_failed":
+            self._open_failure = event.reason
+        elif event.kind == "all_failed":
             for output in self.outputs:
                 self.dropped.setdefault(output.label, self._open_failure or "failed")
-            return
-        failed = failed_slave(line)
-        if failed is None or not 0 <= failed[0] < len(self.outputs):
-            return
-        output = self.outputs[failed[0]]
-        if output.label not in self.dropped:
-            self.dropped[output.label] = failed[1]
-            if self._on_dropped is not None:
-                self._on_dropped(output, failed[1])
+        elif event.slave is not None and 0 <= event.slave < len(self.outputs):
+            output = self.outputs[event.slave]
+            if event.kind == "aborted":
+                self._aborted = (output, self._open_failure)
+            elif output.label not in self.dropped:
+                self.dropped[output.label] = event.reason
+                if self._on_dropped is not None:
+                    self._on_dropped(output, event.reason)
 
     def write_audio(self, pcm: bytes) -> None:
         """Queue 48 kHz stereo s16le audio for the encoder (``audio_pipe=True``); never blocks the caller."""
@@ -311,9 +311,8 @@ class Encoder:
         if self.outputs and all(o.label in self.dropped for o in self.outputs):
             failures = "; ".join(f"{label}: {why}" for label, why in self.dropped.items())
             return PublishError(f"every output failed ({failures}); check that the publish targets are reachable")
-        failed = failed_output(lines, self.outputs)
-        if failed is not None and failed[0].kind != "mp4":  # the file's own failures are ffmpeg's (or the disk's)
-            output, why = failed
+        if self._aborted is not None and self._aborted[0].kind != "mp4":  # the file's failures are ffmpeg's or the disk's
+            output, why = self._aborted[0], self._aborted[1] or reason
             if output.kind == "stdout":
                 return PublishError(f"stdout was closed by the program reading it ({why}); the render stopped")
             return PublishError(
@@ -367,19 +366,6 @@ class AudioFeed:
                 self._pipe.close()
             except OSError:
                 pass
-
-
-def failed_output(lines: list[str], outputs: Sequence[Output]) -> tuple[Output, str] | None:
-    """The tee slave whose failure ended ffmpeg (``onfail=abort``) and why, from its stderr; None if none did."""
-    reason = None
-    for line in lines:
-        opened = _OPEN_FAILED.search(line)
-        if opened:
-            reason = opened.group(1)
-        aborted = _ABORTED.search(line)
-        if aborted and int(aborted.group(1)) < len(outputs):
-            return outputs[int(aborted.group(1))], reason or ffmpeg_reason(lines)
-    return None
 
 
 def disk_full_error(path: Path | str, reason: str | None) -> DiskFullError:

@@ -121,11 +121,29 @@ def parse_publish_target(text: str, segment_s: float, hls_window: int, timeout_s
     return hls_output(path, segment_s, hls_window)
 
 
-_SLAVE_FAILED = re.compile(r"Slave muxer #(\d+) failed: (.+?), continuing with")
+@dataclass(frozen=True)
+class TeeEvent:
+    """What one line of ffmpeg's stderr says about the tee muxer's slaves (outputs, by index)."""
+
+    kind: str  # "open_failed" (reason), "dropped" (slave, reason), "aborted" (slave), "all_failed"
+    slave: int | None = None
+    reason: str | None = None
 
 
-def failed_slave(line: str) -> tuple[int, str] | None:
-    """``(slave index, reason)`` when an ffmpeg stderr line says a tee slave failed and was dropped."""
-    match = _SLAVE_FAILED.search(line)
-    return (int(match.group(1)), match.group(2)) if match else None
+_OPEN_FAILED = re.compile(r"Slave '.*': error opening: (.+)$")  # precedes the slave's "failed" line
+_DROPPED = re.compile(r"Slave muxer #(\d+) failed: (.+?), continuing with")  # onfail=ignore
+_ABORTED = re.compile(r"Slave muxer #(\d+) failed, aborting")  # onfail=abort: ffmpeg stops
+
+
+def tee_event(line: str) -> TeeEvent | None:
+    """The tee event an ffmpeg stderr line reports, if any."""
+    if match := _OPEN_FAILED.search(line):
+        return TeeEvent("open_failed", reason=match.group(1))
+    if match := _DROPPED.search(line):
+        return TeeEvent("dropped", int(match.group(1)), match.group(2))
+    if match := _ABORTED.search(line):
+        return TeeEvent("aborted", int(match.group(1)))
+    if "All tee outputs failed" in line:  # the last slave went (onfail=ignore): nothing is left
+        return TeeEvent("all_failed")
+    return None
 
