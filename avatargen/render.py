@@ -26,7 +26,7 @@ from avatargen.io.audio_stream import AudioStreamSource, RawPcm
 from avatargen.io.image import load_reference_image
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.encoder import Encoder
-from avatargen.io.outputs import Output, parse_publish_target, stdout_output
+from avatargen.io.outputs import Output, folder_write_problem, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore
 from avatargen.pipeline.build import resolve_checkpoint, resolve_device
@@ -82,15 +82,9 @@ def _check_output(output: Path) -> None:
 
 
 def _make_output_folder(output: Path) -> None:
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        probe = output.with_name(f".{output.name}.probe")
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        blocker = next((p for p in [output.parent, *output.parent.parents] if p.exists()), None)
-        reason = f"'{blocker}' is a file" if blocker is not None and not blocker.is_dir() else err.strerror
-        raise BadInputError(f"cannot write to output folder '{output.parent}' ({reason}); choose a writable folder") from None
+    problem = folder_write_problem(output)
+    if problem is not None:
+        raise BadInputError(f"cannot write to output folder '{output.parent}' ({problem}); choose a writable folder")
 
 
 def _write_text_atomic(path: Path, text: str) -> None:

@@ -100,6 +100,20 @@ def rtmp_output(url: str, timeout_s: float = 5.0) -> Output:
     return Output("rtmp", url, "flv", options, live=True)
 
 
+def folder_write_problem(target: Path) -> str | None:
+    """Why ``target``'s folder cannot take a file, or None: creates the folder and writes a probe file beside
+    ``target``, so an unwritable place fails before rendering, not as an ffmpeg error mid-render."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        probe = target.with_name(f".{target.name}.probe")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        blocker = next((p for p in [target.parent, *target.parent.parents] if p.exists()), None)
+        return f"'{blocker}' is a file" if blocker is not None and not blocker.is_dir() else err.strerror
+    return None
+
+
 def parse_publish_target(text: str, segment_s: float, hls_window: int, timeout_s: float = 5.0) -> Output:
     """``--publish TARGET``: ``DIR/NAME.m3u8`` (HLS) or ``rtmp://``/``rtmps://`` (RTMP push, network ``timeout_s``)."""
     if re.match(r"^rtmps?://[^/]+/.+", text):
@@ -109,15 +123,9 @@ def parse_publish_target(text: str, segment_s: float, hls_window: int, timeout_s
     path = Path(text).expanduser()
     if path.suffix.lower() != ".m3u8":
         raise BadInputError(f"publish target '{text}' is neither an HLS playlist nor an RTMP URL; {PUBLISH_FIX}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f".{path.name}.probe")
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise BadInputError(
-            f"cannot write the HLS playlist folder '{path.parent}' ({err.strerror}); choose a writable folder"
-        ) from None
+    problem = folder_write_problem(path)
+    if problem is not None:
+        raise BadInputError(f"cannot write the HLS playlist folder '{path.parent}' ({problem}); choose a writable folder")
     return hls_output(path, segment_s, hls_window)
 
 
