@@ -3,9 +3,15 @@ audio adapter) and the causal video VAE, with the original tensor names (archite
 
 from avatargen.models.wan.audio_proj import AudioAdapterParams, AudioProjModel, latent_frame_windows
 from avatargen.models.wan.dit import DIT_SPECS, WanDiT, WanDiTParams, dit_params
+from avatargen.models.wan.vae import VAE_SPECS, VAEStream, WanVAE, WanVAEParams, vae_params
 
 __all__ = [
     "DIT_SPECS",
+    "VAE_SPECS",
+    "VAEStream",
+    "WanVAE",
+    "WanVAEParams",
+    "vae_params",
     "AudioAdapterParams",
     "AudioProjModel",
     "WanDiT",

@@ -71,3 +71,54 @@ def dit_to_diffusers(state: dict[str, Tensor]) -> dict[str, Tensor]:
         if new is not None:
             out[new] = value
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# VAE (Wan2.1_VAE.pth -> AutoencoderKLWan), for the reference layout: 4 levels, 2 residual blocks per encoder level
+# (3 per decoder level), so the decoder's flat ``upsamples`` list is [3 resnets, upsampler] x 3 + [3 resnets].
+# ---------------------------------------------------------------------------------------------------------------
+_RESIDUAL = {"residual.0.": "norm1.", "residual.2.": "conv1.", "residual.3.": "norm2.", "residual.6.": "conv2.",
+             "shortcut.": "conv_shortcut."}  # fmt: skip
+_VAE_TOP = {"conv1.": "quant_conv.", "conv2.": "post_quant_conv.", "encoder.conv1.": "encoder.conv_in.",
+            "decoder.conv1.": "decoder.conv_in.", "encoder.head.0.": "encoder.norm_out.",
+            "encoder.head.2.": "encoder.conv_out.", "decoder.head.0.": "decoder.norm_out.",
+            "decoder.head.2.": "decoder.conv_out."}  # fmt: skip
+_UPSAMPLES_PER_LEVEL = 4  # 3 resnets + 1 upsampler
+
+
+def _residual(rest: str) -> str:
+    for prefix, new in _RESIDUAL.items():
+        if rest.startswith(prefix):
+            return new + rest[len(prefix):]
+    raise KeyError(rest)
+
+
+def vae_key_to_diffusers(key: str) -> str:
+    """One Wan VAE tensor name -> its diffusers ``AutoencoderKLWan`` name."""
+    for prefix, new in _VAE_TOP.items():
+        if key.startswith(prefix):
+            return new + key[len(prefix):]
+    middle = re.match(r"^(encoder|decoder)\.middle\.(\d)\.(.*)$", key)
+    if middle is not None:
+        side, index, rest = middle.groups()
+        if index == "1":
+            return f"{side}.mid_block.attentions.0.{rest}"
+        return f"{side}.mid_block.resnets.{int(index) // 2}.{_residual(rest)}"
+    down = re.match(r"^encoder\.downsamples\.(\d+)\.(.*)$", key)
+    if down is not None:
+        index, rest = down.groups()
+        rest = rest if rest.startswith(("resample.", "time_conv.")) else _residual(rest)
+        return f"encoder.down_blocks.{index}.{rest}"
+    up = re.match(r"^decoder\.upsamples\.(\d+)\.(.*)$", key)
+    if up is not None:
+        level, position = divmod(int(up.group(1)), _UPSAMPLES_PER_LEVEL)
+        rest = up.group(2)
+        if position == _UPSAMPLES_PER_LEVEL - 1:
+            return f"decoder.up_blocks.{level}.upsamplers.0.{rest}"
+        return f"decoder.up_blocks.{level}.resnets.{position}.{_residual(rest)}"
+    raise KeyError(f"no diffusers name for {key}")
+
+
+def vae_to_diffusers(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A Wan VAE state dict -> an ``AutoencoderKLWan`` state dict."""
+    return {vae_key_to_diffusers(key): value for key, value in state.items()}
