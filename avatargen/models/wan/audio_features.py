@@ -6,6 +6,11 @@ encoder's frames (50 per second) linearly resampled, ends aligned, to ``frames``
 transformer; then the output of each of the transformer layers (12 for chinese-wav2vec2-base), stacked. The DiT then
 sees, for each video frame, a window of 5 of these frames centred on it (:func:`frame_windows`).
 
+Loudness: InfiniteTalk first normalises the waveform to -23 LUFS (pyloudnorm). That is one gain for the whole clip,
+and the unit-variance step that follows removes any gain, so with ``do_normalize`` (the feature extractor setting
+wav2vec2 base folders ship) the -23 LUFS step cannot change the features and is not repeated here; the tests hold
+this against pyloudnorm.
+
 The encoder itself is transformers' ``Wav2Vec2Model``, which loads the ``chinese-wav2vec2-base`` folder as users
 download it; the resampling is inserted with a forward hook on its conv feature encoder, so its public forward runs.
 """
@@ -39,13 +44,14 @@ def video_frame_count(samples: int, fps: float, sample_rate: int = SAMPLE_RATE) 
 
 
 @torch.no_grad()
-def wav2vec2_frame_features(encoder: nn.Module, samples: Tensor, fps: float = 25.0) -> Tensor:
+def wav2vec2_frame_features(encoder: nn.Module, samples: Tensor, fps: float = 25.0, normalise: bool = True) -> Tensor:
     """Waveform -> per-video-frame features of every transformer layer.
 
     Args:
         encoder: a transformers ``Wav2Vec2Model`` (in eval mode).
-        samples: (B, N) 16 kHz mono, already loudness-normalised; normalised to unit variance here.
+        samples: (B, N) 16 kHz mono.
         fps: video frame rate the features are resampled to.
+        normalise: zero mean / unit variance first (the folder's ``preprocessor_config.json`` ``do_normalize``).
 
     Returns:
         (B, frames, layers, hidden) with ``frames = int(N / 16000 * fps)``.
@@ -59,7 +65,7 @@ def wav2vec2_frame_features(encoder: nn.Module, samples: Tensor, fps: float = 25
 
     hook = encoder.feature_extractor.register_forward_hook(resample)
     try:
-        out = encoder(normalise_waveform(samples), output_hidden_states=True)
+        out = encoder(normalise_waveform(samples) if normalise else samples.float(), output_hidden_states=True)
     finally:
         hook.remove()
     return torch.stack(out.hidden_states[1:], dim=2)  # (B, frames, layers, hidden): outputs of layers 1..L

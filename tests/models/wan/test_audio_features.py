@@ -72,3 +72,15 @@ def test_frame_windows_repeat_the_ends() -> None:
     assert windows[0].flatten().tolist() == [0, 0, 0, 1, 2]
     assert windows[3].flatten().tolist() == [1, 2, 3, 4, 5]
     assert windows[5].flatten().tolist() == [3, 4, 5, 5, 5]
+
+
+def test_loudness_normalisation_cannot_change_the_features(encoder) -> None:
+    """InfiniteTalk normalises to -23 LUFS before the feature extractor's unit-variance step; that step removes it."""
+    pyloudnorm = pytest.importorskip("pyloudnorm")
+    samples = speech(0.6, seed=3) * 0.05
+    meter = pyloudnorm.Meter(16000)
+    audio = samples[0].double().numpy()
+    louder = pyloudnorm.normalize.loudness(audio, meter.integrated_loudness(audio), -23.0)
+    assert abs(louder.std() / audio.std() - 1) > 0.5  # the -23 LUFS step really changes the waveform
+    reference = wav2vec2_frame_features(encoder, torch.from_numpy(louder).float()[None])
+    assert (wav2vec2_frame_features(encoder, samples) - reference).abs().max().item() <= 1e-4
