@@ -80,7 +80,7 @@ class AudioProjModel(nn.Module):
         self.norm = nn.LayerNorm(params.output_dim) if params.norm_output else nn.Identity()
 
     def forward(self, audio: Tensor) -> Tensor:
-        """``audio`` (B, 1 + vae_scale * N, audio_window, layers, channels) -> (B, 1 + N, context_tokens, output_dim)."""
+        """(B, 1 + vae_scale * N, audio_window, layers, channels) -> (B, 1 + N, context_tokens, output_dim)."""
         first, later = latent_frame_windows(audio, self.params)
         first = torch.relu(self.proj1(first.flatten(2)))  # (B, 1, inter)
         later = torch.relu(self.proj1_vf(later.flatten(2)))  # (B, N, inter)

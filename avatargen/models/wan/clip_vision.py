@@ -92,7 +92,9 @@ class AttentionBlock(nn.Module):
         self.norm1 = FP32LayerNorm(params.dim, eps=params.eps)
         self.attn = SelfAttention(params.dim, params.num_heads)
         self.norm2 = FP32LayerNorm(params.dim, eps=params.eps)
-        self.mlp = nn.Sequential(nn.Linear(params.dim, hidden), nn.GELU(), nn.Linear(hidden, params.dim), nn.Dropout(0.0))
+        self.mlp = nn.Sequential(
+            nn.Linear(params.dim, hidden), nn.GELU(), nn.Linear(hidden, params.dim), nn.Dropout(0.0)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, L, dim) -> (B, L, dim)."""

@@ -101,7 +101,9 @@ class WanBlock(nn.Module):
         self.norm3 = FP32LayerNorm(dim, eps, elementwise_affine=True)
         self.cross_attn = CrossAttention(dim, params.num_heads, eps, with_image=params.image_to_video)
         self.norm2 = FP32LayerNorm(dim, eps, elementwise_affine=False)
-        self.ffn = nn.Sequential(nn.Linear(dim, params.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(params.ffn_dim, dim))
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, params.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(params.ffn_dim, dim)
+        )
         self.modulation = nn.Parameter(torch.randn(1, 6, dim) / dim**0.5)
         self.has_audio = params.audio is not None
         if params.audio is not None:
@@ -149,7 +151,11 @@ class ImageEmbedding(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.proj = nn.Sequential(
-            nn.LayerNorm(CLIP_DIM), nn.Linear(CLIP_DIM, CLIP_DIM), nn.GELU(), nn.Linear(CLIP_DIM, dim), nn.LayerNorm(dim)
+            nn.LayerNorm(CLIP_DIM),
+            nn.Linear(CLIP_DIM, CLIP_DIM),
+            nn.GELU(),
+            nn.Linear(CLIP_DIM, dim),
+            nn.LayerNorm(dim),
         )
 
     def forward(self, clip_tokens: Tensor) -> Tensor:
@@ -166,7 +172,9 @@ class WanDiT(nn.Module):
         self.params = params
         dim = params.dim
         self.patch_embedding = nn.Conv3d(params.in_dim, dim, kernel_size=params.patch_size, stride=params.patch_size)
-        self.text_embedding = nn.Sequential(nn.Linear(params.text_dim, dim), nn.GELU(approximate="tanh"), nn.Linear(dim, dim))
+        self.text_embedding = nn.Sequential(
+            nn.Linear(params.text_dim, dim), nn.GELU(approximate="tanh"), nn.Linear(dim, dim)
+        )
         self.time_embedding = nn.Sequential(nn.Linear(params.freq_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(dim, 6 * dim))
         self.blocks = nn.ModuleList([WanBlock(params) for _ in range(params.num_layers)])

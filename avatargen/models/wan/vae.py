@@ -165,7 +165,9 @@ class Resample(nn.Module):
         super().__init__()
         self.mode = mode
         if mode.startswith("upsample"):
-            self.resample = nn.Sequential(nn.Upsample(scale_factor=(2.0, 2.0), mode="nearest-exact"), nn.Conv2d(dim, dim // 2, 3, padding=1))
+            self.resample = nn.Sequential(
+                nn.Upsample(scale_factor=(2.0, 2.0), mode="nearest-exact"), nn.Conv2d(dim, dim // 2, 3, padding=1)
+            )
         elif mode.startswith("downsample"):
             self.resample = nn.Sequential(nn.ZeroPad2d((0, 1, 0, 1)), nn.Conv2d(dim, dim, 3, stride=(2, 2)))
         else:
@@ -201,7 +203,7 @@ class Resample(nn.Module):
         if past is None:
             head = x[:, :, :1]  # the stream's first frame passes straight through
         if (stream.shape[2] - 1) % 2:
-            raise ValueError("downsample3d got a chunk that breaks its stride-2 alignment; encode 1 + 4k, then 4k frames")
+            raise ValueError("a chunk broke the temporal downsampling's stride; encode 1 + 4k frames, then 4k")
         y = self.time_conv(stream)[0] if stream.shape[2] >= 3 else stream[:, :, :0]  # (B, C, (P+T-1)/2, H, W)
         return torch.cat([head, y], dim=2), stream[:, :, -1:].clone()
 
@@ -215,6 +217,10 @@ class StatefulSequential(nn.Sequential):
             x, layer_past = layer(x, None if past is None else past[i])
             new_past.append(layer_past)
         return x, tuple(new_past)
+
+
+def _middle(dim: int) -> StatefulSequential:
+    return StatefulSequential(ResidualBlock(dim, dim), AttentionBlock(dim), ResidualBlock(dim, dim))
 
 
 def _head(dim: int, out_channels: int) -> nn.Sequential:
@@ -241,7 +247,7 @@ class Encoder3d(nn.Module):
             if i != len(params.dim_mult) - 1:
                 layers.append(Resample(out_dim, "downsample3d" if params.temporal_downsample[i] else "downsample2d"))
         self.downsamples = StatefulSequential(*layers)
-        self.middle = StatefulSequential(ResidualBlock(dims[-1], dims[-1]), AttentionBlock(dims[-1]), ResidualBlock(dims[-1], dims[-1]))
+        self.middle = _middle(dims[-1])
         self.head = _head(dims[-1], 2 * params.z_dim)
 
     def forward(self, x: Tensor, past: Past) -> tuple[Tensor, Past]:
@@ -263,7 +269,7 @@ class Decoder3d(nn.Module):
         dims = [params.base_dim * m for m in (mult[-1], *mult[::-1])]
         temporal_upsample = params.temporal_downsample[::-1]
         self.conv1 = CausalConv3d(params.z_dim, dims[0], 3, padding=1)
-        self.middle = StatefulSequential(ResidualBlock(dims[0], dims[0]), AttentionBlock(dims[0]), ResidualBlock(dims[0], dims[0]))
+        self.middle = _middle(dims[0])
         layers: list[nn.Module] = []
         for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
             if i > 0:
@@ -325,7 +331,8 @@ class WanVAE(nn.Module):
         frames = video.shape[2]
         if (frames - first) % t_stride or frames < first:
             need = f"1 + {t_stride}k" if stream is None else f"{t_stride}k"
-            raise ValueError(f"encode got {frames} frames; a {'new' if stream is None else 'continued'} stream takes {need}")
+            kind = "new" if stream is None else "continued"
+            raise ValueError(f"encode got {frames} frames; a {kind} stream takes {need}")
         if video.shape[-1] % s_stride or video.shape[-2] % s_stride:
             raise ValueError(f"frame size {tuple(video.shape[-2:])} is not a multiple of {s_stride}")
         if frames_per_step is not None and (frames_per_step % t_stride or frames_per_step < t_stride):

@@ -62,14 +62,16 @@ def conv(prefix: str, out_channels: int, in_channels: int, *kernel: int) -> dict
 
 def residual(prefix: str, in_dim: int, out_dim: int) -> dict[str, tuple[int, ...]]:
     t = {f"{prefix}.residual.0.gamma": (in_dim, 1, 1, 1), f"{prefix}.residual.3.gamma": (out_dim, 1, 1, 1)}
-    t |= conv(f"{prefix}.residual.2", out_dim, in_dim, 3, 3, 3) | conv(f"{prefix}.residual.6", out_dim, out_dim, 3, 3, 3)
+    t |= conv(f"{prefix}.residual.2", out_dim, in_dim, 3, 3, 3)
+    t |= conv(f"{prefix}.residual.6", out_dim, out_dim, 3, 3, 3)
     if in_dim != out_dim:
         t |= conv(f"{prefix}.shortcut", out_dim, in_dim, 1, 1, 1)
     return t
 
 
 def attention(prefix: str, dim: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.norm.gamma": (dim, 1, 1)} | conv(f"{prefix}.to_qkv", 3 * dim, dim, 1, 1) | conv(f"{prefix}.proj", dim, dim, 1, 1)
+    t = {f"{prefix}.norm.gamma": (dim, 1, 1)}
+    return t | conv(f"{prefix}.to_qkv", 3 * dim, dim, 1, 1) | conv(f"{prefix}.proj", dim, dim, 1, 1)
 
 
 def wan_vae_tensors() -> dict[str, tuple[int, ...]]:
@@ -83,11 +85,13 @@ def wan_vae_tensors() -> dict[str, tuple[int, ...]]:
     t |= residual(f"{e}.6", 192, 384) | residual(f"{e}.7", 384, 384) | conv(f"{e}.8.resample.1", 384, 384, 3, 3)
     t |= conv(f"{e}.8.time_conv", 384, 384, 3, 1, 1)
     t |= residual(f"{e}.9", 384, 384) | residual(f"{e}.10", 384, 384)
-    t |= residual("encoder.middle.0", 384, 384) | attention("encoder.middle.1", 384) | residual("encoder.middle.2", 384, 384)
+    t |= residual("encoder.middle.0", 384, 384) | attention("encoder.middle.1", 384)
+    t |= residual("encoder.middle.2", 384, 384)
     t |= {"encoder.head.0.gamma": (384, 1, 1, 1)} | conv("encoder.head.2", 32, 384, 3, 3, 3)
     # decoder: 384 -> [384 x3, up3d -> 192] -> [192->384, 384 x2, up3d -> 192] -> [192 x3, up2d -> 96] -> [96 x3]
     t |= conv("decoder.conv1", 384, 16, 3, 3, 3)
-    t |= residual("decoder.middle.0", 384, 384) | attention("decoder.middle.1", 384) | residual("decoder.middle.2", 384, 384)
+    t |= residual("decoder.middle.0", 384, 384) | attention("decoder.middle.1", 384)
+    t |= residual("decoder.middle.2", 384, 384)
     u = "decoder.upsamples"
     t |= residual(f"{u}.0", 384, 384) | residual(f"{u}.1", 384, 384) | residual(f"{u}.2", 384, 384)
     t |= conv(f"{u}.3.resample.1", 192, 384, 3, 3) | conv(f"{u}.3.time_conv", 768, 384, 3, 1, 1)

@@ -29,16 +29,16 @@ def latents(frames: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_streamed_decode_equals_whole_clip_decode(vae: WanVAE) -> None:
-    z = latents(6)
+    z = latents(5)[..., :2]
     with torch.no_grad():
-        whole, _ = vae.decode(z, frames_per_step=None)  # one pass over all six latent frames
+        whole, _ = vae.decode(z, frames_per_step=None)  # one pass over all five latent frames
         pieces, stream = [], None
         for chunk in (z[:, :, :1], z[:, :, 1:3], z[:, :, 3:4], z[:, :, 4:]):  # uneven chunks, past carried along
             frames, stream = vae.decode(chunk, stream)
             pieces.append(frames)
-    assert whole.shape == (1, 3, 1 + 4 * 5, 16, 24)
-    assert [p.shape[2] for p in pieces] == [1, 8, 4, 8]
-    assert stream.frames_seen == 6
+    assert whole.shape == (1, 3, 1 + 4 * 4, 16, 16)
+    assert [p.shape[2] for p in pieces] == [1, 8, 4, 4]
+    assert stream.frames_seen == 5
     assert (torch.cat(pieces, dim=2) - whole).abs().max().item() <= TOLERANCE
 
 
