@@ -1,0 +1,71 @@
+"""Checking a downloaded weights folder against the models: every missing file and tensor, every wrong shape, from
+the file headers alone (tiny models written in the original layout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from avatargen.models.wan import CLIPVisionTower, WanDiT, WanVAE, clip_params, dit_params, vae_params
+from avatargen.models.wan.checkpoints import INFINITETALK_FILES, WAN_I2V_DIR, check_checkpoint, read_tensor_specs
+
+
+def write_infinitetalk_folder(root: Path) -> None:
+    """A weights/ folder as InfiniteTalk's README downloads it, with tiny models' tensors in bf16."""
+    torch.manual_seed(0)
+    dit = {k: v.to(torch.bfloat16) for k, v in WanDiT(dit_params("wan_tiny")).state_dict().items()}
+    adapter_parts = ("audio_proj.", ".audio_cross_attn.", ".norm_x.")
+    adapter = {k: v for k, v in dit.items() if any(part in k for part in adapter_parts)}
+    backbone = sorted(set(dit) - set(adapter))
+    wan = root / WAN_I2V_DIR
+    wan.mkdir(parents=True)
+    for shard in range(7):  # the backbone spread over the seven shards
+        names = backbone[shard::7]
+        shard_file = wan / f"diffusion_pytorch_model-{shard + 1:05d}-of-00007.safetensors"
+        save_file({k: dit[k].contiguous() for k in names}, shard_file)
+    (root / "InfiniteTalk/single").mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in adapter.items()}, root / "InfiniteTalk/single/infinitetalk.safetensors")
+    torch.save(WanVAE(vae_params("wan_tiny")).state_dict(), wan / "Wan2.1_VAE.pth")
+    clip = {f"visual.{k}": v for k, v in CLIPVisionTower(clip_params("clip_tiny")).state_dict().items()}
+    clip |= {"textual.token_embedding.weight": torch.zeros(4, 4), "log_scale": torch.tensor(2.6)}
+    torch.save(clip, wan / "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth")
+
+
+def meta(build):
+    with torch.device("meta"):
+        return build()
+
+
+def test_a_complete_folder_checks_clean(tmp_path: Path) -> None:
+    write_infinitetalk_folder(tmp_path)
+    dit = check_checkpoint(meta(lambda: WanDiT(dit_params("wan_tiny"))), tmp_path, INFINITETALK_FILES["dit"])
+    assert dit.ok, dit
+    assert dit.dtypes == {"BF16": len(WanDiT(dit_params("wan_tiny")).state_dict())}
+    vae = check_checkpoint(meta(lambda: WanVAE(vae_params("wan_tiny"))), tmp_path, INFINITETALK_FILES["vae"])
+    assert vae.ok, vae
+    tower = meta(lambda: CLIPVisionTower(clip_params("clip_tiny")))
+    clip = check_checkpoint(tower, tmp_path, INFINITETALK_FILES["image_encoder"])
+    assert clip.ok, clip  # the text tower and log_scale are outside visual.* and do not count
+
+
+def test_problems_are_named(tmp_path: Path) -> None:
+    write_infinitetalk_folder(tmp_path)
+    (tmp_path / "InfiniteTalk/single/infinitetalk.safetensors").unlink()  # adapter not downloaded
+    model = meta(lambda: WanDiT(dit_params("wan_tiny")))
+    report = check_checkpoint(model, tmp_path, INFINITETALK_FILES["dit"])
+    assert report.missing_files == ["InfiniteTalk/single/infinitetalk.safetensors"]
+    assert "audio_proj.proj1.weight" in report.missing and "blocks.1.audio_cross_attn.proj.bias" in report.missing
+    # a 1.3B-shaped model against 14B-shaped files: every mismatch with both shapes
+    wider = meta(lambda: WanDiT(dit_params("wan_tiny", ffn_dim=96, audio=None)))
+    report = check_checkpoint(wider, tmp_path, INFINITETALK_FILES["dit"])
+    assert report.mis_shaped["blocks.0.ffn.0.weight"] == ((128, 64), (96, 64))
+    assert not report.ok
+
+
+def test_pth_shapes_and_dtypes_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "big.pth"
+    torch.save({"w": torch.zeros(256, 1024)}, path)
+    specs = read_tensor_specs(path)
+    assert specs["w"].shape == (256, 1024) and specs["w"].dtype == "float32"
