@@ -219,26 +219,28 @@ class WanDiT(nn.Module):
         if text.shape[1] > p.text_len:
             raise ValueError(f"text has {text.shape[1]} tokens; this model takes at most text_len={p.text_len}")
         grid = (frames // pt, height // ph, width // pw)
+        dtype = self.patch_embedding.weight.dtype  # inputs follow the weights (bf16 checkpoints); modulation is fp32
 
-        x = self.patch_embedding(latents).flatten(2).transpose(1, 2)  # (B, L, dim), L = F'*H'*W'
+        x = self.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)  # (B, L, dim), L = F'*H'*W'
         angles = rope_angles(grid, p.head_dim, latents.device)  # (L, head_dim/2) float64
         rope = (angles.cos().float(), angles.sin().float())
 
-        time = self.time_embedding(timestep_sinusoid(timesteps, p.freq_dim))  # (B, dim) fp32
-        time_mod = self.time_projection(time).unflatten(1, (6, p.dim)).float()  # (B, 6, dim)
+        time = self.time_embedding(timestep_sinusoid(timesteps, p.freq_dim).to(dtype))  # (B, dim)
+        time_mod = self.time_projection(time).unflatten(1, (6, p.dim)).float()  # (B, 6, dim) fp32
+        time = time.float()
 
         text = torch.cat([text, text.new_zeros(b, p.text_len - text.shape[1], text.shape[2])], dim=1)  # (B, Lt', Dt)
-        text = self.text_embedding(text).type_as(x)  # (B, text_len, dim)
+        text = self.text_embedding(text.to(dtype))  # (B, text_len, dim)
         image = None
         if p.image_to_video:
             if clip_tokens is None:
                 raise ValueError("this Wan DiT is image-to-video: pass the CLIP image tokens (clip_tokens)")
-            image = self.img_emb(clip_tokens).type_as(x)  # (B, 257, dim)
+            image = self.img_emb(clip_tokens.to(dtype))  # (B, 257, dim)
         audio_tokens = None
         if audio is not None:
             if p.audio is None:
                 raise ValueError("this Wan DiT has no audio adapter; build it with WanDiTParams.audio set")
-            audio_tokens = self.audio_proj(audio.type_as(x))  # (B, 1 + N, tokens, output_dim)
+            audio_tokens = self.audio_proj(audio.to(dtype))  # (B, 1 + N, tokens, output_dim)
             if audio_tokens.shape[1] != grid[0]:
                 raise ValueError(f"audio covers {audio_tokens.shape[1]} latent frames, the latents {grid[0]}")
 

@@ -38,3 +38,16 @@ def test_audio_of_one_latent_frame_moves_only_that_frame() -> None:
     moved = (after - before).abs().amax(dim=(0, 1, 3, 4))  # per latent frame
     assert moved[1] > 1e-3
     assert moved[0] == 0 and moved[2] == 0
+
+
+def test_bf16_weights_run_and_stay_close_to_fp32() -> None:
+    """The checkpoints are bf16: the model runs on bf16 weights from fp32 inputs (modulation kept in fp32)."""
+    torch.manual_seed(0)
+    model = WanDiT(dit_params("wan_tiny")).eval()
+    inputs = (torch.randn(1, 36, 3, 4, 4), torch.tensor([700.0]), torch.randn(1, 5, 32), torch.randn(1, 257, 1280))
+    audio = torch.randn(1, 9, 5, 2, 16)
+    with torch.no_grad():
+        full = model(*inputs, audio)
+        half = model.to(torch.bfloat16)(*inputs, audio)
+    assert half.dtype == torch.float32
+    assert (half - full).abs().max() <= 0.05 * full.abs().max()
