@@ -329,7 +329,7 @@ class WanVAE(nn.Module):
         t_stride, s_stride = self.params.temporal_stride, self.params.spatial_stride
         first = 1 if stream is None else 0
         frames = video.shape[2]
-        if (frames - first) % t_stride or frames < first:
+        if frames == 0 or (frames - first) % t_stride:
             need = f"1 + {t_stride}k" if stream is None else f"{t_stride}k"
             kind = "new" if stream is None else "continued"
             raise ValueError(f"encode got {frames} frames; a {kind} stream takes {need}")

@@ -8,11 +8,13 @@ import torch.nn.functional as F
 
 from avatargen.models.wan.audio_features import frame_windows, normalise_waveform, wav2vec2_frame_features
 
-transformers = pytest.importorskip("transformers")
+@pytest.fixture(scope="module")
+def transformers():
+    return pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def encoder():
+def encoder(transformers):
     torch.manual_seed(0)
     config = transformers.Wav2Vec2Config(
         hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32,
@@ -59,7 +61,7 @@ def test_without_resampling_the_features_are_transformers_hidden_states(encoder)
     assert (got[:, :, -1] - native.last_hidden_state).abs().max().item() <= 1e-5
 
 
-def test_waveform_normalisation_matches_the_feature_extractor() -> None:
+def test_waveform_normalisation_matches_the_feature_extractor(transformers) -> None:
     samples = speech(0.25, seed=2) + 0.1
     extractor = transformers.Wav2Vec2FeatureExtractor(do_normalize=True)
     expected = torch.tensor(extractor(samples[0].numpy(), sampling_rate=16000).input_values[0])

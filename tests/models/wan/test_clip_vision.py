@@ -9,10 +9,8 @@ import torch
 from avatargen.models.wan.clip_vision import CLIPVisionTower, clip_params, clip_pixels
 from tests.models.wan.transformers_keys import clip_vision_to_transformers
 
-transformers = pytest.importorskip("transformers")
-
-
 def test_tower_matches_transformers_clip_vision_at_the_block_wan_reads() -> None:
+    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     params = clip_params("clip_tiny")
     ours = CLIPVisionTower(params).eval()

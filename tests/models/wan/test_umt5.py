@@ -9,10 +9,8 @@ import torch
 from avatargen.models.wan.umt5 import UMT5Encoder, umt5_params
 from tests.models.wan.transformers_keys import umt5_to_transformers
 
-transformers = pytest.importorskip("transformers")
-
-
 def test_encoder_matches_transformers_umt5() -> None:
+    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     params = umt5_params("umt5_tiny")
     ours = UMT5Encoder(params).eval()

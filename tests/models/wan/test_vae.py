@@ -57,11 +57,9 @@ def test_encode_rejects_misaligned_frame_counts(vae: WanVAE) -> None:
         vae.encode(torch.zeros(1, 3, 4, 16, 16))
 
 
-diffusers = pytest.importorskip("diffusers")
-
-
 @pytest.fixture(scope="module")
 def oracle(vae: WanVAE):
+    diffusers = pytest.importorskip("diffusers")
     model = diffusers.AutoencoderKLWan(base_dim=vae.params.base_dim, z_dim=vae.params.z_dim)
     model.load_state_dict(vae_to_diffusers(vae.state_dict()), strict=True)
     return model.eval()
@@ -95,6 +93,7 @@ def test_encode_matches_diffusers(vae: WanVAE, oracle) -> None:
 
 
 def test_key_mapping_agrees_with_diffusers_converter(vae: WanVAE) -> None:
+    pytest.importorskip("diffusers")
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
     state = vae.state_dict()
