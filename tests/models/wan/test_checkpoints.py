@@ -69,3 +69,31 @@ def test_pth_shapes_and_dtypes_are_read(tmp_path: Path) -> None:
     torch.save({"w": torch.zeros(256, 1024)}, path)
     specs = read_tensor_specs(path)
     assert specs["w"].shape == (256, 1024) and specs["w"].dtype == "float32"
+
+
+def test_meta_built_models_load_the_downloaded_files_strictly(tmp_path: Path) -> None:
+    """The seven shards + the adapter file, and the VAE pickle, assign-load into meta builds and run as the originals."""
+    import glob
+
+    from safetensors.torch import load_file
+
+    write_infinitetalk_folder(tmp_path)
+    torch.manual_seed(0)
+    source = WanDiT(dit_params("wan_tiny")).to(torch.bfloat16).eval()  # the weights the folder holds
+    state = {}
+    for pattern in INFINITETALK_FILES["dit"].patterns:
+        for path in sorted(glob.glob(str(tmp_path / pattern))):
+            state |= load_file(path)
+    loaded = meta(lambda: WanDiT(dit_params("wan_tiny")))
+    loaded.load_state_dict(state, strict=True, assign=True)
+    inputs = (torch.randn(1, 36, 3, 4, 4), torch.tensor([300.0]), torch.randn(1, 5, 32), torch.randn(1, 257, 1280))
+    audio = torch.randn(1, 9, 5, 2, 16)
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(*inputs, audio), source(*inputs, audio))
+
+    vae_state = torch.load(tmp_path / WAN_I2V_DIR / "Wan2.1_VAE.pth", mmap=True, weights_only=True)
+    vae = meta(lambda: WanVAE(vae_params("wan_tiny")))
+    vae.load_state_dict(vae_state, strict=True, assign=True)
+    with torch.no_grad():
+        frames, _ = vae.eval().decode(torch.randn(1, 16, 2, 2, 2))
+    assert frames.shape == (1, 3, 5, 16, 16) and torch.isfinite(frames).all()
