@@ -72,7 +72,7 @@ def test_pth_shapes_and_dtypes_are_read(tmp_path: Path) -> None:
 
 
 def test_meta_built_models_load_the_downloaded_files_strictly(tmp_path: Path) -> None:
-    """The seven shards + the adapter file, and the VAE pickle, assign-load into meta builds and run as the originals."""
+    """The shards + adapter file and the VAE pickle assign-load into meta builds and run as the originals."""
     import glob
 
     from safetensors.torch import load_file
