@@ -36,6 +36,7 @@ class CLIPVisionParams:
 
     @property
     def tokens(self) -> int:
+        """Output tokens: one per patch plus the class token (257 at 224 / 14)."""
         return (self.image_size // self.patch_size) ** 2 + 1
 
     def validate(self) -> None:

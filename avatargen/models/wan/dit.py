@@ -52,6 +52,7 @@ class WanDiTParams:
 
     @property
     def head_dim(self) -> int:
+        """Channels per attention head (128 at 14B and 1.3B)."""
         return self.dim // self.num_heads
 
     def validate(self) -> None:

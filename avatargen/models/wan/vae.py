@@ -48,10 +48,12 @@ class WanVAEParams:
 
     @property
     def spatial_stride(self) -> int:
+        """Pixels per latent pixel along height and width (8)."""
         return 2 ** (len(self.dim_mult) - 1)
 
     @property
     def temporal_stride(self) -> int:
+        """Video frames per latent frame after the first (4)."""
         return 2 ** sum(self.temporal_downsample)
 
     def validate(self) -> None:
@@ -311,6 +313,10 @@ class WanVAE(nn.Module):
         self.conv1 = CausalConv3d(2 * params.z_dim, 2 * params.z_dim, 1)
         self.conv2 = CausalConv3d(params.z_dim, params.z_dim, 1)
         self.decoder = Decoder3d(params)
+
+    def block_stacks(self) -> list[str]:
+        """No repeated block stack: the VAE is placed as one piece."""
+        return []
 
     def _stats(self, like: Tensor) -> tuple[Tensor, Tensor]:
         mean = torch.tensor(self.params.latent_mean, dtype=like.dtype, device=like.device).view(1, -1, 1, 1, 1)
