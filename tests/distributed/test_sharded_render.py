@@ -33,8 +33,8 @@ def test_a_rank_failing_mid_render_stops_the_group_with_one_line_from_rank_0(tmp
     audio = write_speechlike_wav(tmp_path / "a.wav", 2.0)
     out = tmp_path / "o.mp4"
     started = time.monotonic()
-    result = torchrun("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", *FAST,
-                      "runtime.dist_timeout_s=60", env_extra={"AVATARGEN_TEST_FAIL": "1:step"}, timeout=120)  # fmt: skip
+    result = torchrun("1", "render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", *FAST,
+                      "runtime.dist_timeout_s=60", module="tests.distributed.faulty_rank", timeout=120)  # fmt: skip
     elapsed = time.monotonic() - started
     assert result.returncode != 0
     assert elapsed < 90, elapsed
