@@ -61,7 +61,7 @@ class PlacementPlan:
 
     policy: str = "none"  # none | model | block | fsdp
     device: torch.device = torch.device("cpu")
-    dtype: torch.dtype = torch.float32  # floating parameters and persistent buffers are cast to it as they land
+    dtype: torch.dtype = torch.float32  # floating parameters are cast to it as they land (buffers keep theirs)
     resident_blocks: int = 2  # block: most blocks of one model on the device at once
     mesh: Any = None  # fsdp: the DeviceMesh
     fsdp_host_offload: bool = False  # fsdp: shards idle in host memory (CPUOffloadPolicy)
@@ -148,8 +148,8 @@ def _groups(model: nn.Module, slots: list[_Slot], per_block: bool) -> tuple[list
 
 
 def _run_dtype(slot: _Slot, dtype: torch.dtype) -> torch.dtype:
-    cast = slot.tensor.is_floating_point() and (slot.is_param or slot.key is not None)
-    return dtype if cast else slot.tensor.dtype
+    """Floating parameters run in the run dtype; buffers (statistics, filters) keep the dtype the model gives them."""
+    return dtype if slot.is_param and slot.tensor.is_floating_point() else slot.tensor.dtype
 
 
 def _install(slot: _Slot, value: Tensor) -> None:
