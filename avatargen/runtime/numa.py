@@ -80,8 +80,8 @@ def _physical_index(index: int) -> int | str:
 
 def cuda_bus_id(index: int) -> str | None:
     """The PCI bus id of CUDA device ``index`` in sysfs spelling, found WITHOUT initialising CUDA (so the process can
-    be pinned before CUDA and the process group start their threads): from NVML when it is installed, else from
-    torch once CUDA is already initialised; None otherwise."""
+    be pinned before CUDA and the process group start their threads): from NVML when it is installed, else from the
+    nvidia driver's sysfs folder (PCI order), or from torch once CUDA is already initialised; None otherwise."""
     try:
         import pynvml  # nvidia-ml-py
 
@@ -96,12 +96,24 @@ def cuda_bus_id(index: int) -> str | None:
     except Exception:  # no NVML (library or driver): fall back
         pass
     if not torch.cuda.is_initialized():
-        return None
+        return _bus_id_from_driver(_physical_index(index))
     props = torch.cuda.get_device_properties(index)
     bus, dev, domain = (getattr(props, k, None) for k in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
     if bus is None or dev is None:
         return None
     return f"{domain or 0:04x}:{bus:02x}:{dev:02x}.0"
+
+
+def _bus_id_from_driver(physical: int | str, sysfs: Path = SYSFS) -> str | None:
+    """The ``physical``-th GPU bound to the nvidia driver in PCI order (NVML's order; CUDA's too on a machine of one
+    GPU model), from sysfs alone."""
+    if not isinstance(physical, int):
+        return None
+    try:
+        ids = sorted(p.name for p in (sysfs / "bus" / "pci" / "drivers" / "nvidia").iterdir() if p.name.count(":") == 2)
+    except OSError:
+        return None
+    return ids[physical].lower() if physical < len(ids) else None
 
 
 def thread_ids() -> list[int]:

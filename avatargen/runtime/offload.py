@@ -33,6 +33,7 @@ inside a stage would be lost under ``block``, whose host copy is the only one ke
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ class OffloadMonitor:
         self.device = device
         self.cuda = device.type == "cuda"
         self.trace: list[tuple[str, str, int | None]] | None = [] if trace else None
+        self.pinned_bytes = 0  # page-locked host buffers of the offloaded models (set once, at placement)
         self.reset()
 
     def reset(self) -> None:
@@ -149,6 +151,10 @@ class OffloadMonitor:
         self.evictions += 1
         self.note("evict", module, block)
 
+    def pinned(self, nbytes: int) -> None:
+        """A flat host buffer of ``nbytes`` was page-locked for the models' weights."""
+        self.pinned_bytes += nbytes
+
     def resident(self, blocks: int) -> None:
         self.max_resident_blocks = max(self.max_resident_blocks, blocks)
 
@@ -175,6 +181,7 @@ class OffloadMonitor:
             "evictions": self.evictions,
             "max_resident_blocks": self.max_resident_blocks if block else None,
             "peak_device_mb": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1) if self.cuda else None,
+            "pinned_host_mb": round(self.pinned_bytes / 2**20, 1) if self.cuda else None,
         }
 
     def _close_switch(self) -> None:
@@ -339,7 +346,7 @@ class FlatGroup:
             itemsize = torch.empty((), dtype=dtype).element_size()
             layout.append((offset, dtype, tensor.shape, tuple(tensor.stride())))
             offset += -(-max(_span_elements(tensor), 1) * itemsize // _ALIGN) * _ALIGN
-        flat = torch.empty(offset, dtype=torch.uint8, device=device, pin_memory=pin)
+        flat = pinned_bytes(offset) if pin else torch.empty(offset, dtype=torch.uint8, device=device)
         return cls(flat, layout)
 
     def load(self, device: torch.device, copy_stream: "torch.cuda.Stream | None") -> Span | None:
@@ -374,6 +381,24 @@ class FlatGroup:
             tensor.data = host
         self.resident = False
         self.ready = None
+
+
+def pinned_bytes(nbytes: int) -> Tensor:
+    """``nbytes`` of page-locked host memory, exactly: pageable memory registered with ``cudaHostRegister``.
+
+    ``pin_memory=True`` goes through torch's caching host allocator, which rounds every allocation up to a power of
+    two (a 93 MB block would pin 128 MB). Registered memory is pinned byte for byte and unregistered when the
+    tensor is collected. Where registering fails, the caching allocator is the fallback.
+    """
+    flat = torch.empty(nbytes, dtype=torch.uint8)
+    try:
+        cudart = torch.cuda.cudart()
+        if nbytes == 0 or int(cudart.cudaHostRegister(flat.data_ptr(), nbytes, 0)) != 0:
+            raise RuntimeError("cudaHostRegister failed")
+    except (RuntimeError, AttributeError, TypeError):
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    weakref.finalize(flat, cudart.cudaHostUnregister, flat.data_ptr())
+    return flat
 
 
 _copy_streams: dict[torch.device, "torch.cuda.Stream"] = {}

@@ -194,6 +194,9 @@ def place(model: nn.Module, weights: Weights, plan: PlacementPlan, monitor: Offl
     rest, blocks = _groups(model, slots, per_block=plan.policy != "model")
     groups = [FlatGroup.allocate(group, [_run_dtype(s, plan.dtype) for s in group], home, pin=offloaded and cuda)
               for group in [rest, *blocks]]  # fmt: skip
+    if offloaded and cuda:
+        for group in groups:
+            monitor.pinned(group.nbytes)
     for group, members in zip(groups, [rest, *blocks]):
         for slot, view in zip(members, group.host):
             real = slot.tensor if slot.tensor.device.type != "meta" else None

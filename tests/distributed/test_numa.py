@@ -102,3 +102,15 @@ def test_pinning_binds_threads_started_before_it():
         thread.join()
         set_affinity_all_threads(tuple(before))
 
+
+
+def test_a_gpu_is_found_from_the_driver_folder_without_cuda(tmp_path):
+    from avatargen.runtime.numa import _bus_id_from_driver
+
+    driver = tmp_path / "bus" / "pci" / "drivers" / "nvidia"
+    driver.mkdir(parents=True)
+    for name in ("0000:9a:00.0", "0000:17:00.0", "bind", "module"):
+        (driver / name).mkdir()
+    assert _bus_id_from_driver(0, tmp_path) == "0000:17:00.0"
+    assert _bus_id_from_driver(1, tmp_path) == "0000:9a:00.0"
+    assert _bus_id_from_driver(2, tmp_path) is None and _bus_id_from_driver("GPU-uuid", tmp_path) is None

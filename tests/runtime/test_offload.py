@@ -191,11 +191,13 @@ def test_render_with_block_offload_writes_the_same_frames_and_reports_it(tmp_pat
     assert outputs["none"].shape[0] == 30 and (outputs["none"] == outputs["block"]).all()
     block = reports["block"]
     assert set(block) == {"policy", "resident_blocks", "switches", "switch_ms_mean", "switch_ms_max", "h2d_bytes",
-                          "h2d_gbps", "loads", "evictions", "max_resident_blocks", "peak_device_mb"}  # fmt: skip
+                          "h2d_gbps", "loads", "evictions", "max_resident_blocks", "peak_device_mb",
+                          "pinned_host_mb"}  # fmt: skip
     assert (block["policy"], block["resident_blocks"], block["max_resident_blocks"]) == ("block", 2, 2)
     assert block["switches"] > 10 and block["switch_ms_max"] >= block["switch_ms_mean"] >= 0
     assert block["loads"] > block["switches"] and block["evictions"] == block["loads"]
     assert (block["h2d_bytes"], block["h2d_gbps"], block["peak_device_mb"]) == (0, None, None)  # CPU: nothing copied
+    assert block["pinned_host_mb"] is None  # nor pinned
     none = reports["none"]
     assert (none["policy"], none["loads"], none["max_resident_blocks"]) == ("none", 0, None)
     assert none["switches"] == block["switches"]
@@ -226,6 +228,10 @@ def test_cuda_block_offload_is_exact_and_bounds_device_memory(specs, trained_lik
             outputs[policy] = [placed_model(*args).cpu() for _ in range(3)]
         torch.cuda.synchronize(cuda)
         peaks[policy] = torch.cuda.max_memory_allocated(cuda) - before
+        if policy == "block":  # flat host buffers, page-locked byte for byte (no power-of-two rounding)
+            weights = sum(t.numel() * t.element_size() for t in [*placed_model.parameters(), *placed_model.buffers()])
+            assert all(group.host_flat.is_pinned() for group in [module.placement.rest, *module.placement.blocks])
+            assert weights <= module.monitor.pinned_bytes <= 1.05 * weights, (module.monitor.pinned_bytes, weights)
         del module, placed_model
     for a, b in zip(outputs["none"], outputs["block"]):
         assert torch.equal(a, b)  # the same kernels on the same weights: copies change nothing
