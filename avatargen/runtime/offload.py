@@ -308,14 +308,12 @@ def _span_elements(tensor: Tensor) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
 
 
-def _views(flat: Tensor, layout: list[tuple[int, torch.dtype, torch.Size, tuple[int, ...]]]) -> list[Tensor]:
-    """The tensors of a flat byte buffer: each (offset, dtype, shape, stride) as a view, no copy."""
-    views = []
-    for offset, dtype, shape, stride in layout:
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        span = max(_span_elements(torch.empty_strided(shape, stride, device="meta")), 1)
-        views.append(flat[offset : offset + span * itemsize].view(dtype).as_strided(shape, stride))
-    return views
+Layout = list[tuple[int, int, torch.dtype, torch.Size, tuple[int, ...]]]  # (byte offset, bytes, dtype, shape, stride)
+
+
+def _views(flat: Tensor, layout: Layout) -> list[Tensor]:
+    """The tensors of a flat byte buffer, each a view (no copy) with its dtype, shape and strides."""
+    return [flat[offset : offset + nbytes].view(dtype).as_strided(shape, stride) for offset, nbytes, dtype, shape, stride in layout]
 
 
 class FlatGroup:
@@ -327,7 +325,7 @@ class FlatGroup:
     tensors at views of a fresh device copy, ``evict`` points them back at the host views, copying nothing back.
     """
 
-    def __init__(self, flat: Tensor, layout: list[tuple[int, torch.dtype, torch.Size, tuple[int, ...]]]):
+    def __init__(self, flat: Tensor, layout: Layout):
         self.host_flat = flat
         self.layout = layout
         self.host = _views(flat, layout)
@@ -343,9 +341,9 @@ class FlatGroup:
         layout, offset = [], 0
         for slot, dtype in zip(slots, dtypes):
             tensor = slot.tensor
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            layout.append((offset, dtype, tensor.shape, tuple(tensor.stride())))
-            offset += -(-max(_span_elements(tensor), 1) * itemsize // _ALIGN) * _ALIGN
+            nbytes = max(_span_elements(tensor), 1) * torch.empty((), dtype=dtype).element_size()
+            layout.append((offset, nbytes, dtype, tensor.shape, tuple(tensor.stride())))
+            offset += -(-nbytes // _ALIGN) * _ALIGN
         flat = pinned_bytes(offset) if pin else torch.empty(offset, dtype=torch.uint8, device=device)
         return cls(flat, layout)
 

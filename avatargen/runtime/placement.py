@@ -93,8 +93,11 @@ def check_state_dict(name: str, model: nn.Module, shapes: dict[str, tuple[int, .
 
 
 @contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
+def _seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """The global RNGs seeded for the block, restored after; only ``device``'s CUDA generator is touched (forking
+    every GPU's would create a CUDA context on each of them, on every rank)."""
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
 
@@ -160,10 +163,10 @@ def _install(slot: _Slot, value: Tensor) -> None:
     slot.tensor = new
 
 
-def _fill(slots: list[_Slot], weights: Weights, model: nn.Module) -> None:
+def _fill(slots: list[_Slot], weights: Weights, model: nn.Module, device: torch.device) -> None:
     """Copy each tensor from the checkpoint into its home (cast on the copy), or run the seeded init there."""
     if isinstance(weights, RandomInit):
-        with _seeded(weights.seed), torch.no_grad():
+        with _seeded(weights.seed, device), torch.no_grad():
             init_random(model)
         return
     with torch.no_grad():
@@ -204,7 +207,7 @@ def place(model: nn.Module, weights: Weights, plan: PlacementPlan, monitor: Offl
             if real is not None:  # a computed buffer: its value comes along into the group
                 view.copy_(real)
         group.tensors = [slot.tensor for slot in members]
-    _fill(slots, weights, model)
+    _fill(slots, weights, model, home)
     if plan.policy == "none":
         return Resident(model, plan.device, monitor, name)
     if plan.policy == "model":
@@ -225,7 +228,7 @@ def _place_sharded(model: nn.Module, weights: Weights, plan: PlacementPlan) -> N
         for slot in _slots(full):
             if slot.tensor.device.type == "meta":
                 _install(slot, torch.empty_strided(slot.tensor.shape, slot.tensor.stride(), dtype=slot.tensor.dtype))
-        _fill([], weights, full)
+        _fill([], weights, full, torch.device("cpu"))
         weights = StateDictSource(full.state_dict())
     computed = {id(s.tensor): s.tensor for s in _slots(model) if s.tensor.device.type != "meta"}
     saved = [(s, computed[id(s.tensor)]) for s in _slots(model) if id(s.tensor) in computed]
