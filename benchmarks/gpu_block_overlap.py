@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from avatargen.models.layers import TransformerBlock  # noqa: E402
-from avatargen.modules import Module, ModuleSpec, PlacementPlan  # noqa: E402
+from avatargen.modules import Module, ModuleSpec  # noqa: E402
 
 
 class BlockStack(nn.Module):

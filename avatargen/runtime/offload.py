@@ -43,8 +43,6 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor, nn
 
-POLICIES = ("none", "model", "block")
-
 Span = tuple["torch.cuda.Event", "torch.cuda.Event"]  # (start, end) recorded on a CUDA stream
 
 

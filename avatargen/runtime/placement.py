@@ -230,15 +230,14 @@ def _place_sharded(model: nn.Module, weights: Weights, plan: PlacementPlan) -> N
                 _install(slot, torch.empty_strided(slot.tensor.shape, slot.tensor.stride(), dtype=slot.tensor.dtype))
         _fill([], weights, full, torch.device("cpu"))
         weights = StateDictSource(full.state_dict())
-    computed = {id(s.tensor): s.tensor for s in _slots(model) if s.tensor.device.type != "meta"}
-    saved = [(s, computed[id(s.tensor)]) for s in _slots(model) if id(s.tensor) in computed]
+    computed = [(slot, slot.tensor) for slot in _slots(model) if slot.tensor.device.type != "meta"]  # to_empty wipes them
     for slot in _slots(model):
         if slot.tensor.device.type == "meta" and slot.tensor.is_floating_point():
             _install(slot, torch.empty_like(slot.tensor, dtype=_run_dtype(slot, plan.dtype), device="meta"))
     shard_model(model, plan.mesh, plan.fsdp_host_offload)
     init_device = torch.device("cpu") if plan.fsdp_host_offload else plan.device
     model.to_empty(device=init_device)
-    for slot, value in saved:
+    for slot, value in computed:
         for module, attr in slot.owners:
             module._buffers[attr] = value.to(init_device)
     with torch.no_grad():
