@@ -1,7 +1,7 @@
 """Bulk rendering: many (image, audio, prompt) jobs from a JSONL or CSV file, resumable, over torchrun's ranks.
 
 Each job is one call of ``avatargen.render.render()`` in this process (models are built once and reused while the
-model config stays the same, see ``runtime.sharding.place_modules``). Under torchrun, ``runtime.batch_mode=spread``
+model config stays the same, see ``pipeline.build.place_modules``). Under torchrun, ``runtime.batch_mode=spread``
 gives rank r the jobs r, r+N, ... to render alone; ``shard`` renders every job with all ranks, FSDP-sharded. A job
 whose output already exists is skipped (renders only rename ``OUT.partial.mp4`` onto ``OUT.mp4`` on success), so
 re-running a half-finished batch resumes it; a failing job is recorded and the others go on. Rank 0 writes

@@ -29,13 +29,13 @@ from avatargen.io.encoder import Encoder
 from avatargen.io.outputs import Output, folder_write_problem, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore
-from avatargen.pipeline.build import resolve_checkpoint, resolve_device
+from avatargen.pipeline.build import place_modules, resolve_checkpoint, resolve_device
+from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
 from avatargen.runtime.distributed import rank_failures, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
-from avatargen.runtime.sharding import place_modules, render_as_follower
 
 
 STREAM = Path("-")  # --audio - reads stdin; --output - writes MPEG-TS to stdout

@@ -4,7 +4,7 @@
 #     bash benchmarks/fetch_offload_wheels.sh               # ~37 MB into benchmarks/wheels/ (git-ignored)
 #     bash benchmarks/fetch_offload_wheels.sh --bench-only  # diffusers + accelerate and their missing deps (~6 MB)
 #
-# then name the folder in the device call: carry=["benchmarks/wheels"]. There,
+# then copy the checkout with that folder to the GPU machine (see benchmarks/gpu_checks.sh). There,
 #     pip install --no-index --find-links benchmarks/wheels diffusers accelerate
 # installs them offline. The target is the GPU image: CPython 3.12 on x86-64 Linux, torch preinstalled.
 #
@@ -14,7 +14,7 @@
 #   for gpu_offload.py   diffusers (pure Python), accelerate (already there, same version: kept for a newer image),
 #                        importlib-metadata + lazy-importer (diffusers' declared deps; not imported on Python 3.12)
 #   for avatargen itself omegaconf, soundfile + cffi + pycparser, imageio-ffmpeg (its ffmpeg binary: 29.5 MB;
-#                        0.8.x is 68 MB, over the device tool's 64 MiB limit on what travels)
+#                        0.8.x is 68 MB: the folder is kept under 64 MiB)
 # Versions are pinned: the ones benchmarks/gpu_offload.py --smoke was run with. One version of each: pip refuses two.
 set -euo pipefail
 cd "$(dirname "$0")/.."

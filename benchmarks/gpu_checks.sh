@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# The GPU checks of runtime.offload (issue #4) in one device call of under 8 minutes, on the H200 machine (no
-# network; torch, accelerate, pytest preinstalled). From a session that has the device tool:
+# The GPU checks of avatargen's placement and offload, in one command of under 8 minutes, on any Linux machine with
+# an NVIDIA GPU and torch (CUDA build) installed.
 #
-#     bash benchmarks/fetch_offload_wheels.sh     # here, once: benchmarks/wheels/ (git-ignored, ~37 MB)
-#     run(command="bash benchmarks/gpu_checks.sh", carry=["benchmarks/wheels"], timeout_s=560)
+# With network on the GPU machine:   git clone <avatargen> && cd avatargen && bash benchmarks/gpu_checks.sh
+# Without (an air-gapped GPU box):   on a machine with network, in the checkout,
+#                                        bash benchmarks/fetch_offload_wheels.sh   # benchmarks/wheels/, ~37 MB
+#                                    copy the whole checkout, benchmarks/wheels/ included, to the GPU machine
+#                                    (e.g. rsync -a avatargen/ gpu:avatargen/), then there:
+#                                        bash benchmarks/gpu_checks.sh
 #
-# Steps: install the carried wheels and avatargen offline; pytest tests/runtime (with the CUDA paths, slow ones too);
-# a short `avatargen render` of the shipped model on CUDA with runtime.offload=block; then
+# Steps: install the wheels (if present) and avatargen, offline; pytest tests/runtime (with the CUDA paths, slow ones
+# too); benchmarks/gpu_block_overlap.py (GPU busy share during a block-offloaded forward >= 95 %, pinned host bytes
+# <= 1.05 x the weights); a short `avatargen render` of the shipped model on CUDA with runtime.offload=block; then
 # benchmarks/gpu_offload.py with whatever time is left of GPU_CHECKS_BUDGET_S (default 450 s).
-# Writes under $OUT (the device tool's folder; out/gpu_checks elsewhere): gpu_checks.log (everything), env.txt,
-# render.json, render.mp4 (+ render.yaml), gpu_offload.json.
+# Writes under $OUT (default out/gpu_checks): gpu_checks.log (everything), env.txt, block_overlap.json, render.json,
+# render.mp4 (+ render.yaml), gpu_offload.json. Exit code 0 when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/gpu_checks}
@@ -50,6 +55,10 @@ main() {
   timeout 150 $PY -m pytest -q -p no:cacheprovider -o addopts= tests/runtime
   pytest_rc=$?
 
+  step "benchmarks/gpu_block_overlap.py (busy share >= 95 %, pinned <= 1.05 x weights)"
+  timeout 120 $PY benchmarks/gpu_block_overlap.py | tee "$OUT/block_overlap.json"
+  overlap_rc=${PIPESTATUS[0]}
+
   step "avatargen render on CUDA, runtime.offload=block (shipped tiny model)"
   timeout 120 $PY -m avatargen render -i examples/avatar_1.png -a examples/speech_1.flac -o "$OUT/render.mp4" \
     --json --quiet runtime.device=cuda runtime.offload=block >"$OUT/render.json"
@@ -61,8 +70,8 @@ main() {
   timeout $((left + 30)) $PY benchmarks/gpu_offload.py --budget-s "$left" --json-out "$OUT/gpu_offload.json"
   bench_rc=$?
 
-  step "done: pytest rc=$pytest_rc, render rc=$render_rc, gpu_offload rc=$bench_rc"
-  [[ $pytest_rc == 0 && $render_rc == 0 && $bench_rc == 0 ]]
+  step "done: pytest rc=$pytest_rc, block_overlap rc=$overlap_rc, render rc=$render_rc, gpu_offload rc=$bench_rc"
+  [[ $pytest_rc == 0 && $overlap_rc == 0 && $render_rc == 0 && $bench_rc == 0 ]]
 }
 
 main 2>&1 | tee "$OUT/gpu_checks.log"

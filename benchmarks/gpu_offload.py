@@ -37,6 +37,7 @@ runs this script there (with the offload tests and a render) in one device call.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import math
@@ -67,7 +68,7 @@ from avatargen.models.audio_encoder import AudioEncoderParams  # noqa: E402
 from avatargen.models.sr_dit import SRDiTParams  # noqa: E402
 from avatargen.models.text_encoder import TextEncoderParams  # noqa: E402
 from avatargen.models.vae import VAEParams  # noqa: E402
-from avatargen.modules import Module, ModuleSpec  # noqa: E402
+from avatargen.modules import Module, ModuleSpec, PlacementPlan  # noqa: E402
 from avatargen.pipeline.build import ModelSet, module_specs  # noqa: E402
 from avatargen.pipeline.pipeline import Pipeline, Progress  # noqa: E402
 from avatargen.runtime.offload import OffloadMonitor  # noqa: E402
@@ -253,12 +254,23 @@ def build_models(config: Config, device: torch.device, dtype: torch.dtype, seed:
     return models
 
 
+def meta_copy(model: nn.Module) -> nn.Module:
+    """``model``'s structure with meta parameters (no weight memory); buffers are shared, small, and copied in."""
+    memo = {id(p): nn.Parameter(p.detach().to("meta"), requires_grad=False) for p in model.parameters()}
+    memo.update({id(b): b for b in model.buffers()})
+    return copy.deepcopy(model, memo)
+
+
 def place_avatargen(models: dict[str, nn.Module], device: torch.device, policy: str, resident_blocks: int) -> tuple[dict, OffloadMonitor, str]:
-    """avatargen's own placement: ``Module(spec, model, device, offload=policy)``, the five sharing one monitor."""
+    """avatargen's own placement pass: each model rebuilt on the meta device and placed by ``policy`` from the built
+    model's tensors (as from a checkpoint), the five sharing one monitor."""
     monitor = OffloadMonitor(policy, resident_blocks, device)
     enters = {}
     for name, model in models.items():
-        module = Module(ModuleSpec(name, lambda m=model: m), model, device, policy, resident_blocks=resident_blocks, monitor=monitor)
+        dtype = next(model.parameters()).dtype
+        spec = ModuleSpec(name, lambda m=model: meta_copy(m))
+        plan = PlacementPlan(policy, device, dtype, resident_blocks)
+        module = Module.from_state_dict(spec, model.state_dict(), plan, monitor)
         enters[name] = module.active
     return enters, monitor, f"Module(offload={policy}, resident_blocks={resident_blocks})"
 

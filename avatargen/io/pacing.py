@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from avatargen.stages.decode_publish import FrameSink
+from avatargen.io.sink import FrameSink
 
 _DONE = None
 

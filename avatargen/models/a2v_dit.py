@@ -105,11 +105,19 @@ class A2VDiT(nn.Module):
         self.audio_offset_embed = nn.Parameter(torch.zeros(2 * p.audio_window + 1, p.dim))  # offset f'-f in window
         self.blocks = nn.ModuleList(A2VBlock(p.dim, p.heads, p.mlp_ratio) for _ in range(p.depth))
         self.final = FinalLayer(p.dim, p.dim, patch_dim)
-        self._init_weights()
+        self.init_weights()
 
-    def _init_weights(self) -> None:
+    def block_stacks(self) -> list[nn.ModuleList]:
+        """The transformer blocks, in forward order (see avatargen/models/structure.py)."""
+        return [self.blocks]
+
+    def init_weights(self) -> None:
+        """The model's own init on top of each layer's default (also run after a meta-device build)."""
         # DiT init: xavier linears, small normal embeddings; then adaLN-Zero (every AdaLNZero.proj and the final
         # head back to zero) so each block starts as the identity and the model predicts v = 0.
+        grid = self.params.latent_size // self.params.patch_size
+        with torch.no_grad():
+            self.spatial_pos.copy_(sincos_2d(grid, grid, self.params.dim)[None])
         init_linear_xavier(self)
         nn.init.normal_(self.t_embed.mlp[0].weight, std=0.02)
         nn.init.normal_(self.t_embed.mlp[2].weight, std=0.02)

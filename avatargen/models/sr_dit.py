@@ -91,6 +91,19 @@ class SRDiT(nn.Module):
         self.face_head_norm = nn.LayerNorm(p.dim)
         self.face_head = nn.Linear(p.dim, p.latent_channels * p.face_patch_size**2)
 
+        self.init_weights()
+
+    def block_stacks(self) -> list[nn.ModuleList]:
+        """The main stream's blocks, then the face stream's, in forward order (avatargen/models/structure.py)."""
+        return [self.blocks, self.face_blocks]
+
+    def init_weights(self) -> None:
+        """The model's own init on top of each layer's default (also run after a meta-device build)."""
+        p = self.params
+        grid, fine_grid = p.high_size // p.patch_size, p.high_size // p.face_patch_size
+        with torch.no_grad():
+            self.pos.copy_(sincos_2d(grid, grid, p.dim)[None])
+            self.face_pos.copy_(sincos_2d(fine_grid, fine_grid, p.dim)[None])
         init_linear_xavier(self)
         nn.init.normal_(self.ref_type, std=0.02)
         nn.init.normal_(self.face_ref_type, std=0.02)

@@ -51,6 +51,10 @@ class TextEncoder(nn.Module):
         self.pos = nn.Parameter(torch.zeros(1, params.max_tokens, params.dim))
         self.blocks = nn.ModuleList(TransformerBlock(params.dim, params.heads) for _ in range(params.layers))
         self.norm = nn.LayerNorm(params.dim)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """The model's own init on top of each layer's default (also run after a meta-device build)."""
         nn.init.normal_(self.embed.weight, std=0.02)
         nn.init.normal_(self.pos, std=0.02)
 

@@ -150,6 +150,11 @@ class VAE(nn.Module):
         self.register_buffer("latent_mean", torch.zeros(params.latent_channels))
         self.register_buffer("latent_std", torch.ones(params.latent_channels))
 
+    def init_weights(self) -> None:
+        """Identity latent statistics (each layer's default init does the rest; also after a meta-device build)."""
+        nn.init.zeros_(self.latent_mean)
+        nn.init.ones_(self.latent_std)
+
     def _check_size(self, images: Tensor) -> None:
         if images.shape[-1] % self.factor or images.shape[-2] % self.factor:
             raise ValueError(f"image size {tuple(images.shape[-2:])} is not a multiple of {self.factor}")

@@ -1,12 +1,16 @@
-"""Builds the five Modules of a config: architecture from ``model.*``, weights from a checkpoint or a seeded init."""
+"""Builds the five Modules of a config: architecture from ``model.*``, weights from a checkpoint or a seeded init,
+placed by ``runtime.*`` (and sharded under torchrun) in one pass."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
+from torch import nn
 
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
@@ -15,8 +19,12 @@ from avatargen.models.audio_encoder import AudioEncoder
 from avatargen.models.sr_dit import SRDiT
 from avatargen.models.text_encoder import TextEncoder
 from avatargen.models.vae import VAE
+from avatargen.models.structure import model_blocks
 from avatargen.modules import Module, ModuleSpec
+from avatargen.runtime.distributed import ParallelContext, world_info
 from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.placement import PlacementPlan, RandomInit, build_on_meta, place
+from avatargen.runtime.tensor_source import open_checkpoint
 
 
 @dataclass
@@ -72,17 +80,51 @@ def resolve_device(config: Config) -> torch.device:
     return torch.device(name)
 
 
-def build_modules(config: Config, device: torch.device) -> ModelSet:
-    """All five modules, loaded strictly (names and shapes checked) or randomly initialised from ``seed``, placed by
-    ``runtime.offload`` with one shared monitor."""
+def placement_plan(config: Config, device: torch.device, parallel: ParallelContext, model: nn.Module) -> PlacementPlan:
+    """Where one module's weights go: FSDP shards for a model with declared block stacks in a sharded render (its
+    shards idling in host memory under ``runtime.offload=model|block``), else the ``runtime.offload`` policy."""
+    offload = config.runtime.offload.value
+    if parallel.sharded and model_blocks(model):
+        return PlacementPlan("fsdp", device, mesh=parallel.mesh, fsdp_host_offload=offload in ("model", "block"))
+    return PlacementPlan(offload, device, resident_blocks=config.runtime.offload_resident_blocks)
+
+
+def build_modules(config: Config, device: torch.device, parallel: ParallelContext | None = None) -> ModelSet:
+    """All five modules, built on the meta device and placed in one pass: loaded strictly (names and shapes checked)
+    from the memory-mapped checkpoint, or randomly initialised from ``seed`` where they live; placed by
+    ``runtime.offload`` (or FSDP-sharded in a sharded render) with one shared monitor."""
+    parallel = parallel if parallel is not None else ParallelContext(world_info())
     offload, resident_blocks = config.runtime.offload.value, config.runtime.offload_resident_blocks
     monitor = OffloadMonitor(offload, resident_blocks, device)
-    specs = module_specs(config)
-    if config.model.weights == WeightsSource.random:
-        modules = [
-            Module.random(spec, config.seed + i, device, offload, resident_blocks, monitor) for i, spec in enumerate(specs)
-        ]
-    else:
-        checkpoint = resolve_checkpoint(config)
-        modules = [Module.load(spec, checkpoint, device, offload, resident_blocks, monitor) for spec in specs]
+    random = config.model.weights == WeightsSource.random
+    checkpoint = None if random else resolve_checkpoint(config)
+    modules = []
+    for i, spec in enumerate(module_specs(config)):
+        model = build_on_meta(spec.build)
+        weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
+        plan = placement_plan(config, device, parallel, model)
+        modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name)))
     return ModelSet(*modules, monitor=monitor)
+
+
+# -- build once per process ----------------------------------------------------------------------------------------
+
+_cache: dict[str, ModelSet] = {}
+
+
+def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) -> str:
+    model = OmegaConf.to_container(OmegaConf.structured(config.model), enum_to_str=True)
+    seed = config.seed if config.model.weights == WeightsSource.random else None
+    placement = [config.runtime.offload.value, config.runtime.offload_resident_blocks, str(device)]
+    return json.dumps([model, seed, placement, parallel.sharded, parallel.world.world_size], sort_keys=True, default=str)
+
+
+def place_modules(config: Config, device: torch.device, parallel: ParallelContext) -> ModelSet:
+    """The five modules for this render, built and placed once per process and reused while the model config, seed,
+    device and sharding stay the same (``avatargen batch`` renders many jobs with one set)."""
+    device = parallel.device_for(device)
+    key = _cache_key(config, device, parallel)
+    if key not in _cache:
+        _cache.clear()  # one model set per process: a batch that switches models does not pile them up
+        _cache[key] = build_modules(config, device, parallel)
+    return _cache[key]

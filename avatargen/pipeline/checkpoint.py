@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from avatargen.models.vae import DecoderCache
@@ -60,3 +61,19 @@ class RenderCheckpoint:
         count = int(meta["decoder_cache"])
         cache = DecoderCache(frames=[tensors[f"decoder_cache.{k}"] for k in range(count)]) if count else None
         return cls(int(meta["frames"]), int(meta["steps"]), int(meta["n_chunks"]), int(meta["i_chunks"]), state, cache)
+
+    def to(self, device: torch.device) -> "RenderCheckpoint":
+        """The same resume point with every tensor on ``device``: a checkpoint is read on the CPU, and the rolling
+        state and the decoder cache are concatenated with activations on the pipeline's device."""
+        state = RollingState(
+            n_windows={k: LatentWindow(w.start, w.latents.to(device)) for k, w in self.state.n_windows.items()},
+            i_window=LatentWindow(self.state.i_window.start, self.state.i_window.latents.to(device))
+            if self.state.i_window is not None else None,
+            i_index=self.state.i_index,
+        )  # fmt: skip
+        cache = DecoderCache(frames=[f.to(device) for f in self.decoder_cache.frames]) if self.decoder_cache else None
+        return RenderCheckpoint(self.frames, self.steps, self.n_chunks, self.i_chunks, state, cache)
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor of the resume point (the rolling state's windows and the decoder cache)."""
+        return list(self.to_tensors()[0].values())

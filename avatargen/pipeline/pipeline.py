@@ -125,6 +125,7 @@ class Pipeline:
         state = RollingState()
         skip = 0
         if resume is not None:
+            resume = resume.to(self.models.a2v.device)  # read on the CPU; joined with activations on the device
             state, publisher.cache, skip = resume.state, resume.decoder_cache, resume.steps
             stats.frames = stats.resumed_from = resume.frames
             stats.n_chunks, stats.i_chunks = resume.n_chunks, resume.i_chunks

@@ -1,1 +1,5 @@
-"""Runtime: where the weights live (offload), torchrun and FSDP2 sharding, NUMA pinning, memory readings."""
+"""Runtime: where the weights live and how the ranks work together.
+
+placement (the one placement pass), tensor_source (memory-mapped checkpoints), offload (the policies), sharding
+(FSDP2), world + distributed (torchrun, process group, failures), numa (CPU pinning), memory (host readings).
+"""

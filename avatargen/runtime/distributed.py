@@ -13,7 +13,6 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Iterator
@@ -23,54 +22,11 @@ import torch.distributed as dist
 
 from avatargen.config.schema import Config, ShardMode
 from avatargen.errors import EXIT_FAILURE, AvatarGenError, ConfigError
+from avatargen.runtime.numa import pin_rank
+from avatargen.runtime.world import WorldInfo, full_world, solo_rank, world_info
 
-
-@dataclass(frozen=True)
-class WorldInfo:
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int = 1
-
-    @property
-    def is_primary(self) -> bool:
-        """Only the primary rank touches the user's output path."""
-        return self.rank == 0
-
-
-_SOLO: ContextVar[bool] = ContextVar("avatargen_solo", default=False)
-
-
-def world_info() -> WorldInfo:
-    """Rank and world size from torchrun's environment; a plain launch (or a ``solo_rank()`` block) is rank 0 of 1."""
-    if _SOLO.get():
-        return WorldInfo(rank=0, world_size=1, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
-    return WorldInfo(
-        rank=int(os.environ.get("RANK", 0)),
-        world_size=int(os.environ.get("WORLD_SIZE", 1)),
-        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
-        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
-    )
-
-
-@contextmanager
-def solo_rank() -> Iterator[None]:
-    """Inside the block this rank works alone (``avatargen batch`` in spread mode): renders see a world of one, shard
-    nothing, and own the outputs of the jobs this rank was given."""
-    token = _SOLO.set(True)
-    try:
-        yield
-    finally:
-        _SOLO.reset(token)
-
-
-def full_world() -> WorldInfo:
-    """The torchrun world regardless of ``solo_rank()`` (for the batch scheduler itself)."""
-    token = _SOLO.set(False)
-    try:
-        return world_info()
-    finally:
-        _SOLO.reset(token)
+__all__ = ["ParallelContext", "RankFailedError", "WorldInfo", "ensure_process_group", "full_world", "rank_failures",
+           "solo_rank", "start_parallel", "world_info"]  # fmt: skip
 
 
 def backend_for(device: torch.device) -> str:
@@ -138,7 +94,8 @@ def shard_mode(config: Config, world: WorldInfo) -> ShardMode:
 
 
 def start_parallel(config: Config, device: torch.device, resume: bool = False) -> ParallelContext:
-    """Decide how this process renders; for a sharded render join the process group, pin to NUMA and build the mesh."""
+    """Decide how this process renders; for a sharded render pin to NUMA, then join the process group and build
+    the mesh."""
     world = world_info()
     mode = shard_mode(config, world)
     if mode == ShardMode.none:
@@ -150,11 +107,9 @@ def start_parallel(config: Config, device: torch.device, resume: bool = False) -
         )
     from torch.distributed.device_mesh import init_device_mesh
 
-    from avatargen.runtime.numa import pin_rank
-
-    ensure_process_group(device, config.runtime.dist_timeout_s)
-    if config.runtime.numa:
+    if config.runtime.numa:  # first: the process group's and CUDA's threads then inherit the binding
         pin_rank(world, device)
+    ensure_process_group(device, config.runtime.dist_timeout_s)
     mesh = init_device_mesh(device.type, (world.world_size,), mesh_dim_names=("fsdp",))
     return ParallelContext(world, mesh)
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from avatargen.runtime.distributed import WorldInfo
+from avatargen.runtime.world import WorldInfo
 
 SYSFS = Path("/sys")
 
@@ -70,13 +70,68 @@ def pci_numa_node(bus_id: str, sysfs: Path = SYSFS) -> int | None:
     return node if node >= 0 else None
 
 
+def _physical_index(index: int) -> int | str:
+    """CUDA device ``index`` as NVML counts it: through ``CUDA_VISIBLE_DEVICES`` (an id, or a UUID string)."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if index < len(visible):
+        return int(visible[index]) if visible[index].isdigit() else visible[index]
+    return index
+
+
 def cuda_bus_id(index: int) -> str | None:
-    """The PCI bus id of CUDA device ``index`` in sysfs spelling, when torch exposes it."""
+    """The PCI bus id of CUDA device ``index`` in sysfs spelling, found WITHOUT initialising CUDA (so the process can
+    be pinned before CUDA and the process group start their threads): from NVML when it is installed, else from the
+    nvidia driver's sysfs folder (PCI order), or from torch once CUDA is already initialised; None otherwise."""
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        physical = _physical_index(index)
+        handle = (pynvml.nvmlDeviceGetHandleByUUID(physical) if isinstance(physical, str)
+                  else pynvml.nvmlDeviceGetHandleByIndex(physical))  # fmt: skip
+        bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+        bus = bus.decode() if isinstance(bus, bytes) else bus
+        domain, rest = bus.split(":", 1)
+        return f"{int(domain, 16) & 0xFFFF:04x}:{rest.lower()}"
+    except Exception:  # no NVML (library or driver): fall back
+        pass
+    if not torch.cuda.is_initialized():
+        return _bus_id_from_driver(_physical_index(index))
     props = torch.cuda.get_device_properties(index)
     bus, dev, domain = (getattr(props, k, None) for k in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
     if bus is None or dev is None:
         return None
     return f"{domain or 0:04x}:{bus:02x}:{dev:02x}.0"
+
+
+def _bus_id_from_driver(physical: int | str, sysfs: Path = SYSFS) -> str | None:
+    """The ``physical``-th GPU bound to the nvidia driver in PCI order (NVML's order; CUDA's too on a machine of one
+    GPU model), from sysfs alone."""
+    if not isinstance(physical, int):
+        return None
+    try:
+        ids = sorted(p.name for p in (sysfs / "bus" / "pci" / "drivers" / "nvidia").iterdir() if p.name.count(":") == 2)
+    except OSError:
+        return None
+    return ids[physical].lower() if physical < len(ids) else None
+
+
+def thread_ids() -> list[int]:
+    """Every thread of this process (Linux: /proc/self/task); just this one where /proc is missing."""
+    try:
+        return sorted(int(p.name) for p in Path("/proc/self/task").iterdir() if p.name.isdigit())
+    except OSError:
+        return [0]
+
+
+def set_affinity_all_threads(cpus: tuple[int, ...]) -> None:
+    """``sched_setaffinity`` for every thread: on Linux it binds one thread, and threads started earlier (torch's
+    intra-op pool, a decoder thread) would keep the old CPUs; threads started later inherit the binding."""
+    for tid in thread_ids():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
+            pass
 
 
 @dataclass(frozen=True)
@@ -125,14 +180,18 @@ def pin_rank(
     sysfs: Path = SYSFS,
     log: Callable[[str], None] = lambda line: sys.stderr.write(line + "\n"),  # one write: ranks share stderr
 ) -> Placement:
-    """Pin this process (``os.sched_setaffinity``) to its NUMA node's CPUs and log one line saying what was chosen."""
+    """Pin every thread of this process to its NUMA node's CPUs and log one line saying what was chosen.
+
+    Call it before the process group and CUDA are initialised (``start_parallel`` does): their threads, and the
+    host memory they first touch, then start on the right node. torchrun's own ``--numa-binding`` (torch >= 2.9) is
+    the alternative: set ``runtime.numa=false`` with it."""
     bus_id = None
     if device.type == "cuda":
         bus_id = cuda_bus_id(device.index if device.index is not None else world.local_rank)
     allowed = os.sched_getaffinity(0)
     placement = choose_cpus(world.local_rank, bus_id, allowed, sysfs)
     if placement.cpus and set(placement.cpus) != allowed:
-        os.sched_setaffinity(0, placement.cpus)
+        set_affinity_all_threads(placement.cpus)
         log(f"rank {world.rank}: pinned to CPUs {_format(placement.cpus)} ({placement.reason})")
     elif placement.cpus:
         log(f"rank {world.rank}: CPUs {_format(placement.cpus)} unchanged ({placement.reason})")

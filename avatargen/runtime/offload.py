@@ -5,9 +5,9 @@
 - ``none``: every model stays on the device for the whole render.
 - ``model``: a model's whole weights are copied to the device when its stage is entered and back to host memory
   when it is left (what diffusers' ``enable_model_cpu_offload`` does). The baseline.
-- ``block``: weights live in pinned host memory, which stays the source of truth. Entering a stage copies
-  everything outside the transformer block lists (embeddings, norms, heads; all of a small model) as one group, and
-  block 0; while block n computes, blocks up to n + resident_blocks - 1 are copied on a side CUDA stream; after its
+- ``block``: weights live in pinned host memory (one flat buffer per block, one for the rest), which stays the
+  source of truth. Entering a stage copies everything outside the model's declared block stacks (embeddings, norms,
+  heads; all of a model that declares none) as one group, and block 0; while block n computes, blocks up to n + resident_blocks - 1 are copied on a side CUDA stream; after its
   forward a block's device copies are dropped. Leaving a stage copies nothing back: the parameters point at their
   pinned host tensors again. A DiT runs its blocks once per sampling step (SR: once per frame batch), so after the
   last block the prefetch wraps around to block 0.
@@ -21,7 +21,9 @@ Timeline of one DiT stage under ``block`` with resident_blocks=2 (4 blocks; ``|`
 
 On a CPU device the same hooks run and keep the same books (loads, evictions, resident blocks), but nothing is
 copied: ``tensor.to(cpu)`` of a host tensor returns that tensor, and there are no streams or events.
-Under FSDP sharding (``runtime/sharding.py``) FSDP owns placement: the module switches to ``Unmanaged``.
+The buffers themselves are allocated and filled by the placement pass (``runtime/placement.py``), which hands the
+policy its groups; under FSDP sharding FSDP owns the weights and the module's policy is ``Unmanaged``. All offloaded
+models of a process share one copy stream per device.
 
 Every model-owned tensor is treated as constant during inference (true of all five models: the VAE's causal cache
 is passed in and out of ``decode``, and ``latent_mean/std`` are set once after training). A buffer written in place
@@ -31,6 +33,7 @@ inside a stage would be lost under ``block``, whose host copy is the only one ke
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,21 +43,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor, nn
 
-POLICIES = ("none", "model", "block")
-BLOCK_STREAMED = ("a2v", "sr")  # the DiTs: big stacks of blocks; the encoders and the VAE are a few MB, one group each
-
 Span = tuple["torch.cuda.Event", "torch.cuda.Event"]  # (start, end) recorded on a CUDA stream
-
-
-def transformer_blocks(model: nn.Module) -> list[nn.Module]:
-    """The blocks of every ``nn.ModuleList`` child of ``model`` (A2V: ``blocks``; SR: ``blocks``, ``face_blocks``),
-    in registration order, which is the order the forward runs them (the prefetch order)."""
-    return [block for child in model.children() if isinstance(child, nn.ModuleList) for block in child]
-
-
-def _tensors(module: nn.Module) -> list[Tensor]:
-    """Parameters and buffers of ``module`` (each once, shared ones too)."""
-    return list({id(t): t for t in [*module.parameters(), *module.buffers()]}.values())
 
 
 def _timing_event() -> "torch.cuda.Event":
@@ -95,6 +84,7 @@ class OffloadMonitor:
         self.device = device
         self.cuda = device.type == "cuda"
         self.trace: list[tuple[str, str, int | None]] | None = [] if trace else None
+        self.pinned_bytes = 0  # page-locked host buffers of the offloaded models (set once, at placement)
         self.reset()
 
     def reset(self) -> None:
@@ -159,6 +149,10 @@ class OffloadMonitor:
         self.evictions += 1
         self.note("evict", module, block)
 
+    def pinned(self, nbytes: int) -> None:
+        """A flat host buffer of ``nbytes`` was page-locked for the models' weights."""
+        self.pinned_bytes += nbytes
+
     def resident(self, blocks: int) -> None:
         self.max_resident_blocks = max(self.max_resident_blocks, blocks)
 
@@ -185,6 +179,7 @@ class OffloadMonitor:
             "evictions": self.evictions,
             "max_resident_blocks": self.max_resident_blocks if block else None,
             "peak_device_mb": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1) if self.cuda else None,
+            "pinned_host_mb": round(self.pinned_bytes / 2**20, 1) if self.cuda else None,
         }
 
     def _close_switch(self) -> None:
@@ -256,9 +251,6 @@ class Placement:
             self._exit()
             self.monitor.left(time.perf_counter() - started)
 
-    def detach(self) -> None:
-        """Stop managing the model (FSDP takes over); it is left where the policy keeps it idle, nothing is copied."""
-
     def _enter(self) -> None:
         pass
 
@@ -267,13 +259,9 @@ class Placement:
 
 
 class Resident(Placement):
-    """``none``: the model lives on the device; stage switches move nothing."""
+    """``none``: the model lives on the device (placed there by ``runtime.placement.place``); switches move nothing."""
 
     policy = "none"
-
-    def __init__(self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str):
-        super().__init__(model, device, monitor, name)
-        model.to(device)
 
 
 class Unmanaged(Placement):
@@ -286,17 +274,16 @@ class WholeModel(Placement):
     """``model``: the whole model to the device on entry, on the compute stream (the stage waits for all of it).
 
     The baseline ``block`` is measured against: diffusers' ``enable_model_cpu_offload`` moves models the same way.
-    Like ``block`` (and unlike diffusers, which copies the weights back), it keeps a pinned host copy as the source
-    of truth, so leaving a stage copies nothing back and every entry is an asynchronous copy from pinned memory.
+    Like ``block`` (and unlike diffusers, which copies the weights back), its flat pinned host buffer is the source
+    of truth, so leaving a stage copies nothing back and every entry is one asynchronous copy from pinned memory.
     """
 
     policy = "model"
 
-    def __init__(self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str):
+    def __init__(self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str, group: "FlatGroup"):
         super().__init__(model, device, monitor, name)
-        model.to("cpu")
         self.cuda = device.type == "cuda"
-        self.group = _Group(_tensors(model), pin=self.cuda)
+        self.group = group
 
     def _enter(self) -> None:
         start = _mark(self.device) if self.cuda else None
@@ -309,44 +296,79 @@ class WholeModel(Placement):
         self.monitor.evicted(self.name, None)
 
 
-class _Group:
-    """Tensors that come to the device together (one block, or everything outside the blocks) and their host copies.
+_ALIGN = 256  # bytes: every tensor of a flat buffer starts at a multiple (CUDA kernels' widest vector loads)
 
-    The host copies (pinned for CUDA) are the source of truth: ``load`` points the tensors at fresh device copies,
-    ``evict`` points them back at the host copies and so drops the device memory without copying anything back.
+
+def _span_elements(tensor: Tensor) -> int:
+    """Elements of storage a tensor of this shape and stride spans (channels-last weights keep their strides)."""
+    if tensor.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+
+
+Layout = list[tuple[int, int, torch.dtype, torch.Size, tuple[int, ...]]]  # (byte offset, bytes, dtype, shape, stride)
+
+
+def _views(flat: Tensor, layout: Layout) -> list[Tensor]:
+    """The tensors of a flat byte buffer, each a view (no copy) with its dtype, shape and strides."""
+    return [flat[offset : offset + nbytes].view(dtype).as_strided(shape, stride) for offset, nbytes, dtype, shape, stride in layout]
+
+
+class FlatGroup:
+    """Tensors that come to the device together (one block, or everything outside the blocks) in one flat buffer.
+
+    Per-tensor pinned allocations round up to powers of two (the caching host allocator's blocks) and cost one
+    copy each; one flat buffer per group is one allocation and one host-to-device copy, and wastes only the 256-byte
+    alignment padding. The host buffer (pinned for CUDA) is the source of truth: ``load`` points the model's
+    tensors at views of a fresh device copy, ``evict`` points them back at the host views, copying nothing back.
     """
 
-    def __init__(self, tensors: list[Tensor], pin: bool):
-        self.tensors = tensors
-        self.host = [t.data.pin_memory() if pin else t.data for t in tensors]
-        for tensor, host in zip(tensors, self.host):
-            tensor.data = host
-        self.nbytes = sum(h.numel() * h.element_size() for h in self.host)
+    def __init__(self, flat: Tensor, layout: Layout):
+        self.host_flat = flat
+        self.layout = layout
+        self.host = _views(flat, layout)
+        self.tensors: list[Tensor] = []  # the model's parameters and buffers, set once they hang from the model
+        self.nbytes = flat.numel()
         self.resident = False
-        self.ready: torch.cuda.Event | None = None  # CUDA: recorded on the copy stream after the last copy
+        self.ready: torch.cuda.Event | None = None  # CUDA: recorded on the copy stream after the copy
+
+    @classmethod
+    def allocate(cls, slots: list[Any], dtypes: list[torch.dtype], device: torch.device, pin: bool) -> "FlatGroup":
+        """An uninitialised flat buffer on ``device`` laid out for ``slots`` (their ``tensor`` shapes and strides)
+        in ``dtypes``; pinned when ``pin`` (host memory for CUDA copies)."""
+        layout, offset = [], 0
+        for slot, dtype in zip(slots, dtypes):
+            tensor = slot.tensor
+            nbytes = max(_span_elements(tensor), 1) * torch.empty((), dtype=dtype).element_size()
+            layout.append((offset, nbytes, dtype, tensor.shape, tuple(tensor.stride())))
+            offset += -(-nbytes // _ALIGN) * _ALIGN
+        flat = pinned_bytes(offset) if pin else torch.empty(offset, dtype=torch.uint8, device=device)
+        return cls(flat, layout)
 
     def load(self, device: torch.device, copy_stream: "torch.cuda.Stream | None") -> Span | None:
-        """Start the host-to-device copies; returns the copy's (start, end) events on CUDA."""
+        """Start the host-to-device copy; returns the copy's (start, end) events on CUDA."""
         self.resident = True
         if copy_stream is None:  # on the current stream; on a CPU .to(cpu) of a host tensor is that tensor
-            for tensor, host in zip(self.tensors, self.host):
-                tensor.data = host.to(device, non_blocking=True)
+            flat = self.host_flat.to(device, non_blocking=True)
+            views = self.host if flat is self.host_flat else _views(flat, self.layout)
+            for tensor, view in zip(self.tensors, views):
+                tensor.data = view
             return None
         compute = torch.cuda.current_stream(device)
         start, self.ready = _timing_event(), _timing_event()
-        with torch.cuda.stream(copy_stream):  # allocations and copies on the side stream
+        with torch.cuda.stream(copy_stream):  # allocation and copy on the side stream
             start.record(copy_stream)
-            copies = [host.to(device, non_blocking=True) for host in self.host]  # pinned -> async DMA
+            flat = self.host_flat.to(device, non_blocking=True)  # pinned -> one async DMA
             self.ready.record(copy_stream)
-        for tensor, copy in zip(self.tensors, copies):
-            # Allocated on the copy stream, read on the compute stream: without this the allocator could hand the
-            # memory to the next prefetch as soon as Python drops it, while kernels still read it.
-            copy.record_stream(compute)
-            tensor.data = copy
+        # Allocated on the copy stream, read on the compute stream: without this the allocator could hand the memory
+        # to the next prefetch as soon as Python drops it, while kernels still read it.
+        flat.record_stream(compute)
+        for tensor, view in zip(self.tensors, _views(flat, self.layout)):
+            tensor.data = view
         return start, self.ready
 
     def wait(self, device: torch.device) -> None:
-        """Make the compute stream wait for this group's copies (the host does not block)."""
+        """Make the compute stream wait for this group's copy (the host does not block)."""
         if self.ready is not None:
             torch.cuda.current_stream(device).wait_event(self.ready)
 
@@ -357,39 +379,90 @@ class _Group:
         self.ready = None
 
 
+def pinned_bytes(nbytes: int) -> Tensor:
+    """``nbytes`` of page-locked host memory, exactly: pageable memory registered with ``cudaHostRegister``.
+
+    ``pin_memory=True`` goes through torch's caching host allocator, which rounds every allocation up to a power of
+    two (a 93 MB block would pin 128 MB). Registered memory is pinned byte for byte and unregistered when the
+    tensor is collected. Where registering fails, the caching allocator is the fallback.
+    """
+    flat = torch.empty(nbytes, dtype=torch.uint8)
+    try:
+        cudart = torch.cuda.cudart()
+        if nbytes == 0 or int(cudart.cudaHostRegister(flat.data_ptr(), nbytes, 0)) != 0:
+            raise RuntimeError("cudaHostRegister failed")
+    except (RuntimeError, AttributeError, TypeError):
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    weakref.finalize(flat, cudart.cudaHostUnregister, flat.data_ptr())
+    return flat
+
+
+_copy_streams: dict[torch.device, "torch.cuda.Stream"] = {}
+
+
+def copy_stream(device: torch.device) -> "torch.cuda.Stream | None":
+    """The one side stream of this process that carries host-to-device weight copies to ``device`` (None on CPU):
+    shared by every offloaded model, so copies of different models never compete for the copy engine."""
+    if device.type != "cuda":
+        return None
+    key = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+    if key not in _copy_streams:
+        _copy_streams[key] = torch.cuda.Stream(key)
+    return _copy_streams[key]
+
+
+class BlockRelease:
+    """A block's device copy was dropped after its forward: reusable once the kernels queued until now have run.
+
+    On CUDA it wraps an event on the compute stream; on a CPU there is nothing to wait for, but the bookkeeping is the
+    same (which block's release the host waited on is traced), so tests see the order the GPU path keeps."""
+
+    def __init__(self, block: int, device: torch.device):
+        self.block = block
+        self.event: torch.cuda.Event | None = None
+        if device.type == "cuda":
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(device))
+
+    def wait(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+
+
 class BlockStream(Placement):
-    """``block``: pinned host weights; the rest group on stage entry, the transformer blocks just in time.
+    """``block``: flat pinned host buffers; the rest group on stage entry, the blocks just in time.
 
     ``resident_blocks`` (>= 1) bounds how many of the model's blocks are on the device at once: block n and up to
     ``resident_blocks - 1`` prefetched after it. With 1 there is no prefetch (each block is copied in its own
     pre-hook); with at least as many as the model has, the blocks stay for the whole stage and are copied once.
-    Models not in ``BLOCK_STREAMED`` have no blocks here: the whole model is the rest group.
+    A model that declares no block stacks is one rest group here.
+
+    The host runs ahead of the GPU. Before it copies block n+1 (in block n's pre-hook) it waits until block n-2's
+    kernels have run, not block n-1's: block n-1 may still compute while n's kernels and n+1's copy are queued, so
+    the GPU is never idle between blocks, and device memory stays bounded by ``resident_blocks`` blocks plus the
+    one still computing.
     """
 
     policy = "block"
 
     def __init__(
-        self, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str, resident_blocks: int
+        self,
+        model: nn.Module,
+        device: torch.device,
+        monitor: OffloadMonitor,
+        name: str,
+        resident_blocks: int,
+        rest: FlatGroup,
+        groups: list[FlatGroup],
+        blocks: list[nn.Module],
     ):
         super().__init__(model, device, monitor, name)
         if resident_blocks < 1:
             raise ValueError(f"resident_blocks must be >= 1, got {resident_blocks}")
         self.resident_blocks = resident_blocks
-        model.to("cpu")
-        pin = device.type == "cuda"
-        self.copy_stream = torch.cuda.Stream(device) if pin else None
-        blocks = transformer_blocks(model) if name in BLOCK_STREAMED else []
-        in_blocks: set[int] = set()
-        self.blocks: list[_Group] = []
-        for block in blocks:
-            tensors = [t for t in _tensors(block) if id(t) not in in_blocks]
-            in_blocks.update(id(t) for t in tensors)
-            self.blocks.append(_Group(tensors, pin))
-        self.rest = _Group([t for t in _tensors(model) if id(t) not in in_blocks], pin)
-        # CUDA: an event on the compute stream after each block whose copies were dropped. The host runs ahead of the
-        # GPU, and dropped copies are reusable only once those kernels ran (record_stream): before the next copy the
-        # host waits for them, so at most resident_blocks blocks (plus the one computing) ever hold device memory.
-        self._released: list[torch.cuda.Event] = []
+        self.copy_stream = copy_stream(device)
+        self.rest, self.blocks = rest, groups
+        self._released: deque[BlockRelease] = deque()  # dropped blocks whose kernels may still be queued
         self._active = False  # hooks only place weights inside active(); a bare call runs on the host copies
         self._first_pending = False  # the first forward after entry: its wait for block 0 is part of the switch
         self._hooks = []
@@ -438,7 +511,7 @@ class BlockStream(Placement):
             self._first_pending = False
 
     def _after_block(self, index: int, module: nn.Module, args: Any, output: Any) -> None:
-        """Forward hook of block ``index``: drop its device copies unless every block fits at once."""
+        """Forward hook of block ``index``: drop its device copy unless every block fits at once."""
         if not self._active or self.resident_blocks >= len(self.blocks):
             return
         self._evict_block(index)
@@ -446,10 +519,7 @@ class BlockStream(Placement):
     def _evict_block(self, index: int) -> None:
         self.blocks[index].evict()
         self.monitor.evicted(self.name, index)
-        if self.copy_stream is not None:
-            released = torch.cuda.Event()
-            released.record(torch.cuda.current_stream(self.device))
-            self._released.append(released)
+        self._released.append(BlockRelease(index, self.device))
 
     def _load_block(self, index: int, keep: list[int]) -> None:
         """Copy block ``index`` to the device unless it is there; first make room by evicting blocks not in ``keep``
@@ -460,34 +530,13 @@ class BlockStream(Placement):
         while self.n_resident >= self.resident_blocks:
             victim = next(i for i, g in enumerate(self.blocks) if g.resident and i not in keep)
             self._evict_block(victim)
-        for released in self._released:  # the GPU is at most one block behind the host from here on
-            released.synchronize()
-        self._released.clear()
+        while len(self._released) > 1:  # all but the latest release: block n-2's kernels, not n-1's, must be done
+            released = self._released.popleft()
+            released.wait()
+            self.monitor.note("waited", self.name, released.block)
         self._load_group(group, index)
         self.monitor.resident(self.n_resident)
 
-    def _load_group(self, group: _Group, index: int | None) -> None:
+    def _load_group(self, group: FlatGroup, index: int | None) -> None:
         span = group.load(self.device, self.copy_stream)
         self.monitor.loaded(self.name, index, group.nbytes, span)
-
-    def detach(self) -> None:
-        """Remove the hooks; the weights stay on their host copies (FSDP moves or offloads them as it shards)."""
-        for hook in self._hooks:
-            hook.remove()
-        for group in [self.rest, *self.blocks]:
-            group.evict()
-
-
-def make_placement(
-    policy: str, model: nn.Module, device: torch.device, monitor: OffloadMonitor, name: str, resident_blocks: int = 2
-) -> Placement:
-    """The placement of ``policy`` ('none', 'model', 'block', or 'fsdp' once sharding owns the model)."""
-    if policy == "none":
-        return Resident(model, device, monitor, name)
-    if policy == "model":
-        return WholeModel(model, device, monitor, name)
-    if policy == "block":
-        return BlockStream(model, device, monitor, name, resident_blocks)
-    if policy == "fsdp":
-        return Unmanaged(model, device, monitor, name)
-    raise ValueError(f"unknown offload policy '{policy}'; valid: {', '.join(POLICIES)}")

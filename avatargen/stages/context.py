@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -11,7 +12,12 @@ from torch import Tensor
 
 from avatargen.models.text_encoder import tokenize
 from avatargen.modules import Module
-from avatargen.pipeline.audio_timeline import AudioTimeline
+
+
+class AudioSamples(Protocol):
+    """The audio a stage reads: mono samples of frames [start, end) (the pipeline's ``AudioTimeline``)."""
+
+    def samples(self, start_frame: int, end_frame: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -59,7 +65,7 @@ class ContextGenStage:
         return int(self.audio_encoder.model.context_frames)
 
     @torch.inference_mode()
-    def audio_features(self, audio: AudioTimeline, start: int, end: int) -> Tensor:
+    def audio_features(self, audio: AudioSamples, start: int, end: int) -> Tensor:
         """Per-frame audio features of frames [start, end): (1, T, D_audio), independent of where windows fall."""
         margin = self.context_frames
         samples = audio.samples(start - margin, end + margin)  # (S,)

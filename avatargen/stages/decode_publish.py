@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from einops import rearrange
 from torch import Tensor
 
+from avatargen.io.sink import FrameSink
 from avatargen.models.vae import DecoderCache
 from avatargen.modules import Module
-
-
-class FrameSink(Protocol):
-    """Anything that takes uint8 RGB frames (T, H, W, 3) in timeline order (an MP4 writer, a live publisher...)."""
-
-    def write(self, frames: np.ndarray) -> None: ...
 
 
 class DecodeAndPublishStage:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
+import pytest
 import torch
 
 from avatargen.runtime.distributed import WorldInfo
-from avatargen.runtime.numa import choose_cpus, parse_cpulist, pci_numa_node, pin_rank
+from avatargen.runtime.numa import choose_cpus, parse_cpulist, pci_numa_node, pin_rank, set_affinity_all_threads
 
 GPU = "0000:17:00.0"
 
@@ -71,3 +73,44 @@ def test_pinning_applies_the_chosen_cpus_and_logs_one_line(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("rank 0: ") and str(target) in lines[0]
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_pinning_binds_threads_started_before_it():
+    """torch's intra-op pool and the process group start threads; a binding of the calling thread alone would leave
+    them on every CPU. Threads that exist when the rank is pinned are bound too."""
+    before = os.sched_getaffinity(0)
+    if len(before) < 2:
+        pytest.skip("needs two CPUs to see a binding change")
+    target = (min(before),)
+    started, release = threading.Event(), threading.Event()
+    ids: list[int] = []
+
+    def worker() -> None:
+        ids.append(threading.get_native_id())
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    started.wait(10)
+    try:
+        set_affinity_all_threads(target)
+        assert os.sched_getaffinity(ids[0]) == set(target)
+        assert os.sched_getaffinity(0) == set(target)
+    finally:
+        release.set()
+        thread.join()
+        set_affinity_all_threads(tuple(before))
+
+
+
+def test_a_gpu_is_found_from_the_driver_folder_without_cuda(tmp_path):
+    from avatargen.runtime.numa import _bus_id_from_driver
+
+    driver = tmp_path / "bus" / "pci" / "drivers" / "nvidia"
+    driver.mkdir(parents=True)
+    for name in ("0000:9a:00.0", "0000:17:00.0", "bind", "module"):
+        (driver / name).mkdir()
+    assert _bus_id_from_driver(0, tmp_path) == "0000:17:00.0"
+    assert _bus_id_from_driver(1, tmp_path) == "0000:9a:00.0"
+    assert _bus_id_from_driver(2, tmp_path) is None and _bus_id_from_driver("GPU-uuid", tmp_path) is None

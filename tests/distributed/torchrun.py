@@ -10,11 +10,13 @@ import sys
 from tests.conftest import REPO
 
 
-def torchrun(*args: str, nproc: int = 2, env_extra: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc-per-node N -m avatargen ARGS``; on timeout its whole process group is killed."""
+def torchrun(
+    *args: str, nproc: int = 2, env_extra: dict | None = None, timeout: float = 180, module: str = "avatargen"
+) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node N -m MODULE ARGS``; on timeout its whole process group is killed."""
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           "-m", "avatargen", *args]  # fmt: skip
+           "-m", module, *args]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -6,16 +6,16 @@ user relies on (same frames, bounded resident blocks, prefetch ahead of compute,
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
 import torch
 
 from avatargen.config import load_config, to_config
-from avatargen.modules import Module
+from avatargen.models.structure import model_blocks
+from avatargen.modules import Module, PlacementPlan
 from avatargen.pipeline.build import module_specs
-from avatargen.runtime.offload import OffloadMonitor, transformer_blocks
+from avatargen.runtime.offload import OffloadMonitor
 from avatargen.stages.a2v import A2VStage
 from avatargen.stages.context import ReferenceContext
 from tests.conftest import run_cli, write_face_png, write_speechlike_wav
@@ -58,8 +58,8 @@ def inputs(name: str) -> tuple[torch.Tensor, ...]:
 
 def placed(specs, trained_like, name: str, offload: str, resident_blocks: int = 2) -> Module:
     monitor = OffloadMonitor(offload, resident_blocks, CPU, trace=True)
-    model = copy.deepcopy(trained_like[name])
-    return Module(specs[name], model, CPU, offload, resident_blocks=resident_blocks, monitor=monitor)
+    plan = PlacementPlan(offload, CPU, resident_blocks=resident_blocks)
+    return Module.from_state_dict(specs[name], trained_like[name].state_dict(), plan, monitor)
 
 
 def run(module: Module, name: str, forwards: int = 3) -> list[torch.Tensor]:
@@ -74,7 +74,7 @@ def replay(trace: list[tuple[str, str, int | None]], resident_blocks: int, block
     resident: set[int] = set()
     computed = []
     for event, _, block in trace:
-        if block is None:  # the rest group (embeddings, heads)
+        if block is None or event == "waited":  # the rest group (embeddings, heads); a wait for a released block
             continue
         if event == "load":
             resident.add(block)
@@ -98,7 +98,7 @@ def test_block_offload_gives_the_same_outputs_bit_for_bit(specs, trained_like, n
     streamed = run(module, name)
     assert all(torch.equal(a, b) for a, b in zip(resident, streamed))
     assert resident[0].abs().mean() > 0.1  # the blocks really shape the output
-    blocks = len(transformer_blocks(module.model))
+    blocks = len(model_blocks(module.model))
     assert blocks == {"a2v": 4, "sr": 5}[name]  # SR: blocks then face_blocks
     report = module.monitor.report()
     assert report["loads"] == 1 + 3 * blocks + 1  # rest group, each block per forward, block 0 wrapped around once more
@@ -135,16 +135,47 @@ def test_prefetch_runs_one_block_ahead_and_wraps_across_sampling_steps(specs, tr
     replay(module.monitor.trace, 2, 4)
 
 
-def test_whole_model_offload_and_fsdp_handover(specs, trained_like):
+def test_whole_model_offload(specs, trained_like):
     module = placed(specs, trained_like, "a2v", "model")
     run(module, "a2v", forwards=1)
     run(module, "a2v", forwards=1)
     report = module.monitor.report()
     assert (report["loads"], report["switches"], report["max_resident_blocks"]) == (2, 2, None)
-    streamed = placed(specs, trained_like, "a2v", "block")
-    streamed.hand_over_to_fsdp()  # what runtime/sharding.py does before fully_shard: the block hooks must let go
-    run(streamed, "a2v", forwards=1)
-    assert streamed.offload == "fsdp" and streamed.monitor.loads == 0 and not streamed.monitor.trace
+
+
+def test_the_host_waits_for_block_n_minus_2_before_copying_block_n_plus_1(specs, trained_like):
+    """On a GPU the host runs ahead; it must wait for an old block's kernels before reusing memory, but for block
+    n-2's, not n-1's: n-1 may still compute while n's kernels and n+1's copy are queued (no idle GPU between blocks)."""
+    module = placed(specs, trained_like, "sr", "block", resident_blocks=2)  # 5 blocks
+    run(module, "sr", forwards=2)
+    trace = [(event, block) for event, _, block in module.monitor.trace if block is not None]
+    checked = 0
+    for at, (event, block) in enumerate(trace):
+        if event != "load" or block is None:
+            continue
+        waits = [b for e, b in trace[:at] if e == "waited"]
+        computes = [b for e, b in trace[:at] if e == "compute"]
+        if len(computes) >= 3:  # block n+1 is loaded before block n computes: n-1 done computing, n-2 waited for
+            n_minus_1 = computes[-1]
+            assert waits and waits[-1] == computes[-2], (block, waits[-3:], computes[-3:])
+            assert n_minus_1 not in waits[-1:], "the host must not wait for the block that computed last"
+            checked += 1
+    assert checked >= 5
+
+
+def test_each_block_is_one_flat_host_buffer(specs, trained_like):
+    module = placed(specs, trained_like, "a2v", "block")
+    placement = module.placement
+    blocks = model_blocks(module.model)
+    assert len(placement.blocks) == len(blocks) == 4
+    for group, block in zip(placement.blocks, blocks):
+        tensors = [*block.parameters(), *block.buffers()]
+        assert len(group.tensors) == len(tensors) > 1
+        flat = group.host_flat
+        for tensor in tensors:  # every weight of the block is a view into its one buffer
+            assert tensor.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+        weight_bytes = sum(t.numel() * t.element_size() for t in tensors)
+        assert weight_bytes <= flat.numel() <= weight_bytes + 256 * len(tensors)  # only alignment padding
 
 
 def test_render_with_block_offload_writes_the_same_frames_and_reports_it(tmp_path):
@@ -160,11 +191,13 @@ def test_render_with_block_offload_writes_the_same_frames_and_reports_it(tmp_pat
     assert outputs["none"].shape[0] == 30 and (outputs["none"] == outputs["block"]).all()
     block = reports["block"]
     assert set(block) == {"policy", "resident_blocks", "switches", "switch_ms_mean", "switch_ms_max", "h2d_bytes",
-                          "h2d_gbps", "loads", "evictions", "max_resident_blocks", "peak_device_mb"}  # fmt: skip
+                          "h2d_gbps", "loads", "evictions", "max_resident_blocks", "peak_device_mb",
+                          "pinned_host_mb"}  # fmt: skip
     assert (block["policy"], block["resident_blocks"], block["max_resident_blocks"]) == ("block", 2, 2)
     assert block["switches"] > 10 and block["switch_ms_max"] >= block["switch_ms_mean"] >= 0
     assert block["loads"] > block["switches"] and block["evictions"] == block["loads"]
     assert (block["h2d_bytes"], block["h2d_gbps"], block["peak_device_mb"]) == (0, None, None)  # CPU: nothing copied
+    assert block["pinned_host_mb"] is None  # nor pinned
     none = reports["none"]
     assert (none["policy"], none["loads"], none["max_resident_blocks"]) == ("none", 0, None)
     assert none["switches"] == block["switches"]
@@ -183,21 +216,25 @@ def test_zero_resident_blocks_is_a_one_line_config_error(tmp_path):
 def test_cuda_block_offload_is_exact_and_bounds_device_memory(specs, trained_like, name):
     cuda = torch.device("cuda")
     model = trained_like[name]
-    block_bytes = max(sum(t.numel() * t.element_size() for t in b.parameters()) for b in transformer_blocks(model))
+    block_bytes = max(sum(t.numel() * t.element_size() for t in b.parameters()) for b in model_blocks(model))
     outputs, peaks = {}, {}
     for policy in ("none", "block"):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(cuda)
         before = torch.cuda.memory_allocated(cuda)
-        module = Module(specs[name], copy.deepcopy(model), cuda, policy, resident_blocks=2)
+        module = Module.from_state_dict(specs[name], model.state_dict(), PlacementPlan(policy, cuda, resident_blocks=2))
         with torch.inference_mode(), module.active() as placed_model:
             args = [a.to(cuda) for a in inputs(name)]
             outputs[policy] = [placed_model(*args).cpu() for _ in range(3)]
         torch.cuda.synchronize(cuda)
         peaks[policy] = torch.cuda.max_memory_allocated(cuda) - before
+        if policy == "block":  # flat host buffers, page-locked byte for byte (no power-of-two rounding)
+            weights = sum(t.numel() * t.element_size() for t in [*placed_model.parameters(), *placed_model.buffers()])
+            assert all(group.host_flat.is_pinned() for group in [module.placement.rest, *module.placement.blocks])
+            assert weights <= module.monitor.pinned_bytes <= 1.05 * weights, (module.monitor.pinned_bytes, weights)
         del module, placed_model
     for a, b in zip(outputs["none"], outputs["block"]):
         assert torch.equal(a, b)  # the same kernels on the same weights: copies change nothing
-    blocks = len(transformer_blocks(model))
+    blocks = len(model_blocks(model))
     # Resident: every block; block: 2 resident + the one whose kernels may still run.
     assert peaks["block"] <= peaks["none"] - (blocks - 3) * block_bytes, (peaks, block_bytes, blocks)

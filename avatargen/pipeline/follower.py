@@ -1,0 +1,26 @@
+"""A non-primary rank of a sharded render: it runs what rank 0 runs, and writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from avatargen.io.null_sink import NullSink
+
+
+def render_as_follower(pipeline: Any, reference: Any, source: Any, prompt: str, should_stop: Any) -> dict[str, Any]:
+    """A non-primary rank of a sharded render: the same steps and collectives as rank 0, frames into a NullSink, the
+    user's output path never touched. Returns a small report (the primary's is the real one)."""
+    try:
+        stats = pipeline.render(reference, source, [NullSink()], prompt, should_stop=should_stop)
+    finally:
+        source.close()
+    duration = stats.frames / pipeline.config.model.fps
+    wall = stats.wall_s
+    # The same keys as the primary's report, so any caller can print it; "output" says who wrote the video.
+    return {"output": "(no output on this rank: rank 0 writes it)", "weights": None, "frames": stats.frames,
+            "fps": pipeline.config.model.fps, "duration_s": round(duration, 4), "chunks": stats.n_chunks,
+            "i_chunks": stats.i_chunks, "ttff_s": None, "wall_s": round(wall, 4),
+            "gen_fps": round(stats.frames / wall, 3) if wall > 0 else None,
+            "rtf": round(wall / duration, 4) if duration > 0 else None, "peak_rss_mb": None, "device": None,
+            "stage_s": {k: round(v, 4) for k, v in stats.stage_s.items()}, "seams": stats.seams,
+            "resumed_from": 0}  # fmt: skip

@@ -1,0 +1,180 @@
+"""Where a module's weights are read from: memory-mapped checkpoints, read one tensor (or one shard) at a time.
+
+A checkpoint is never loaded whole. ``open_checkpoint`` maps the files and the placement pass reads each tensor as
+it materialises it in its final home (the device, the rank's FSDP shard, pinned host memory), so host memory holds
+at most one tensor beyond the placed weights; the file's pages stay in the page cache, which the kernel reclaims.
+
+Layouts, for module ``name`` of a checkpoint ``path``:
+
+- a folder holding ``<name>.safetensors``, ``<name>.safetensors.index.json`` (a sharded set: the index's
+  ``weight_map`` names each tensor's file) or ``<name>.pth``: tensors under their own names;
+- one ``.safetensors`` file, one ``*.index.json`` of a sharded set, or one ``.pth`` file: tensors of every module,
+  each key prefixed ``<name>.``; a folder with exactly one ``*.index.json`` is that sharded set.
+
+``.pth`` files are read only with ``torch.load(weights_only=True, mmap=True)``: a pickle that needs arbitrary Python
+objects is refused (one line), never executed.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import Tensor
+
+from avatargen.errors import CheckpointError
+
+SAFETENSORS, INDEX, PTH = ".safetensors", ".index.json", ".pth"
+
+
+class TensorSource(Protocol):
+    """Named tensors that can be read one at a time, whole or a range of rows (an FSDP shard)."""
+
+    label: str  # names the source in errors
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's name and shape, without reading any data."""
+        ...
+
+    def read(self, name: str, rows: slice | None = None) -> Tensor:
+        """Tensor ``name`` on the CPU (only ``rows`` of its first dimension when given), in its stored dtype."""
+        ...
+
+
+class StateDictSource:
+    """Tensors already in memory (a model being trained, a test's perturbed weights)."""
+
+    def __init__(self, tensors: dict[str, Tensor], label: str = "state dict"):
+        self.tensors, self.label = tensors, label
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(v.shape) for k, v in self.tensors.items()}
+
+    def read(self, name: str, rows: slice | None = None) -> Tensor:
+        tensor = self.tensors[name].detach()
+        return tensor[rows] if rows is not None else tensor
+
+
+def _reason(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else error.__class__.__name__
+
+
+class SafetensorsSource:
+    """Tensors of one or more memory-mapped safetensors files; ``keys`` maps a tensor's name to (file, stored key)."""
+
+    def __init__(self, keys: dict[str, tuple[Path, str]], label: str):
+        self.keys, self.label = keys, label
+        self._files: dict[Path, object] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        for name, (file, key) in keys.items():
+            self._shapes[name] = tuple(self._slice(file, key).get_shape())
+
+    def _open(self, file: Path):
+        if file not in self._files:
+            try:
+                self._files[file] = safe_open(str(file), framework="pt", device="cpu")
+            except (SafetensorError, OSError, ValueError) as error:
+                raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+        return self._files[file]
+
+    def _slice(self, file: Path, key: str):
+        try:
+            return self._open(file).get_slice(key)
+        except (SafetensorError, OSError, ValueError) as error:
+            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return dict(self._shapes)
+
+    def read(self, name: str, rows: slice | None = None) -> Tensor:
+        file, key = self.keys[name]
+        try:
+            if rows is None:
+                return self._open(file).get_tensor(key)
+            return self._slice(file, key)[rows]  # reads only those rows' bytes from the mapping
+        except (SafetensorError, OSError, ValueError) as error:
+            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+
+
+def _file_keys(file: Path) -> list[str]:
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            return list(handle.keys())
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+
+
+def _index_keys(index: Path) -> dict[str, Path]:
+    """A sharded set's ``weight_map``: stored key -> the file holding it (files named relative to the index)."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        keys = {str(k): index.parent / str(v) for k, v in weight_map.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise CheckpointError(f"checkpoint index '{index}' is not a safetensors index with a 'weight_map' ({_reason(error)}); re-create it") from error
+    missing = sorted({str(f.name) for f in keys.values() if not f.is_file()})
+    if missing:
+        raise CheckpointError(f"checkpoint index '{index}' names files that are not there ({', '.join(missing[:3])}); copy the whole set")
+    return keys
+
+
+class PthSource(StateDictSource):
+    """A ``.pth`` state dict, memory-mapped by ``torch.load(weights_only=True, mmap=True)``."""
+
+    def __init__(self, file: Path, prefix: str):
+        try:
+            loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+        except pickle.UnpicklingError as error:
+            raise CheckpointError(
+                f"checkpoint file '{file}' is not a weights-only .pth (it needs Python objects beyond tensors, which "
+                "are never unpickled); save its state_dict() alone, or convert it to .safetensors"
+            ) from error
+        except (OSError, RuntimeError, ValueError, EOFError) as error:
+            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+        if not isinstance(loaded, dict) or not all(isinstance(v, Tensor) for v in loaded.values()):
+            raise CheckpointError(f"checkpoint file '{file}' does not hold a flat state dict of tensors; save model.state_dict()")
+        tensors = {k[len(prefix):]: v for k, v in loaded.items() if k.startswith(prefix)}
+        super().__init__(tensors, str(file))
+
+
+def _unprefixed(keys: dict[str, Path], prefix: str) -> dict[str, tuple[Path, str]]:
+    return {k[len(prefix):]: (file, k) for k, file in keys.items() if k.startswith(prefix)}
+
+
+def open_checkpoint(path: Path, name: str) -> TensorSource:
+    """The tensors of module ``name`` in checkpoint ``path`` (layouts: module docstring), mapped, not read."""
+    if path.is_dir():
+        single, index, pth = path / f"{name}{SAFETENSORS}", path / f"{name}{SAFETENSORS}{INDEX}", path / f"{name}{PTH}"
+        if single.is_file():
+            return SafetensorsSource({k: (single, k) for k in _file_keys(single)}, str(single))
+        if index.is_file():
+            return SafetensorsSource(_unprefixed(_index_keys(index), ""), str(index))
+        if pth.is_file():
+            return PthSource(pth, "")
+        indexes = sorted(path.glob(f"*{INDEX}"))
+        if len(indexes) == 1:
+            return _prefixed(_index_keys(indexes[0]), name, indexes[0])
+        raise CheckpointError(
+            f"checkpoint folder '{path}' has no '{name}.safetensors' (nor '{name}.safetensors.index.json', "
+            f"'{name}.pth'); point model.checkpoint at a complete checkpoint"
+        )
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint '{path}' does not exist; set model.checkpoint to a .safetensors file or folder, or model.weights=random")
+    if path.name.endswith(INDEX):
+        return _prefixed(_index_keys(path), name, path)
+    if path.suffix in (PTH, ".pt"):
+        source: TensorSource = PthSource(path, f"{name}.")
+        if not source.shapes():
+            raise CheckpointError(f"checkpoint '{path}' has no tensors for '{name}' (keys prefixed '{name}.')")
+        return source
+    return _prefixed({k: path for k in _file_keys(path)}, name, path)
+
+
+def _prefixed(keys: dict[str, Path], name: str, path: Path) -> SafetensorsSource:
+    tensors = _unprefixed(keys, f"{name}.")
+    if not tensors:
+        raise CheckpointError(f"checkpoint '{path}' has no tensors for '{name}' (keys prefixed '{name}.')")
+    return SafetensorsSource(tensors, str(path))

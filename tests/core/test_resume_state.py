@@ -1,0 +1,30 @@
+"""A resume point is read on the CPU; before the pipeline uses it every tensor must be on the pipeline's device
+(on CUDA the decoder cache is concatenated with device activations: a CPU tensor there crashes ``--resume``)."""
+
+from __future__ import annotations
+
+import torch
+
+from avatargen.models.vae import DecoderCache
+from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.pipeline.state import LatentWindow, RollingState
+
+
+def resume_point() -> RenderCheckpoint:
+    state = RollingState(n_windows={3: LatentWindow(40, torch.randn(1, 8, 4, 16, 16))},
+                         i_window=LatentWindow(44, torch.randn(1, 8, 2, 16, 16)), i_index=1)  # fmt: skip
+    cache = DecoderCache(frames=[torch.randn(1, 96, 2, 16, 16), torch.randn(1, 96, 2, 16, 16)])
+    return RenderCheckpoint(frames=48, steps=7, n_chunks=4, i_chunks=2, state=state, decoder_cache=cache)
+
+
+def test_every_tensor_of_a_loaded_resume_point_moves_to_the_device():
+    tensors, meta = resume_point().to_tensors()
+    loaded = RenderCheckpoint.from_tensors(tensors, meta)  # as read from disk: CPU tensors
+    device = torch.device("meta")  # a device other than the CPU, available on any machine
+    moved = loaded.to(device)
+    assert len(moved.tensors()) == len(loaded.tensors()) == 4
+    assert all(t.device == device for t in moved.tensors())
+    assert (moved.frames, moved.steps, moved.n_chunks, moved.i_chunks) == (48, 7, 4, 2)
+    assert moved.state.i_window.start == 44 and moved.state.n_windows[3].start == 40 and moved.state.i_index == 1
+    assert [t.shape for t in moved.tensors()] == [t.shape for t in loaded.tensors()]
+    assert all(t.device.type == "cpu" for t in loaded.tensors())  # the loaded point itself is left as it was
