@@ -31,14 +31,21 @@ FLICKER_SIDE = 64
 
 
 def evaluate_video(
-    video: Path, audio: Path, reference: Path | None = None, seams: list[int] | None = None, fps: float | None = None
+    video: Path,
+    audio: Path,
+    reference: Path | None = None,
+    seams: list[int] | None = None,
+    fps: float | None = None,
+    *,
+    curves: bool = False,
 ) -> dict:
     """Measure face presence, identity, lip sync, sharpness, seams, flicker, head motion and blinks of ``video``.
 
     ``reference``: the image the video should look like (default: the first frame with a face, and the identity
     keys then measure drift from it); ``seams``: frame indices where avatargen's chunks meet (a seam at s: frames
     s - 1 and s come from different chunks), measured besides the blind search; ``fps``: overrides the rate ffmpeg
-    reports. Returns a JSON-able dict (keys in docs/eval.md); ``notes`` holds one line per thing measured with
+    reports; ``curves``: also return the per-frame signals under ``curves`` (what ``write_sheet`` plots). Returns a
+    JSON-able dict (keys in docs/eval.md); ``notes`` holds one line per thing measured with
     doubt or not at all. Raises ``BadInputError`` (one line) for a missing or undecodable video, audio or
     reference, a bad seam or fps, and ``FaceExtraMissing`` when ``avatargen[eval]`` is not installed.
     """
@@ -114,9 +121,14 @@ def evaluate_video(
     result.update(measure_flicker(np.asarray(second_differences)))
     result.update(measure_head_motion(track["centre"], rate))
     result.update(measure_blinks(track["eyes"], rate))
-    result["change_curve"] = [round(float(c), 3) for c in changes]
-    result["mouth_curve"] = [None if not np.isfinite(m) else round(float(m), 4) for m in track["mouth"]]
-    result["loudness_curve"] = [round(float(r), 5) for r in rms]
+    if curves:
+        result["curves"] = {
+            "change": [round(float(c), 3) for c in changes],
+            "mouth": [None if not np.isfinite(m) else round(float(m), 4) for m in track["mouth"]],
+            "loudness": [round(float(r), 5) for r in rms],
+            "identity": result.pop("identity_curve", []),
+        }
+    result.pop("identity_curve", None)
     notes += [result[key] for key in ("sync_note", "identity_note", "seam_note") if result.get(key)]
     result["notes"] = notes
     result["eval_s"] = round(time.perf_counter() - started, 3)
