@@ -21,6 +21,8 @@ over the median change elsewhere, both leaving out keyframes (a seam on a keyfra
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from avatargen.errors import BadInputError
@@ -145,7 +147,8 @@ def _best_stride(log_excess: np.ndarray, skip: np.ndarray, max_period: int) -> t
         grid[:n] = masked
         grid = grid.reshape(rows, period)  # grid[k, phase] = frame k * period + phase
         counts = np.isfinite(grid).sum(axis=0)  # (period,)
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a phase with only skipped frames: NaN, scored -inf
             medians = np.nanmedian(grid, axis=0)  # (period,)
         z = np.where(counts >= MIN_REPEATS, medians / spread * np.sqrt(counts), -np.inf)
         phase = int(np.argmax(z))
