@@ -43,6 +43,10 @@ def render(image: Path, audio: Path, out: Path, *overrides: str) -> dict:
     return report
 
 
+def num(value: float | None) -> str:
+    return "null" if value is None else f"{value:.2f}"
+
+
 def shifted(audio: np.ndarray, frames: int) -> np.ndarray:
     """The audio ``frames`` video frames later (> 0: delayed, silence first) or earlier (< 0)."""
     if frames >= 0:
@@ -76,14 +80,16 @@ def main() -> None:
             r = evaluate_video(base, path)
             word = "delayed" if delay > 0 else "advanced"
             row(f"audio {word} {abs(delay)} frames", f"offset {-delay:+d}",
-                f"offset {r['offset_frames']}, conf {r['sync_confidence']:.2f}", r["offset_frames"] == -delay)
+                f"offset {r['offset_frames']}, conf {r['sync_confidence']:.2f}; region opinion {r['sync_region_offset']}",
+                r["offset_frames"] == -delay)
         still = tmp / "still.mp4"
         frame = np.asarray(Image.open(image).convert("RGB"))
         clips.write_mp4(still, np.repeat(frame[None], report["frames"], axis=0))
         r = evaluate_video(still, speech)
         row("still image", "offset null", f"offset {r['offset_frames']} ({r['sync_note']})", r["offset_frames"] is None)
         r = evaluate_video(base, EXAMPLES / "speech_2.flac")
-        row("swapped speech (speech_2)", "offset null", f"offset {r['offset_frames']} ({r['sync_note']})",
+        row("swapped speech (speech_2)", "offset null",
+            f"offset {r['offset_frames']} ({r['sync_note']}); region opinion {r['sync_region_offset']}",
             r["offset_frames"] is None)
         silent = clips.write_wav(tmp / "silence.wav", np.zeros_like(wav))
         r = evaluate_video(base, silent)
@@ -96,11 +102,11 @@ def main() -> None:
         grace = clips.write_png(tmp / "grace.png", clips.grace_hopper())
         r = evaluate_video(talk, talk_wav, reference=grace)
         row("wrong reference (photo clip of the astronaut vs Grace Hopper)", "distance > 0.6",
-            f"distance {r['identity_distance']:.2f}", r["identity_distance"] > 0.6)
+            f"distance {num(r['identity_distance'])}", (r["identity_distance"] or 0) > 0.6)
         r = evaluate_video(base, speech, reference=EXAMPLES / "avatar_2.png")
         row("wrong reference (render of avatar_1 vs avatar_2.png)", "distance above the right reference's",
-            f"distance {r['identity_distance']:.2f} vs {clean['identity_distance']:.2f} (cartoons: see limits)",
-            r["identity_distance"] > clean["identity_distance"] + 0.05)
+            f"distance {num(r['identity_distance'])} vs {clean['identity_distance']:.2f} (cartoons: see limits)",
+            r["identity_distance"] is not None and r["identity_distance"] > clean["identity_distance"] + 0.05)
         cuts = clips.write_mp4(tmp / "cuts.mp4", clips.talking_frames(openness, jump_every=50), gop=25)
         r = evaluate_video(cuts, talk_wav)
         row("hard cuts every 2 s (photo clip, GOP 25), not told", "seam stride 50 frames",
@@ -122,8 +128,9 @@ def main() -> None:
         r = evaluate_video(tmp / "photo.mp4", short, reference=photo)
         warned = "looks like a photograph" in photo_report["stderr"]
         row("photo render (astronaut, bundled model)", "warned; distance > 0.6; sharpness < 0.3",
-            f"warned {warned}; distance {r['identity_distance']:.2f}; sharpness {r['sharpness']:.2f}; "
-            f"offset {r['offset_frames']}", warned and r["identity_distance"] > 0.6 and r["sharpness"] < 0.3)
+            f"warned {warned}; distance {num(r['identity_distance'])}; sharpness {num(r['sharpness'])}; "
+            f"offset {r['offset_frames']}",
+            warned and (r["identity_distance"] or 0) > 0.6 and (r["sharpness"] or 1) < 0.3)
     print(f"\n{sum(ok for *_, ok in rows)} of {len(rows)} rows pass")
 
 

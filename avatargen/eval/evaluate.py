@@ -2,7 +2,7 @@
 
 Works on any video ffmpeg decodes, ours or another model's. Each frame is decoded (at most 512 px on its long side),
 the face is found and measured at once (``face_track.py``), and reduced to what the metrics keep: a few floats per
-frame and a face descriptor every half second. Memory is O(frames x 10 floats) plus one frame.
+frame and a face descriptor every second. Memory is O(frames x 10 floats) plus one frame.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from avatargen.eval.face_track import FaceTracker, chip_measures
 from avatargen.eval.flicker import measure_flicker, second_difference
 from avatargen.eval.identity import EMBED_EVERY_S, summarize_identity
 from avatargen.eval.motion import measure_blinks, measure_head_motion
+from avatargen.eval.region_sync import frame_cells, measure_region_sync
 from avatargen.eval.seams import coarse_gray, find_periodic_seams, frame_change, measure_known_seams
 from avatargen.eval.sharpness import measure_sharpness
 from avatargen.eval.sync import frame_rms, measure_sync
 from avatargen.eval.video import analysis_size, iter_frames, keyframe_indices, probe_video
-from avatargen.face.detector import FaceDetector
+from avatargen.face.detector import shared_detector
 from avatargen.io.audio import load_audio
 from avatargen.io.image import load_reference_image
 
 AUDIO_SAMPLE_RATE = 16000  # enough for a loudness envelope, and what the audio encoder uses
-REFERENCE_SIDE = 512  # the reference image is searched for a face at this size (whole image, padded to a square)
+REFERENCE_SIDES = (512, 256, 384)  # the reference (whole image, padded to a square) is searched at these sizes
 FLICKER_SIDE = 64
 
 
@@ -50,7 +51,7 @@ def evaluate_video(
     reference, a bad seam or fps, and ``FaceExtraMissing`` when ``avatargen[eval]`` is not installed.
     """
     started = time.perf_counter()
-    detector = FaceDetector()
+    detector = shared_detector()
     video, audio = Path(video), Path(audio)
     info = probe_video(video)
     rate = float(fps) if fps is not None else info.fps
@@ -62,8 +63,11 @@ def evaluate_video(
     notes: list[str] = []
     reference_embedding, reference_sharpness = None, None
     if reference is not None:
-        image = load_reference_image(reference, REFERENCE_SIDE, fit="pad")
-        face = detector.find(image)
+        for side in REFERENCE_SIDES:  # HOG looks at fixed scales: a stylised face found at one may be missed at another
+            image = load_reference_image(reference, side, fit="pad")
+            face = detector.find(image)
+            if face is not None:
+                break
         if face is None:
             notes.append(f"no face found in the reference image '{reference}': identity and sharpness not measured")
         else:
@@ -73,11 +77,13 @@ def evaluate_video(
     tracker = FaceTracker(detector, embed_every=max(1, int(round(EMBED_EVERY_S * rate))))
     changes: list[float] = [0.0]  # changes[t]: frame t - 1 -> t
     second_differences: list[float] = []
+    cells: list[np.ndarray] = []  # (8, 8) per frame, for the region second opinion on sync
     before = previous = previous_coarse = None
     n = 0
     for n, frame in enumerate(iter_frames(video, analysis_size(info)), start=1):
         tracker.update(n - 1, frame)
         coarse, small = coarse_gray(frame), coarse_gray(frame, FLICKER_SIDE)
+        cells.append(frame_cells(small))
         if previous_coarse is not None:
             changes.append(frame_change(previous_coarse, coarse))
         if before is not None:
@@ -95,6 +101,12 @@ def evaluate_video(
 
     rms = frame_rms(waveform, AUDIO_SAMPLE_RATE, rate, n)
     result.update(measure_sync(track["mouth"], rms, rate))
+    result.update(measure_region_sync(np.asarray(cells).reshape(-1, 8, 8), rms, rate))
+    main, second = result["offset_frames"], result["sync_region_offset"]
+    if main is not None and second is not None and abs(main - second) > 1:
+        notes.append(f"the two lip-sync measures disagree: mouth opening {main:+d} frames, image region {second:+d}")
+    elif main is None and second is not None and result["sync_note"] and "face" in result["sync_note"]:
+        notes.append(f"without a face, the image-region measure finds offset {second:+d} frames")
     boxes = np.asarray(tracker.track.mouth_box, float).reshape(-1, 4)
     boxes = boxes[np.isfinite(boxes).all(axis=1)]
     result["mouth_box"] = [round(float(v)) for v in np.median(boxes, axis=0)] if len(boxes) else None

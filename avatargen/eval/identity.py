@@ -13,7 +13,7 @@ import numpy as np
 
 from avatargen.face.detector import SAME_PERSON_DISTANCE
 
-EMBED_EVERY_S = 0.5
+EMBED_EVERY_S = 1.0  # a descriptor costs ~0.1 s of CPU: one a second keeps eval at a fraction of real time
 WINDOW_S = 10.0  # the worst window and the drift (first vs last window) are over this many seconds
 
 

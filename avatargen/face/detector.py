@@ -37,6 +37,9 @@ _SHAPE_MODEL = "shape_predictor_5_face_landmarks.dat"
 _RESNET_MODEL = "dlib_face_recognition_resnet_model_v1.dat"
 
 
+_SHARED: FaceDetector | None = None
+
+
 class FaceExtraMissing(BadInputError):
     """The face networks (``avatargen[eval]``) are not installed. Exit code 2; the message says how to install."""
 
@@ -58,6 +61,14 @@ class Face:
     @property
     def centre(self) -> tuple[float, float]:
         return (self.box[0] + self.box[2]) / 2.0, (self.box[1] + self.box[3]) / 2.0
+
+
+def shared_detector() -> FaceDetector:
+    """One ``FaceDetector`` per process (building dlib's HOG detector takes about a second)."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = FaceDetector()
+    return _SHARED
 
 
 def face_networks_installed() -> bool:

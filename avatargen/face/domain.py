@@ -38,11 +38,11 @@ def photo_warning(name: str) -> str:
 def warn_if_out_of_domain(square: np.ndarray, name: str, warn) -> None:
     """One line to ``warn`` when the framed reference ``square`` (S, S, 3) is a photograph (nothing when the face
     networks are not installed: framing already said so)."""
-    from avatargen.face.detector import FaceDetector, face_networks_installed
+    from avatargen.face.detector import face_networks_installed, shared_detector
 
     if not face_networks_installed():
         return
-    detector = FaceDetector()
+    detector = shared_detector()
     face = detector.find(square)
     if face is not None and looks_like_photo(detector.chip(square, face)):
         warn(photo_warning(name))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from avatargen.face.detector import INSTALL_HINT, Face, FaceDetector, face_networks_installed
+from avatargen.face.detector import INSTALL_HINT, Face, FaceDetector, face_networks_installed, shared_detector
 
 EYES_AT = (0.498, 0.388)  # (x, y) of the eye centre, fractions of the training frame
 FACE_WIDTH = 0.477  # detector box width, fraction of the training frame's side
@@ -33,7 +33,7 @@ def frame_face(rgb: np.ndarray, warn: Callable[[str], None], name: str = "the re
     if detector is None and not face_networks_installed():
         warn(f"warning: pipeline.image_fit=face needs the face detector ({INSTALL_HINT}); centre-cropped {name}")
         return centre_crop(rgb), None
-    face = (detector or FaceDetector()).find(rgb)
+    face = (detector or shared_detector()).find(rgb)
     if face is None:
         warn(f"warning: no face found in {name}; centre-cropped it (the model expects a front-facing face; "
              "pipeline.image_fit=crop or pad to choose the framing yourself)")  # fmt: skip

@@ -83,6 +83,14 @@ def test_a_cut_every_two_seconds_is_found_as_a_seam_stride_without_being_told(ta
     assert set(result["seam_frames"]) >= {50, 100, 150, 200}
 
 
+def test_keyframe_pops_of_a_heavily_compressed_smooth_clip_are_not_taken_for_seams(talk: dict) -> None:
+    frames = clips.talking_frames(talk["openness"])
+    video = clips.write_mp4(talk["folder"] / "crf35.mp4", frames, crf=35, gop=25)  # a keyframe every second
+    result = evaluate_video(video, talk["audio"])
+    assert result["seams_found"] is False
+    assert "keyframes" in result["seam_note"]
+
+
 def test_a_still_photo_has_no_offset_because_the_mouth_does_not_move(talk: dict) -> None:
     frames = np.repeat(clips.talking_frames(np.zeros(1))[:1], int(SECONDS * clips.FPS), axis=0)
     video = clips.write_mp4(talk["folder"] / "still.mp4", frames)
