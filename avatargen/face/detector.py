@@ -3,7 +3,7 @@
 All three networks come from PyPI with their weights inside the packages (``dlib-bin`` for the detector,
 ``face-recognition-models`` for the two ``.dat`` files), installed by the ``avatargen[eval]`` extra. Licences: dlib
 is Boost-licensed; the 5-point shape predictor and the ResNet (``dlib_face_recognition_resnet_model_v1``) were
-released by dlib's author into the public domain (CC0). The 68-point predictor that ships in the same package is
+released by dlib's author into the public domain (dlib-models README). The 68-point predictor that ships in the same package is
 deliberately not used: it was trained on iBUG 300-W, whose licence excludes commercial use.
 
 ``FaceDetector().find(rgb)`` gives the most confident face of an image as a ``Face`` (box, five points, score);

@@ -35,8 +35,9 @@ def frame_face(rgb: np.ndarray, warn: Callable[[str], None], name: str = "the re
         return centre_crop(rgb), None
     face = (detector or shared_detector()).find(rgb)
     if face is None:
-        warn(f"warning: no face found in {name}; centre-cropped it (the model expects a front-facing face; "
-             "pipeline.image_fit=crop or pad to choose the framing yourself)")  # fmt: skip
+        warn(f"warning: no face found in {name}; centre-cropped it: the model draws a front-facing face where it "
+             "expects one, from the picture's colours (docs/model-card.md; give a front-facing portrait, or "
+             "pipeline.image_fit=crop or pad to frame it yourself)")  # fmt: skip
         return centre_crop(rgb), None
     return crop_square(rgb, *face_square(face)), face
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 AVATAR = REPO / "examples" / "avatar_1.png"
 
 
-def _lines() -> tuple[list[str], callable]:
+def _lines() -> tuple[list[str], Callable[[str], None]]:
     lines: list[str] = []
     return lines, lines.append
 
