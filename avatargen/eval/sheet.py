@@ -81,7 +81,8 @@ def write_sheet(path: Path, video: Path, result: dict, reference: Path | None = 
     for s in result.get("seams_known") or []:
         change.axvline(s / fps, color="green", alpha=0.2)
     found = f"stride {result['seam_period_frames']} frames (red)" if result.get("seams_found") else "no seam stride found"
-    change.set_title(f"seams: {found}; known seams green", fontsize=9)
+    known = "; known seams green" if result.get("seams_known") else ""
+    change.set_title(f"seams: {found}{known}", fontsize=9)
     change.set_xlabel("seconds")
     figure.tight_layout()
     figure.savefig(path)

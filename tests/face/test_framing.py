@@ -61,3 +61,19 @@ def test_a_photograph_gets_one_line_saying_what_the_bundled_model_will_make_of_i
     lines.clear()
     warn_if_out_of_domain(load_reference_image(AVATAR, 256, "face", warn), "image 'avatar_1.png'", warn)
     assert lines == []  # a cartoon avatar is what the model knows
+
+
+def test_without_the_detector_face_framing_is_the_centre_crop_with_one_line_on_how_to_install(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['dlib'] = None\n"
+            "import numpy as np\n"
+            "from avatargen.io.image import load_reference_image\n"
+            f"face = load_reference_image({str(AVATAR)!r}, 64, 'face')\n"
+            f"assert np.array_equal(face, load_reference_image({str(AVATAR)!r}, 64, 'crop'))\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'avatargen[eval]'" in lines[0] and "centre-cropped" in lines[0]
