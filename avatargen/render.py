@@ -21,9 +21,9 @@ from omegaconf import DictConfig
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, PublishFailure, WeightsSource
 from avatargen.errors import BadInputError, DiskFullError, PublishError, RenderInterrupted
+from avatargen.face.domain import warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
-from avatargen.face.domain import warn_if_out_of_domain
 from avatargen.io.image import load_reference_image
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.encoder import Encoder
