@@ -121,3 +121,20 @@ def test_missing_or_garbage_inputs_are_bad_input(talk: dict, tmp_path: Path) -> 
         evaluate_video(tmp_path / "missing.mp4", talk["audio"])
     with pytest.raises(BadInputError, match="seam"):
         evaluate_video(talk["video"], talk["audio"], seams=[0])
+
+
+def test_blinks_are_counted_as_the_generator_drew_them() -> None:
+    from avatargen.data.examples import clip_plan, make_clip
+    from avatargen.eval.face_track import FaceTracker
+    from avatargen.eval.motion import measure_blinks
+    from avatargen.face.detector import shared_detector
+
+    seed, clip_seed, seconds = 1_000_009, 3, 12.0  # a held-out avatar
+    _, poses, _ = clip_plan(seed, clip_seed, seconds, 16000, clips.FPS, "", True)
+    shut = np.array([pose.blink for pose in poses]) > 0.5
+    drawn = int(np.sum(np.diff(shut.astype(int)) == 1))
+    tracker = FaceTracker(shared_detector(), embed_every=10**9)  # no identity needed here
+    for index, frame in enumerate(make_clip(seed, clip_seed, seconds, prompt="").frames):
+        tracker.update(index, frame)
+    assert drawn >= 2
+    assert measure_blinks(tracker.track.arrays()["eyes"], clips.FPS)["blinks"] == drawn
