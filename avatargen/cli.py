@@ -170,7 +170,7 @@ def eval_command(
 ) -> None:
     """Measure face presence, identity, lip sync, sharpness, seams, flicker, head motion and blinks of a video.
 
-    Needs the face networks: pip install 'avatargen[eval]' (docs/eval.md).
+    Needs the face networks: pip install 'avatargen\\[eval]' (docs/eval.md).
     """
 
     def action() -> None:
