@@ -98,6 +98,11 @@ def render(
         request = RenderRequest(image=image, audio=audio, output=output, prompt=prompt, raw_audio=raw)
         if evaluate and (request.output_file is None or str(audio) == "-"):
             raise BadInputError("--eval measures an MP4 file against an audio file; give --output OUT.mp4 and --audio FILE")
+        if evaluate:
+            from avatargen.face.detector import INSTALL_HINT, face_networks_installed
+
+            if not face_networks_installed():
+                raise BadInputError(f"--eval needs the face networks: {INSTALL_HINT}")
         # With --output - stdout carries the video: every word for people goes to stderr.
         out = sys.stderr if str(output) == "-" else sys.stdout
 
@@ -155,14 +160,18 @@ def config(
 
 @app.command("eval", epilog=EXIT_CODES)
 def eval_command(
-    video: Path = typer.Argument(..., help="Talking-head MP4 to measure (ours or anybody's)."),
+    video: Path = typer.Argument(..., help="Talking-head video to measure (ours or anybody's)."),
     audio: Path = typer.Option(..., "--audio", "-a", help="The driving audio of the video."),
-    reference: Optional[Path] = typer.Option(None, "--reference", "-r", help="Reference image for identity drift (default: the first frame)."),
-    seams: str = typer.Option("", "--seams", help="Comma-separated frame indices of chunk seams, e.g. 14,30,46.", show_default="none"),
+    reference: Optional[Path] = typer.Option(None, "--reference", "-r", help="Reference image: identity and sharpness are measured against its face (default: the video's first face, drift only)."),
+    seams: str = typer.Option("", "--seams", help="Comma-separated frame indices of known chunk seams, e.g. 14,30,46 (seams are also searched for without them).", show_default="none"),
+    sheet: Optional[Path] = typer.Option(None, "--sheet", help="Also draw a contact sheet and a plot of sync, identity and seams over time to this PNG.", show_default=False),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
 ) -> None:
-    """Measure lip sync (offset, confidence), identity drift, seam continuity and flicker of a video."""
+    """Measure face presence, identity, lip sync, sharpness, seams, flicker, head motion and blinks of a video.
+
+    Needs the face networks: pip install 'avatargen\\[eval]' (docs/eval.md).
+    """
 
     def action() -> None:
         from avatargen.errors import BadInputError
@@ -172,7 +181,13 @@ def eval_command(
             seam_list = [int(s) for s in seams.split(",") if s.strip()] or None
         except ValueError:
             raise BadInputError(f"--seams '{seams}' must be comma-separated frame numbers, e.g. 14,30,46") from None
-        result = evaluate_video(video, audio, reference=reference, seams=seam_list)
+        result = evaluate_video(video, audio, reference=reference, seams=seam_list, curves=sheet is not None)
+        if sheet is not None:
+            from avatargen.eval.sheet import write_sheet
+
+            write_sheet(sheet, video, result, reference)
+            del result["curves"]
+            result["sheet"] = str(sheet)
         print(json.dumps(result) if json_out else format_report(result))
 
     _run(action, debug)

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, PublishFailure, WeightsSource
 from avatargen.errors import BadInputError, DiskFullError, PublishError, RenderInterrupted
+from avatargen.face.domain import warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
 from avatargen.io.image import load_reference_image
@@ -128,7 +129,9 @@ def _render(
     _check_request(request, config, resume)
     o = config.output
     live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
-    reference = load_reference_image(request.image, config.model.image_size, config.pipeline.image_fit.value)
+    reference = load_reference_image(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
+    if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
+        warn_if_out_of_domain(reference, f"image '{request.image}'", warn)  # the bundled model knows cartoons only
     block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
     if request.audio == STREAM:
         source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)

@@ -34,7 +34,7 @@ AVATAR_SEEDS = (1_000_000, 1_000_003, 1_000_009)  # examples/make_examples.py
 
 def render(image: Path, audio: Path, out: Path, overrides: list[str]) -> dict:
     cmd = [sys.executable, "-m", "avatargen", "render", "-i", str(image), "-a", str(audio), "-o", str(out),
-           "--json", "--quiet", "--eval", *overrides]
+           "--json", "--quiet", "--eval", "runtime.threads=1", *overrides]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
         sys.exit(f"render failed: {result.stderr.strip()}")
@@ -57,9 +57,9 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", default=[])
     args = parser.parse_args()
     print(f"# {date.today()} {platform.node()} overrides={args.overrides}\n")
-    print("| example | GT offset | GT conf | offset | conf | conf / GT | seam ratio (I on) | seam ratio (I off) | flicker | RTF |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    rows = []
+    print("| example | GT offset | GT conf (chance best) | offset | conf (chance best) | identity GT / ours | "
+          "sharpness GT / ours | face found | seam stride found | seam ratio (I on) | seam ratio (I off) | flicker | RTF |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for i, seed in enumerate(AVATAR_SEEDS, start=1):
@@ -69,24 +69,30 @@ def main() -> None:
             gt = evaluate_video(gt_path, audio, reference=image)
             ours = render(image, audio, tmp / f"ours{i}.mp4", args.overrides)
             no_i = render(image, audio, tmp / f"noi{i}.mp4", [*args.overrides, "pipeline.interpolate=false"])
-            row = {"example": i, "gt_offset": gt["offset_frames"], "gt_conf": gt["sync_confidence"],
-                   "offset": ours["offset_frames"], "conf": ours["sync_confidence"],
-                   "seam_on": ours["seam_ratio"], "seam_off": no_i["seam_ratio"], "flicker": ours["flicker"],
-                   "rtf": ours["rtf"]}  # fmt: skip
-            rows.append(row)
-            print(f"| {i} | {row['gt_offset']} | {row['gt_conf']:.3f} | {row['offset']} | {row['conf']:.3f} | "
-                  f"{row['conf'] / max(row['gt_conf'], 1e-6):.2f} | {row['seam_on']:.2f} | {row['seam_off']:.2f} | "
-                  f"{row['flicker']:.2f} | {row['rtf']:.2f} |", flush=True)
-        conf_ratio = sum(r["conf"] for r in rows) / max(sum(r["gt_conf"] for r in rows), 1e-6)
-        print(f"\nmean confidence ratio (ours / ground truth): {conf_ratio:.2f}")
+            stride = ours["seam_period_frames"] if ours["seams_found"] else "none"
+            print(f"| {i} | {_num(gt['offset_frames'])} | {_num(gt['sync_confidence'])} ({_num(gt['sync_chance_max'])}) | "
+                  f"{_num(ours['offset_frames'])} | {_num(ours['sync_confidence'])} ({_num(ours['sync_chance_max'])}) | "
+                  f"{_num(gt['identity_distance'])} / {_num(ours['identity_distance'])} | "
+                  f"{_num(gt['sharpness'])} / {_num(ours['sharpness'])} | {ours['face_found']:.0%} | {stride} | "
+                  f"{_num(ours['seam_ratio'])} | {_num(no_i['seam_ratio'])} | {ours['flicker']:.2f} | {ours['rtf']:.2f} |",
+                  flush=True)  # fmt: skip
         if args.long_seconds > 0:
             audio = tmp / "long.wav"
             long_audio(audio, args.long_seconds)
-            report = render(EXAMPLES / "avatar_1.png", audio, tmp / "long.mp4", args.overrides)
-            print(f"long render {args.long_seconds:g} s: identity start {report['identity_start']:.4f}, end "
-                  f"{report['identity_end']:.4f}, ratio {report['identity_ratio']:.4f}; offset {report['offset_frames']}, "
-                  f"conf {report['sync_confidence']:.3f}; seam ratio {report['seam_ratio']:.2f}; RTF {report['rtf']:.2f}, "
-                  f"TTFF {report['ttff_s']:.2f} s, peak RSS {report['peak_rss_mb']:.0f} MB")
+            r = render(EXAMPLES / "avatar_1.png", audio, tmp / "long.mp4", args.overrides)
+            print(f"\nlong render {args.long_seconds:g} s: identity distance {_num(r['identity_distance'])} "
+                  f"(worst 10 s {_num(r['identity_distance_worst_window'])}, drift {_num(r['identity_drift'])}); "
+                  f"offset {_num(r['offset_frames'])}, conf {_num(r['sync_confidence'])} (chance best "
+                  f"{_num(r['sync_chance_max'])}); seam ratio {_num(r['seam_ratio'])}; face found {r['face_found']:.0%}; "
+                  f"blinks/min {_num(r['blinks_per_min'])}; RTF {r['rtf']:.2f}, TTFF {r['ttff_s']:.2f} s, "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MB")  # fmt: skip
+
+
+def _num(value) -> str:
+    """A metric for the table: 'null' for a measure that declined to give a value."""
+    if value is None:
+        return "null"
+    return f"{value:.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ class WeightsSource(Enum):
 class ImageFit(Enum):
     """How a reference image of any aspect ratio is fitted to the model's square input."""
 
+    face = "face"  # the square around the detected face, framed as in training (avatargen.face.framing)
     crop = "crop"
     pad = "pad"
 
@@ -96,7 +97,7 @@ class PipelineConfig:
     anchor_frames: int = 2  # anchor frames on each side of a seam given to the I chunk (their predictions are discarded)
     sampling_steps: int = 4  # Euler steps of the A2V flow-matching sampler
     sampling_shift: float = 1.0  # timestep shift (>1 spends more steps at high noise)
-    image_fit: ImageFit = ImageFit.crop
+    image_fit: ImageFit = ImageFit.face
     audio_block_s: float = 0.5  # audio read granularity in seconds
 
 

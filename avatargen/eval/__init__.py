@@ -1,7 +1,9 @@
-"""Quality metrics for any talking-head video: lip sync, identity drift, seam continuity, flicker.
+"""What a viewer sees in a talking-head video, measured on real face networks (the ``avatargen[eval]`` extra).
 
-``evaluate_video(video, audio, reference=None, seams=None, fps=None)`` returns a JSON-able dict of every metric;
-``format_report(result)`` renders it for the terminal.
+``evaluate_video(video, audio, reference=None, seams=None, fps=None)`` returns a JSON-able dict of every metric
+(face found, identity distance to the reference, lip sync with its chance level, sharpness, seams, flicker, head
+motion, blinks); ``format_report(result)`` renders it for the terminal; ``write_sheet`` draws a contact sheet.
+See docs/eval.md.
 """
 
 from avatargen.eval.evaluate import evaluate_video

@@ -1,9 +1,8 @@
-"""``evaluate_video``: every quality metric of a talking-head video, in one streaming pass over its frames.
+"""``evaluate_video``: what a viewer sees in a talking-head video, measured with real face networks, in one pass.
 
-Works on any MP4 (or anything ffmpeg decodes), ours or another model's: no landmarks, no face detector, no model.
-Each frame is decoded at 64x64 (see ``video.py``) and reduced at once to what the metrics keep: 64 cell means (lip
-sync), one similarity (identity), one change (seams), one second difference (flicker). Memory is O(frames x 70
-floats), about 2 MB for 5 minutes at 25 fps.
+Works on any video ffmpeg decodes, ours or another model's. Each frame is decoded (at most 512 px on its long side),
+the face is found and measured at once (``face_track.py``), and reduced to what the metrics keep: a few floats per
+frame and a face descriptor every second. Memory is O(frames x 10 floats) plus one frame.
 """
 
 from __future__ import annotations
@@ -12,18 +11,24 @@ import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from avatargen.errors import BadInputError
+from avatargen.eval.face_track import FaceTracker, chip_measures
 from avatargen.eval.flicker import measure_flicker, second_difference
-from avatargen.eval.identity import DEFAULT_FACE_BOX, IdentityTracker, summarize_identity
-from avatargen.eval.lipsync import audio_envelope, frame_cells, measure_lipsync
-from avatargen.eval.seams import frame_change, measure_seams
-from avatargen.eval.video import ANALYSIS_SIZE, VideoInfo, iter_frames, probe_video
+from avatargen.eval.identity import EMBED_EVERY_S, summarize_identity
+from avatargen.eval.motion import measure_blinks, measure_head_motion
+from avatargen.eval.region_sync import frame_cells, measure_region_sync
+from avatargen.eval.seams import coarse_gray, find_periodic_seams, frame_change, measure_known_seams
+from avatargen.eval.sharpness import measure_sharpness
+from avatargen.eval.sync import frame_rms, measure_sync
+from avatargen.eval.video import analysis_size, iter_frames, keyframe_indices, probe_video
+from avatargen.face.detector import shared_detector
 from avatargen.io.audio import load_audio
 from avatargen.io.image import load_reference_image
 
 AUDIO_SAMPLE_RATE = 16000  # enough for a loudness envelope, and what the audio encoder uses
+REFERENCE_SIDES = (512, 256, 384)  # the reference (whole image, padded to a square) is searched at these sizes
+FLICKER_SIDE = 64
 
 
 def evaluate_video(
@@ -33,23 +38,20 @@ def evaluate_video(
     seams: list[int] | None = None,
     fps: float | None = None,
     *,
-    face_box: tuple[float, float, float, float] = DEFAULT_FACE_BOX,
+    curves: bool = False,
 ) -> dict:
-    """Measure lip sync, identity drift, seam continuity and flicker of ``video`` driven by ``audio``.
+    """Measure face presence, identity, lip sync, sharpness, seams, flicker, head motion and blinks of ``video``.
 
-    ``reference``: the image the video should keep looking like (default: the video's first frame);
-    ``seams``: frame indices where chunks meet (a seam at s: frames s - 1 and s come from different chunks);
-    ``fps``: overrides the rate ffmpeg reports; ``face_box``: the identity region, fractions (x0, y0, x1, y1).
-
-    Returns a JSON-able dict: ``frames``, ``fps``, ``width``, ``height``, ``duration_s``; lip sync
-    (``offset_frames``: positive = video lags audio, ``sync_confidence``, ``sync_peak``, ``sync_curve``,
-    ``sync_max_lag``, ``mouth_box``; see ``lipsync.py``); identity (``identity_ratio`` end/start, ``identity_start``,
-    ``identity_end``, ``identity_window_frames``, ``identity_reference``: "image" or "first_frame"); seams
-    (``seam_ratio``, ``seam_ratios``, ``seam_change_median``, or ``seam_ratio`` None without seams); flicker
-    (``flicker``, ``flicker_p95``, gray levels); ``eval_s``: seconds this took.
-    Raises ``BadInputError`` (one line) for a missing or undecodable video, audio or reference, or a bad seam/fps.
+    ``reference``: the image the video should look like (default: the first frame with a face, and the identity
+    keys then measure drift from it); ``seams``: frame indices where avatargen's chunks meet (a seam at s: frames
+    s - 1 and s come from different chunks), measured besides the blind search; ``fps``: overrides the rate ffmpeg
+    reports; ``curves``: also return the per-frame signals under ``curves`` (what ``write_sheet`` plots). Returns a
+    JSON-able dict (keys in docs/eval.md); ``notes`` holds one line per thing measured with
+    doubt or not at all. Raises ``BadInputError`` (one line) for a missing or undecodable video, audio or
+    reference, a bad seam or fps, and ``FaceExtraMissing`` when ``avatargen[eval]`` is not installed.
     """
     started = time.perf_counter()
+    detector = shared_detector()
     video, audio = Path(video), Path(audio)
     info = probe_video(video)
     rate = float(fps) if fps is not None else info.fps
@@ -58,45 +60,88 @@ def evaluate_video(
     if seams is not None and any(s < 1 for s in seams):
         raise BadInputError(f"seam indices must be >= 1 (frame index where a new chunk starts), got {seams}")
     waveform = load_audio(audio, AUDIO_SAMPLE_RATE)  # before the video pass: a bad audio file fails fast
-    tracker = IdentityTracker(_reference_frame(reference, info), face_box) if reference is not None else None
+    notes: list[str] = []
+    reference_embedding, reference_sharpness = None, None
+    if reference is not None:
+        for side in REFERENCE_SIDES:  # HOG looks at fixed scales: a stylised face found at one may be missed at another
+            image = load_reference_image(reference, side, fit="pad")
+            face = detector.find(image)
+            if face is not None:
+                break
+        if face is None:
+            notes.append(f"no face found in the reference image '{reference}': identity and sharpness not measured")
+        else:
+            reference_embedding = detector.embedding(image, face)
+            reference_sharpness = chip_measures(detector.chip(image, face))[2]
 
-    cells: list[np.ndarray] = []  # (GRID, GRID) per frame
-    similarities: list[float] = []
+    tracker = FaceTracker(detector, embed_every=max(1, int(round(EMBED_EVERY_S * rate))))
     changes: list[float] = [0.0]  # changes[t]: frame t - 1 -> t
     second_differences: list[float] = []
-    before = previous = None
-    for frame in iter_frames(video):
-        if tracker is None:
-            tracker = IdentityTracker(frame, face_box)
-        cells.append(frame_cells(frame))
-        similarities.append(tracker.similarity(frame))
-        if previous is not None:
-            changes.append(frame_change(previous, frame))
+    cells: list[np.ndarray] = []  # (8, 8) per frame, for the region second opinion on sync
+    before = previous = previous_coarse = None
+    n = 0
+    for n, frame in enumerate(iter_frames(video, analysis_size(info)), start=1):
+        tracker.update(n - 1, frame)
+        coarse, small = coarse_gray(frame), coarse_gray(frame, FLICKER_SIDE)
+        cells.append(frame_cells(small))
+        if previous_coarse is not None:
+            changes.append(frame_change(previous_coarse, coarse))
         if before is not None:
-            second_differences.append(second_difference(before, previous, frame))
-        before, previous = previous, frame
+            second_differences.append(second_difference(before, previous, small))
+        before, previous, previous_coarse = previous, small, coarse
 
-    n = len(cells)
+    track = tracker.track.arrays()
+    width, height = analysis_size(info)
     result: dict = {"video": str(video), "frames": n, "fps": rate, "width": info.width, "height": info.height,
-                    "duration_s": round(n / rate, 3)}  # fmt: skip
-    envelope = audio_envelope(waveform, AUDIO_SAMPLE_RATE, rate, n)
-    result.update(measure_lipsync(np.stack(cells), envelope, rate, (info.width, info.height)))
-    result.update(summarize_identity(np.asarray(similarities), rate))
+                    "analysed_at": [width, height], "duration_s": round(n / rate, 3)}  # fmt: skip
+    found = float(track["detected"].mean()) if n else 0.0
+    result["face_found"] = round(found, 4)
+    if found < 0.5:
+        notes.append(f"a face was found in only {found:.0%} of frames: face metrics cover those frames only")
+
+    rms = frame_rms(waveform, AUDIO_SAMPLE_RATE, rate, n)
+    result.update(measure_sync(track["mouth"], rms, rate))
+    result.update(measure_region_sync(np.asarray(cells).reshape(-1, 8, 8), rms, rate))
+    main, second = result["offset_frames"], result["sync_region_offset"]
+    if main is not None and second is not None and abs(main - second) > 1:
+        notes.append(f"the two lip-sync measures disagree: mouth opening {main:+d} frames, image region {second:+d}")
+    elif main is None and second is not None and result["sync_note"] and "face" in result["sync_note"]:
+        notes.append(f"without a face, the image-region measure finds offset {second:+d} frames")
+    boxes = np.asarray(tracker.track.mouth_box, float).reshape(-1, 4)
+    boxes = boxes[np.isfinite(boxes).all(axis=1)]
+    result["mouth_box"] = [round(float(v)) for v in np.median(boxes, axis=0)] if len(boxes) else None
+
+    if reference_embedding is None and tracker.track.embeddings and reference is None:
+        first = min(tracker.track.embeddings)
+        reference_embedding = tracker.track.embeddings[first]
+        notes.append("no reference image: identity is the distance to the video's first face (drift only)")
+    if reference_embedding is not None:
+        result.update(summarize_identity(tracker.track.embeddings, reference_embedding, rate))
+    else:
+        result["identity_distance"] = None
     result["identity_reference"] = "image" if reference is not None else "first_frame"
+
+    result.update(measure_sharpness(track["sharpness"], reference_sharpness))
+    keyframes = keyframe_indices(video, rate)
+    change_array = np.asarray(changes)
+    result["keyframes"] = len(keyframes)
+    result.update(find_periodic_seams(change_array, keyframes, rate))
     if seams:
-        result.update(measure_seams(np.asarray(changes), list(seams)))
+        result.update(measure_known_seams(change_array, list(seams), keyframes))
     else:
         result["seam_ratio"] = None
     result.update(measure_flicker(np.asarray(second_differences)))
+    result.update(measure_head_motion(track["centre"], rate))
+    result.update(measure_blinks(track["eyes"], rate))
+    if curves:
+        result["curves"] = {
+            "change": [round(float(c), 3) for c in changes],
+            "mouth": [None if not np.isfinite(m) else round(float(m), 4) for m in track["mouth"]],
+            "loudness": [round(float(r), 5) for r in rms],
+            "identity": result.pop("identity_curve", []),
+        }
+    result.pop("identity_curve", None)
+    notes += [result[key] for key in ("sync_note", "identity_note", "seam_note") if result.get(key)]
+    result["notes"] = notes
     result["eval_s"] = round(time.perf_counter() - started, 3)
     return result
-
-
-def _reference_frame(path: Path, info: VideoInfo) -> np.ndarray:
-    """The reference image framed like the video (centre-cropped to its aspect), at analysis size, float32 RGB."""
-    side = max(info.width, info.height)
-    square = load_reference_image(path, side, fit="crop")  # (side, side, 3) uint8
-    top, left = (side - info.height) // 2, (side - info.width) // 2
-    framed = square[top : top + info.height, left : left + info.width]
-    small = Image.fromarray(framed).resize((ANALYSIS_SIZE, ANALYSIS_SIZE), Image.Resampling.BOX)
-    return np.asarray(small, dtype=np.float32)

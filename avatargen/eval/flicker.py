@@ -1,7 +1,7 @@
 """Flicker: temporal high-frequency energy, the part of the change between frames that motion does not explain.
 
-Per frame t, ``second_difference`` is the mean over pixels and channels of |x[t+1] - 2 x[t] + x[t-1]| on the
-analysis frames, in gray levels (0..255 scale). Steady motion and slow drifts cancel in a second difference; a frame
+Per frame t, ``second_difference`` is the mean over pixels of |x[t+1] - 2 x[t] + x[t-1]| on the frames reduced to
+64x64 gray (area averages), in gray levels (0..255 scale). Steady motion and slow drifts cancel in a second difference; a frame
 that jumps away and back (brightness pumping, texture boiling) does not. ``flicker`` is its mean over the video:
 0 for a static video; a brightness that alternates by +-d every frame scores about 4 d.
 """
@@ -12,7 +12,7 @@ import numpy as np
 
 
 def second_difference(before: np.ndarray, frame: np.ndarray, after: np.ndarray) -> float:
-    """Mean |after - 2 frame + before| over pixels and channels, in gray levels."""
+    """Mean |after - 2 frame + before| over pixels, in gray levels."""
     return float(np.abs(after - 2.0 * frame + before).mean())
 
 

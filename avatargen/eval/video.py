@@ -1,8 +1,8 @@
-"""Video in for evaluation: what ``ffmpeg -i`` says about a file, and its frames streamed at a small analysis size.
+"""Video in for evaluation: what ``ffmpeg -i`` says about a file, its frames streamed one at a time, its keyframes.
 
-Metrics never hold the decoded video: ffmpeg scales every frame to ``ANALYSIS_SIZE`` x ``ANALYSIS_SIZE`` (area
-averaging) and writes rgb24 to a pipe, which is read one frame at a time, so a 5-minute file needs the memory of
-one small frame plus what each metric keeps per frame (a few dozen floats).
+Metrics never hold the decoded video: ffmpeg writes rgb24 frames (at most ``MAX_ANALYSIS_SIDE`` on the long side,
+aspect kept) to a pipe, which is read one frame at a time, so a 5-minute file needs the memory of one frame plus
+what each metric keeps per frame (a few dozen floats).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import StderrTail, ffmpeg_exe, ffmpeg_reason, start_ffmpeg
 
-ANALYSIS_SIZE = 64  # every metric works on frames scaled to this square; enough for an 8x8 grid of mouth-sized cells
+MAX_ANALYSIS_SIDE = 512  # frames larger than this are scaled down: the face detector needs ~80 px faces, not 4K
 _FIX = "give an MP4/MOV/MKV/WebM video file"
 _VIDEO_STREAM = re.compile(r"Stream #\d+:\d+\S*: Video: (.*)")
 _SIZE = re.compile(r", (\d{2,5})x(\d{2,5})")
@@ -66,8 +66,15 @@ def probe_video(path: str | Path) -> VideoInfo:
     raise BadInputError(f"file '{path}' has no video stream; {_FIX}")
 
 
-def iter_frames(path: str | Path, size: int = ANALYSIS_SIZE) -> Iterator[np.ndarray]:
-    """Yield every stored frame of the first video stream as a (size, size, 3) float32 RGB array in 0..255.
+def analysis_size(info: VideoInfo) -> tuple[int, int]:
+    """(width, height) the frames are analysed at: the stored size, scaled down to ``MAX_ANALYSIS_SIDE`` (even)."""
+    scale = min(1.0, MAX_ANALYSIS_SIDE / max(info.width, info.height))
+    return max(2, int(info.width * scale) // 2 * 2), max(2, int(info.height * scale) // 2 * 2)
+
+
+def iter_frames(path: str | Path, size: tuple[int, int]) -> Iterator[np.ndarray]:
+    """Yield every stored frame of the first video stream as an (height, width, 3) uint8 RGB array, ``size`` =
+    (width, height).
 
     Frames come as stored (``-fps_mode passthrough``: none dropped or duplicated), so frame indices match the
     encoder's, which is what seam indices refer to. Raises ``BadInputError`` when the stream fails to decode or
@@ -76,11 +83,12 @@ def iter_frames(path: str | Path, size: int = ANALYSIS_SIZE) -> Iterator[np.ndar
     path = Path(path)
     proc = start_ffmpeg(
         ["-v", "error", "-i", str(path), "-map", "0:v:0", "-an", "-sn", "-fps_mode", "passthrough",
-         "-vf", f"scale={size}:{size}:flags=area", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"],
+         "-vf", f"scale={size[0]}:{size[1]}:flags=area", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"],
         stdout=subprocess.PIPE,
     )  # fmt: skip
     stderr = StderrTail(proc)
-    frame_bytes = size * size * 3
+    width, height = size
+    frame_bytes = width * height * 3
     count = 0
     try:
         while True:
@@ -88,7 +96,7 @@ def iter_frames(path: str | Path, size: int = ANALYSIS_SIZE) -> Iterator[np.ndar
             if len(data) < frame_bytes:
                 break
             count += 1
-            yield np.frombuffer(data, dtype=np.uint8).reshape(size, size, 3).astype(np.float32)
+            yield np.frombuffer(data, dtype=np.uint8).reshape(height, width, 3)
         returncode = proc.wait()
         stderr.join()
         if returncode != 0:
@@ -100,3 +108,24 @@ def iter_frames(path: str | Path, size: int = ANALYSIS_SIZE) -> Iterator[np.ndar
             proc.kill()
         proc.wait()
         proc.stdout.close()
+
+
+_PTS_TIME = re.compile(r"pts_time:\s*(-?[\d.]+)")
+
+
+def keyframe_indices(path: str | Path, fps: float) -> list[int]:
+    """Frame indices of the stream's keyframes (I-frames), from decoding only those (fast).
+
+    Seam measures need them: the first frame of a GOP is encoded afresh, so its change from the previous frame
+    includes a compression "pop" that is not in the content. Returns [] when ffmpeg reports none.
+    """
+    proc = subprocess.run(
+        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-skip_frame", "nokey", "-i", str(path), "-map", "0:v:0",
+         "-vf", "showinfo", "-fps_mode", "passthrough", "-f", "null", "-"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600,
+    )  # fmt: skip
+    times = [float(m.group(1)) for m in _PTS_TIME.finditer(proc.stderr.decode("utf-8", errors="replace"))]
+    if not times:
+        return []
+    start = times[0]
+    return sorted({int(round((t - start) * fps)) for t in times})

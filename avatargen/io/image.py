@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -11,16 +13,20 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from avatargen.errors import BadInputError
 
 MIN_SIDE = 32  # below this there are too few pixels for a face
-FITS = ("crop", "pad")
+FITS = ("face", "crop", "pad")
 _FIX = "give a PNG, JPEG or WebP image"
 
 
-def load_reference_image(path: str | Path, size: int, fit: str = "crop") -> np.ndarray:
+def load_reference_image(
+    path: str | Path, size: int, fit: str = "crop", warn: Callable[[str], None] | None = None
+) -> np.ndarray:
     """Load an image file as a (size, size, 3) uint8 RGB array.
 
     EXIF orientation is applied; animated images give their first frame; transparency is composited over white;
-    16-bit images are scaled (not clipped) to 8 bits. ``fit="crop"`` center-crops to a square, ``fit="pad"``
-    extends the short side by repeating the edge pixels; either is then resized with Lanczos.
+    16-bit images are scaled (not clipped) to 8 bits. ``fit="face"`` frames the square around the face as the
+    model was trained (``avatargen.face.framing``; no face: centre crop and one line to ``warn``), ``fit="crop"``
+    center-crops to a square, ``fit="pad"`` extends the short side by repeating the edge pixels; each is then
+    resized with Lanczos.
 
     Raises ``ValueError`` for an unknown ``fit`` or non-positive ``size``, and ``BadInputError`` for a missing,
     non-image, corrupt or smaller-than-32x32 file.
@@ -39,10 +45,19 @@ def load_reference_image(path: str | Path, size: int, fit: str = "crop") -> np.n
         raise BadInputError(
             f"image '{path}' is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}"
         )
-    square = _center_crop(rgb) if fit == "crop" else _edge_pad(rgb)
+    if fit == "face":
+        from avatargen.face.framing import frame_face
+
+        square = frame_face(rgb, warn or _print_warning, f"image '{path}'")[0]
+    else:
+        square = _center_crop(rgb) if fit == "crop" else _edge_pad(rgb)
     if square.shape[0] != size:
         square = np.asarray(Image.fromarray(square).resize((size, size), Image.Resampling.LANCZOS))
     return np.ascontiguousarray(square)
+
+
+def _print_warning(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def save_png(path: str | Path, rgb: np.ndarray) -> None:

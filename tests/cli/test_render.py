@@ -24,7 +24,7 @@ def test_render_writes_a_playable_mp4_with_exact_frames_and_aligned_audio(tmp_pa
     for key in ("frames", "fps", "duration_s", "chunks", "ttff_s", "wall_s", "gen_fps", "rtf", "peak_rss_mb"):
         assert key in report, key
     # --eval measures the video it just made, with the seams it knows (where consecutive frames change chunk).
-    for key in ("offset_frames", "sync_confidence", "identity_ratio", "seam_ratio", "flicker"):
+    for key in ("offset_frames", "sync_confidence", "identity_distance", "seam_ratio", "flicker", "face_found"):
         assert key in report, key
     assert report["seams"][:4] == [12, 20, 28, 36] and report["seam_ratio"] > 0
     assert report["frames"] == 75 and report["fps"] == 25

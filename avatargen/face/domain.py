@@ -1,0 +1,48 @@
+"""Is a reference image inside what the bundled model knows? It was trained on flat-shaded cartoon avatars only.
+
+``looks_like_photo``: a cartoon face is a handful of flat colours; a photograph's face is a continuum of shades. In
+the face chip (``FaceDetector.chip``), colours are quantised to 16 levels per channel and ``flat_share`` is the
+share of pixels covered by the 8 most common colours: 0.83-0.93 on training-style avatars (0.73-0.85 after JPEG at
+quality 60), 0.23-0.33 on colour photographs (skimage's astronaut, matplotlib's Grace Hopper). Below
+``PHOTO_FLAT_SHARE`` the image is taken for a photograph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PHOTO_FLAT_SHARE = 0.6
+MODEL_CARD = "docs/model-card.md"
+
+
+def flat_share(chip: np.ndarray) -> float:
+    """Share of an (S, S, 3) uint8 face chip covered by its 8 most common colours (16 levels per channel)."""
+    levels = chip.astype(np.int32) // 16
+    codes = (levels[..., 0] * 256 + levels[..., 1] * 16 + levels[..., 2]).ravel()
+    counts = np.sort(np.bincount(codes))[::-1]
+    return float(counts[:8].sum() / codes.size)
+
+
+def looks_like_photo(chip: np.ndarray) -> bool:
+    """True when the face chip has the continuous shading of a photograph, not the flat fills of a cartoon."""
+    return flat_share(chip) < PHOTO_FLAT_SHARE
+
+
+def photo_warning(name: str) -> str:
+    """The one line printed when the bundled model is given a photograph."""
+    return (f"warning: {name} looks like a photograph; the bundled model (model=tiny) knows only cartoon avatars: "
+            "expect a soft cartoon-like face in the photo's colours and layout with a moving mouth, not the person "
+            f"({MODEL_CARD}, Limits; train on your own data for photos)")  # fmt: skip
+
+
+def warn_if_out_of_domain(square: np.ndarray, name: str, warn) -> None:
+    """One line to ``warn`` when the framed reference ``square`` (S, S, 3) is a photograph (nothing when the face
+    networks are not installed: framing already said so)."""
+    from avatargen.face.detector import face_networks_installed, shared_detector
+
+    if not face_networks_installed():
+        return
+    detector = shared_detector()
+    face = detector.find(square)
+    if face is not None and looks_like_photo(detector.chip(square, face)):
+        warn(photo_warning(name))

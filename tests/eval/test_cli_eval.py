@@ -1,0 +1,47 @@
+"""`avatargen eval` from the command line: the sheet, and one line on how to get the face networks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import REPO
+
+pytest.importorskip("dlib", reason="the evaluator needs avatargen[eval]")
+
+from tests.eval import clips  # noqa: E402
+
+
+def test_without_the_eval_extra_one_line_says_how_to_install_it_and_exit_is_2(tmp_path: Path) -> None:
+    hide_dlib = "import sys; sys.modules['dlib'] = None; from avatargen.cli import main; main()"
+    for args in (["eval", "video.mp4", "--audio", "a.wav"],
+                 ["render", "-i", "x.png", "-a", "a.wav", "-o", str(tmp_path / "o.mp4"), "--eval"]):  # fmt: skip
+        result = subprocess.run([sys.executable, "-c", hide_dlib, *args], capture_output=True, text=True,
+                                cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "pip install 'avatargen[eval]'" in lines[0], result.stderr
+
+
+def test_eval_json_and_sheet_on_a_talking_photo(tmp_path: Path) -> None:
+    audio, openness = clips.speech(4.0)
+    video = clips.write_mp4(tmp_path / "talk.mp4", clips.talking_frames(openness))
+    wav = clips.write_wav(tmp_path / "talk.wav", audio)
+    reference = clips.write_png(tmp_path / "ref.png", clips.astronaut())
+    sheet = tmp_path / "sheet.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "avatargen", "eval", str(video), "-a", str(wav), "-r", str(reference),
+         "--sheet", str(sheet), "--json"],
+        capture_output=True, text=True, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["offset_frames"] == 0 and report["face_found"] == 1.0 and "curves" not in report
+    image = np.asarray(Image.open(sheet))
+    assert image.shape[0] > 600 and image.shape[1] > 1000 and image.std() > 20  # a drawn sheet, not a blank
