@@ -44,6 +44,11 @@ class NonFiniteError(BadInputError):
     """A model produced NaN or Inf: its checkpoint is broken (bad input, exit code 2); the message names the module."""
 
 
+class AudioDecoderStopped(AvatarGenError):
+    """The audio decoder (ffmpeg) died or failed after it had given audio: not the input's fault. Exit code 1; a
+    render keeps what it made and says how to resume."""
+
+
 class PublishError(AvatarGenError):
     """A live output failed (an ingest went down, the program reading stdout closed it). Exit code 3."""
 
