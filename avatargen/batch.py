@@ -58,26 +58,58 @@ class JobResult:
     exit_code: int = EXIT_OK
 
 
-def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, where: str) -> Job:
+def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, where: str, allow_outside: bool) -> Job:
+    """One row as a job; a row that cannot run gets a ``problem`` (its job fails alone, with that reason)."""
+    problems: list[str] = []
     unknown = sorted(set(row) - set(JOB_KEYS))
-    missing = [k for k in ("image", "audio", "output") if not row.get(k)]
+    if unknown:
+        problems.append(f"unknown column(s) {', '.join(unknown)}; valid: {', '.join(JOB_KEYS)}")
+    fields: dict[str, str] = {}
+    missing = []
+    for key in ("image", "audio", "output", "prompt"):
+        value = row.get(key)
+        if value is None or value == "":
+            missing += [key] if key != "prompt" else []
+            value = ""
+        elif not isinstance(value, str):
+            problems.append(f"{key} must be a string, not {type(value).__name__} ({json.dumps(value)})")
+            value = ""
+        fields[key] = value
+    if missing:
+        problems.insert(0, f"missing {', '.join(missing)} (every job needs image, audio and output)")
     overrides = row.get("overrides") or []
     if isinstance(overrides, str):
         overrides = shlex.split(overrides)  # CSV: one space-separated string
-    job = Job(index, base / str(row.get("image", "")), base / str(row.get("audio", "")), out_dir / str(row.get("output", "")),
-              str(row.get("prompt") or ""), [str(o) for o in overrides])  # fmt: skip
-    if missing:
-        job.problem = f"{where}: missing {', '.join(missing)} (every job needs image, audio and output)"
-    elif unknown:
-        job.problem = f"{where}: unknown column(s) {', '.join(unknown)}; valid: {', '.join(JOB_KEYS)}"
-    elif not isinstance(row.get("overrides") or [], (list, str)):
-        job.problem = f"{where}: overrides must be a list of key=value strings"
+    elif not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        problems.append(f"overrides must be a list of key=value strings, not {json.dumps(overrides)}")
+        overrides = []
+    output = out_dir / fields["output"]
+    if fields["output"] and not allow_outside and not _inside(output, out_dir):
+        problems.append(f"output '{fields['output']}' is outside --out-dir '{out_dir}'; give a path inside it, or pass "
+                        "--allow-outside-out-dir")  # fmt: skip
+    job = Job(index, base / fields["image"], base / fields["audio"], output, fields["prompt"], list(overrides))
+    job.problem = f"{where}: {'; '.join(problems)}" if problems else None
     return job
 
 
-def read_jobs(jobs_file: Path, out_dir: Path) -> list[Job]:
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (links resolved) is ``folder`` or below it."""
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def outside_out_dir(cfg: Any, out_dir: Path) -> str | None:
+    """Why a job's config would write outside ``out_dir`` (an HLS ``output.publish`` target elsewhere), or None."""
+    for target in cfg.output.publish:
+        if "://" not in str(target) and not _inside(Path(str(target)).expanduser(), out_dir):
+            return (f"output.publish target '{target}' is outside --out-dir '{out_dir}'; publish inside it, or pass "
+                    "--allow-outside-out-dir")  # fmt: skip
+    return None
+
+
+def read_jobs(jobs_file: Path, out_dir: Path, allow_outside: bool = False) -> list[Job]:
     """Jobs of a ``.jsonl`` (one JSON object a line) or ``.csv`` (header row) file; a malformed row becomes a job that
-    fails with a message naming its line, a missing or unreadable file fails the batch (BadInputError)."""
+    fails with a message naming its line, a missing or unreadable file fails the batch (BadInputError). Outputs must
+    lie inside ``out_dir`` unless ``allow_outside``."""
     try:
         text = jobs_file.read_text()
     except (OSError, UnicodeDecodeError) as err:
@@ -87,7 +119,7 @@ def read_jobs(jobs_file: Path, out_dir: Path) -> list[Job]:
     if jobs_file.suffix.lower() == ".csv":
         for number, row in enumerate(csv.DictReader(text.splitlines()), start=2):
             row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None and (v or "").strip()}
-            jobs.append(_row_to_job(len(jobs), row, base, out_dir, f"{jobs_file.name} line {number}"))
+            jobs.append(_row_to_job(len(jobs), row, base, out_dir, f"{jobs_file.name} line {number}", allow_outside))
     else:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip() or line.lstrip().startswith("#"):
@@ -99,7 +131,7 @@ def read_jobs(jobs_file: Path, out_dir: Path) -> list[Job]:
                 row, problem = {}, f"{where}: not valid JSON ({err.msg})"
             else:
                 problem = None if isinstance(row, dict) else f"{where}: each line must be a JSON object"
-            job = _row_to_job(len(jobs), row if isinstance(row, dict) else {}, base, out_dir, where)
+            job = _row_to_job(len(jobs), row if isinstance(row, dict) else {}, base, out_dir, where, allow_outside)
             job.problem = problem or job.problem
             jobs.append(job)
     seen: dict[Path, int] = {}
@@ -115,8 +147,11 @@ def _result(job: Job, rank: int, status: str, started: float, **extra: Any) -> J
                      seconds=round(time.perf_counter() - started, 3), **extra)  # fmt: skip
 
 
-def run_job(job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None]) -> JobResult:
-    """Render one job; every failure but a stop request or a broken group is caught and recorded."""
+def run_job(
+    job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None], confine_to: Path | None = None
+) -> JobResult:
+    """Render one job; every failure but a stop request or a broken group is caught and recorded. ``confine_to``:
+    the folder every file of the job must be written in (``--out-dir``), None for anywhere."""
     from avatargen.render import RenderRequest, render
 
     started = time.perf_counter()
@@ -126,6 +161,9 @@ def run_job(job: Job, overrides: list[str], rank: int, solo: bool, warn: Callabl
         return _result(job, rank, "skipped", started)
     try:
         cfg = load_config([*overrides, *job.overrides])
+        outside = outside_out_dir(cfg, confine_to) if confine_to is not None else None
+        if outside is not None:
+            raise BadInputError(outside)
         request = RenderRequest(image=job.image, audio=job.audio, output=job.output, prompt=job.prompt)
         quiet = lambda message: None if message.startswith("note: model.weights=random") else warn(message)  # noqa: E731
         if solo:
@@ -182,10 +220,13 @@ def print_summary(results: list[JobResult], report_path: Path) -> None:
     console.print(f"{counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; report: {report_path}")
 
 
-def run_batch(jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None]) -> int:
-    """Run every job of ``jobs_file`` into ``out_dir``; returns the exit code (see ``exit_code_of``)."""
+def run_batch(
+    jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None], allow_outside: bool = False
+) -> int:
+    """Run every job of ``jobs_file`` into ``out_dir``; returns the exit code (see ``exit_code_of``). Every file a job
+    writes stays inside ``out_dir`` unless ``allow_outside``."""
     config = to_config(load_config(overrides))  # a bad base config fails the whole batch at once (exit 2)
-    jobs = read_jobs(jobs_file, out_dir)
+    jobs = read_jobs(jobs_file, out_dir, allow_outside)
     world = full_world()
     spread = config.runtime.batch_mode == BatchMode.spread
     if world.world_size > 1:
@@ -199,7 +240,8 @@ def run_batch(jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callab
     mine = jobs[world.rank :: world.world_size] if spread else jobs
     results = []
     for job in mine:
-        result = run_job(job, overrides, world.rank, solo=spread and world.world_size > 1, warn=warn)
+        result = run_job(job, overrides, world.rank, solo=spread and world.world_size > 1, warn=warn,
+                         confine_to=None if allow_outside else out_dir)  # fmt: skip
         if result.status == "failed" and (world.is_primary or spread):
             warn(f"job {job.index} failed on rank {world.rank} (image '{job.image}', audio '{job.audio}', "
                  f"output '{job.output}'): {result.error}")  # fmt: skip

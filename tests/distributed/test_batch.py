@@ -35,6 +35,37 @@ def test_jobs_files_resolve_paths_and_report_bad_rows(tmp_path):
     assert "also the output of job 0" in duplicate.problem
 
 
+def test_every_output_stays_inside_the_out_dir_and_mistyped_rows_fail_alone(tmp_path):
+    rows = [{"image": "f.png", "audio": "a.wav", "output": "../../x.mp4"},
+            {"image": "f.png", "audio": "a.wav", "output": str(tmp_path / "elsewhere.mp4")},
+            {"image": "f.png", "audio": "a.wav", "output": "ok.mp4", "overrides": 5},
+            {"image": 5, "audio": "a.wav", "output": "five.mp4", "overrides": ["seed=1", 2]},
+            {"image": "f.png", "audio": "a.wav", "output": "fine/ok.mp4"}]  # fmt: skip
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    up, absolute, bad_overrides, bad_types, fine = read_jobs(jobs, tmp_path / "out")
+    assert "'../../x.mp4' is outside --out-dir" in up.problem and "--allow-outside-out-dir" in up.problem
+    assert "is outside --out-dir" in absolute.problem
+    assert "overrides must be a list of key=value strings, not 5" in bad_overrides.problem
+    assert "image must be a string, not int" in bad_types.problem and "overrides must be" in bad_types.problem
+    assert fine.problem is None
+    assert read_jobs(jobs, tmp_path / "out", allow_outside=True)[0].problem is None
+
+
+def test_a_publish_override_outside_the_out_dir_fails_that_job_before_it_renders(tmp_path):
+    make_inputs(tmp_path / "in")
+    jobs = tmp_path / "jobs.jsonl"
+    outside = tmp_path / "live" / "x.m3u8"
+    jobs.write_text(json.dumps({"image": "in/face.png", "audio": "in/a.wav", "output": "a.mp4",
+                                "overrides": [f"output.publish=[{outside}]"]}) + "\n")  # fmt: skip
+    from avatargen.batch import run_batch
+
+    assert run_batch(jobs, tmp_path / "out", FAST, warn=lambda message: None) == 2
+    report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
+    assert "output.publish target" in report["jobs"][0]["error"] and "outside --out-dir" in report["jobs"][0]["error"]
+    assert not (tmp_path / "live").exists() and not (tmp_path / "out" / "a.mp4").exists()
+
+
 def test_batch_renders_skips_done_outputs_and_isolates_a_bad_job(tmp_path):
     make_inputs(tmp_path / "in")
     jobs = tmp_path / "jobs.jsonl"
