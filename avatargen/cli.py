@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import traceback
@@ -11,7 +12,7 @@ from typing import Callable, List, Optional
 
 import typer
 
-from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError
+from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, PublishError
 
 EXIT_CODES = (
     "Exit codes: 0 ok; 2 bad input or bad config; 3 a live output failed (output.on_publish_failure=stop); "
@@ -100,6 +101,9 @@ def render(
             raise BadInputError("--eval measures an MP4 file against an audio file; give --output OUT.mp4 and --audio FILE")
         # With --output - stdout carries the video: every word for people goes to stderr.
         out = sys.stderr if str(output) == "-" else sys.stdout
+        if str(output) == "-" and _STDOUT_CLOSED:
+            raise PublishError("--output - writes MPEG-TS to stdout, but stdout is closed; pipe it into a program "
+                               "(| ffplay -) or give --output OUT.mp4")  # fmt: skip
 
         def progress(fps: int, total: int | None) -> RenderProgress:
             # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.
@@ -218,6 +222,7 @@ def synth(
 def batch(
     jobs: Path = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder."),
     out_dir: Path = typer.Option(..., "--out-dir", help="Folder for the outputs and batch_report.json."),
+    allow_outside_out_dir: bool = typer.Option(False, "--allow-outside-out-dir/--no-allow-outside-out-dir", help="Let jobs write outside --out-dir (absolute or ../ outputs, output.publish elsewhere); refused by default.", show_default=True),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP + " Applied to every job, before its own overrides.", show_default=False),
 ) -> None:
@@ -233,11 +238,31 @@ def batch(
         nonlocal code
         from avatargen.batch import run_batch
 
-        code = run_batch(jobs, out_dir, overrides or [], warn=lambda message: print(message, file=sys.stderr))
+        code = run_batch(jobs, out_dir, overrides or [], warn=lambda message: print(message, file=sys.stderr),
+                         allow_outside=allow_outside_out_dir)  # fmt: skip
 
     _run(action, debug)
     raise typer.Exit(code)
 
 
+_STDOUT_CLOSED = False  # set by main(): the process started with file descriptor 1 closed (`>&-`)
+
+
+def _cover_closed_standard_fds() -> None:
+    """Open /dev/null on standard descriptors the process started without, so that no file avatargen opens later
+    lands on descriptor 1 and receives what is meant for stdout; remember whether stdout was one of them."""
+    global _STDOUT_CLOSED
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            _STDOUT_CLOSED = _STDOUT_CLOSED or fd == 1
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:  # the lowest free descriptor is this one unless a lower one was closed too
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def main() -> None:
+    _cover_closed_standard_fds()
     app()
