@@ -1,18 +1,25 @@
-"""Bulk rendering: many (image, audio, prompt) jobs from a JSONL or CSV file, resumable, over torchrun's ranks.
+"""Bulk rendering: many (image, audio, prompt) jobs from a JSONL or CSV file, by any number of workers sharing one
+out-dir, with no coordinator.
 
-Each job is one call of ``avatargen.render.render()`` in this process (models are built once and reused while the
-model config stays the same, see ``runtime.sharding.place_modules``). Under torchrun, ``runtime.batch_mode=spread``
-gives rank r the jobs r, r+N, ... to render alone; ``shard`` renders every job with all ranks, FSDP-sharded. A job
-whose output already exists is skipped (renders only rename ``OUT.partial.mp4`` onto ``OUT.mp4`` on success), so
-re-running a half-finished batch resumes it; a failing job is recorded and the others go on. Rank 0 writes
-``batch_report.json`` and prints the summary.
+A worker is one ``avatargen batch JOBS --out-dir DIR`` process (started by hand, GNU parallel, a Slurm array, a
+Kubernetes indexed Job, or as a torchrun rank in ``runtime.batch_mode=spread``). It takes the next job that is neither
+finished (``OUT.mp4`` exists), nor locked by a live worker (``OUT.lock``, ``io.output_lock``), nor failed for good
+(``OUT.failed.json``), renders it under its lock, and goes on until every job is finished or failed, waiting for the
+jobs other workers hold: if one of them dies, its lock frees itself and the job is resumed from its last checkpoint
+by whoever claims it next. A job runs once at a time, whatever the number of workers. Each job is one call of
+``avatargen.render.render()`` in this process (models are built once and reused while the model config stays the
+same, see ``runtime.sharding.place_modules``). ``runtime.batch_mode=shard`` under torchrun renders every job with all
+ranks, FSDP-sharded, in order. Each worker prints a line per job, then a summary, and writes ``batch_report.json``
+(under torchrun rank 0 for all ranks). The state on disk is in ``batch_state``.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import shlex
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,7 +29,11 @@ from typing import Any, Callable
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchMode
-from avatargen.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted
+from avatargen.batch_state import read_failure, record_failure, failed_record_for, write_atomic, write_manifest
+from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted,
+                              ResumeMismatchError)
+from avatargen.io.output_lock import OutputLock
+from avatargen.io.resume_store import resume_folder_for
 from avatargen.runtime.distributed import RankFailedError, ensure_process_group, full_world, solo_rank
 
 REPORT_NAME = "batch_report.json"
@@ -45,7 +56,7 @@ class Job:
 @dataclass
 class JobResult:
     index: int
-    status: str  # ok | skipped | failed
+    status: str  # ok | skipped (finished before, or by another worker) | failed | running | pending
     output: str
     image: str
     audio: str
@@ -56,6 +67,9 @@ class JobResult:
     frames: int | None = None
     error: str | None = None
     exit_code: int = EXIT_OK
+    worker: str | None = None  # host:pid of the worker that rendered it, or failed it
+    resumed_from: int | None = None  # the frame a resumed job continued from
+    ran: bool = False  # this worker rendered (or tried) it; else it reports what it found on disk
 
 
 def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, where: str, allow_outside: bool) -> Job:
@@ -142,21 +156,28 @@ def read_jobs(jobs_file: Path, out_dir: Path, allow_outside: bool = False) -> li
     return jobs
 
 
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # how reports and status name this worker
+POLL_S = 1.0  # how often a worker with nothing to claim looks again at the jobs other workers hold
+
+
 def _result(job: Job, rank: int, status: str, started: float, **extra: Any) -> JobResult:
     return JobResult(job.index, status, str(job.output), str(job.image), str(job.audio), job.prompt, job.overrides, rank,
                      seconds=round(time.perf_counter() - started, 3), **extra)  # fmt: skip
 
 
 def run_job(
-    job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None], confine_to: Path | None = None
-) -> JobResult:
+    job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None], confine_to: Path | None = None,
+    output_lock: OutputLock | None = None, resume: bool = False,
+) -> JobResult:  # fmt: skip
     """Render one job; every failure but a stop request or a broken group is caught and recorded. ``confine_to``:
-    the folder every file of the job must be written in (``--out-dir``), None for anywhere."""
+    the folder every file of the job must be written in (``--out-dir``), None for anywhere. ``output_lock``: the
+    job's lock, held by the caller; ``resume`` continues the job's stopped render (or starts over if its inputs or
+    config changed since)."""
     from avatargen.render import RenderRequest, render
 
     started = time.perf_counter()
     if job.problem is not None:
-        return _result(job, rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT)
+        return _result(job, rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT, ran=True)
     if job.output.is_file():
         return _result(job, rank, "skipped", started)
     try:
@@ -166,18 +187,110 @@ def run_job(
             raise BadInputError(outside)
         request = RenderRequest(image=job.image, audio=job.audio, output=job.output, prompt=job.prompt)
         quiet = lambda message: None if message.startswith("note: model.weights=random") else warn(message)  # noqa: E731
-        if solo:
-            with solo_rank():
-                report = render(request, cfg, warn=quiet)
-        else:
-            report = render(request, cfg, warn=quiet)
+
+        def attempt(resume: bool) -> dict[str, Any]:
+            try:
+                with solo_rank() if solo else _no_context():
+                    return render(request, cfg, warn=quiet, resume=resume, output_lock=output_lock)
+            except ResumeMismatchError:
+                return attempt(False)  # the job changed since it was stopped: its old state is of no use
+
+        report = attempt(resume)
     except (RenderInterrupted, RankFailedError, KeyboardInterrupt):
         raise  # the user stopped the batch, or another rank died mid-job: the group cannot go on
     except AvatarGenError as err:
-        return _result(job, rank, "failed", started, error=str(err), exit_code=err.exit_code)
+        return _result(job, rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True)
     except Exception as err:  # a bug in one job must not stop the others: record it with its inputs
-        return _result(job, rank, "failed", started, error=f"unexpected {err.__class__.__name__}: {err}", exit_code=EXIT_FAILURE)
-    return _result(job, rank, "ok", started, frames=report["frames"])
+        return _result(job, rank, "failed", started, error=f"unexpected {err.__class__.__name__}: {err}",
+                       exit_code=EXIT_FAILURE, worker=WORKER, ran=True)  # fmt: skip
+    return _result(job, rank, "ok", started, frames=report["frames"], worker=WORKER, resumed_from=report["resumed_from"],
+                   ran=True)  # fmt: skip
+
+
+class _no_context:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None],
+                   confine_to: Path | None, retry_before: float | None) -> JobResult | None:  # fmt: skip
+    """Run ``job`` if it is this worker's to run; its result, or None while another live worker holds it.
+
+    ``retry_before``: a job failed for good before this time is tried again (``--retry-failed``); None: never."""
+    started = time.perf_counter()
+    if job.problem is not None or job.output.is_file():
+        return run_job(job, overrides, rank, solo, warn, confine_to)  # a bad row, or finished: nothing to claim
+    failed = _failed_result(job, rank, retry_before)
+    if failed is not None:
+        return failed
+    try:
+        job.output.parent.mkdir(parents=True, exist_ok=True)
+        lock = OutputLock(job.output)
+        claimed = lock.try_acquire()
+    except OSError as err:
+        return _result(job, rank, "failed", started, error=f"cannot write to output folder '{job.output.parent}' "
+                       f"({err.strerror}); choose a writable --out-dir", exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True)  # fmt: skip
+    if not claimed:
+        return None
+    try:
+        if job.output.is_file():  # finished by another worker between the look and the claim
+            return _result(job, rank, "skipped", started)
+        failed = _failed_result(job, rank, retry_before)
+        if failed is not None:
+            return failed
+        failed_record_for(job.output).unlink(missing_ok=True)  # a retry
+        resume = resume_folder_for(job.output).is_dir()  # stopped or killed mid-job: continue it
+        result = run_job(job, overrides, rank, solo, warn, confine_to, output_lock=lock, resume=resume)
+        if result.status == "failed":
+            record_failure(job.output, result.error or "failed", result.exit_code)
+        return result
+    finally:
+        lock.release()
+
+
+def _failed_result(job: Job, rank: int, retry_before: float | None) -> JobResult | None:
+    """The job's recorded failure as a result, unless there is none or it is to be retried."""
+    failure = read_failure(job.output)
+    if failure is None or (retry_before is not None and float(failure.get("time", 0)) < retry_before):
+        return None
+    return _result(job, rank, "failed", time.perf_counter(), error=str(failure.get("error")),
+                   exit_code=int(failure.get("exit_code", EXIT_FAILURE)), worker=f"{failure.get('host')}:{failure.get('pid')}")  # fmt: skip
+
+
+def work_through(jobs: list[Job], overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None],
+                 confine_to: Path | None, retry_failed: bool) -> list[JobResult]:  # fmt: skip
+    """This worker's pass over ``jobs``: claim and run each job nobody else holds, then wait for the ones others hold
+    (they come back if their worker dies) until every job is finished or failed. Returns a result per job."""
+    retry_before = time.time() if retry_failed else None  # failures recorded during this run are not retried again
+    results: dict[int, JobResult] = {}
+    waiting = list(jobs)
+    while waiting:
+        held = []
+        for job in waiting:
+            result = _claim_and_run(job, overrides, rank, solo, warn, confine_to, retry_before)
+            if result is None:
+                held.append(job)
+                continue
+            results[job.index] = result
+            if result.ran:
+                _report_progress(job, result, rank, warn)
+        waiting = held
+        if waiting:
+            time.sleep(POLL_S)
+    return [results[job.index] for job in jobs]
+
+
+def _report_progress(job: Job, result: JobResult, rank: int, warn: Callable[[str], None]) -> None:
+    who = f"worker {WORKER}" + (f" (rank {rank})" if rank else "")
+    if result.status == "failed":
+        warn(f"{who}: job {job.index} failed (image '{job.image}', audio '{job.audio}', output '{job.output}'): "
+             f"{result.error}")  # fmt: skip
+        return
+    resumed = f", resumed from frame {result.resumed_from}" if result.resumed_from else ""
+    warn(f"{who}: job {job.index} ok: '{job.output}', {result.frames} frames in {result.seconds:.1f} s{resumed}")
 
 
 def _gather(results: list[JobResult], world: Any) -> list[JobResult]:
@@ -191,8 +304,12 @@ def _gather(results: list[JobResult], world: Any) -> list[JobResult]:
         return results
     keys = [f"avatargen/batch/{r}" for r in range(world.world_size)]
     store.wait(keys, timedelta(days=7))
-    merged = [JobResult(**item) for key in keys for item in json.loads(store.get(key))]
-    return sorted(merged, key=lambda r: r.index)
+    everyone = [JobResult(**item) for key in keys for item in json.loads(store.get(key))]
+    by_job: dict[int, JobResult] = {}
+    for result in everyone:  # one result per rank for each job: keep the one of the rank that ran it
+        if result.index not in by_job or (result.ran and not by_job[result.index].ran):
+            by_job[result.index] = result
+    return [by_job[index] for index in sorted(by_job)]
 
 
 def exit_code_of(results: list[JobResult]) -> int:
@@ -208,12 +325,13 @@ def print_summary(results: list[JobResult], report_path: Path) -> None:
     from rich.table import Table
 
     table = Table(title=f"avatargen batch: {len(results)} job(s)")
-    for name in ("#", "status", "output", "frames", "seconds", "rank", "error"):
+    for name in ("#", "status", "output", "frames", "seconds", "worker", "error"):
         table.add_column(name, overflow="fold")
     colour = {"ok": "green", "skipped": "cyan", "failed": "red"}
     for r in results:
-        table.add_row(str(r.index), f"[{colour[r.status]}]{r.status}[/]", r.output, "" if r.frames is None else str(r.frames),
-                      f"{r.seconds:.1f}", str(r.rank), r.error or "")  # fmt: skip
+        worker = (r.worker or "") + (f" (rank {r.rank})" if r.rank else "")
+        table.add_row(str(r.index), f"[{colour.get(r.status, 'white')}]{r.status}[/]", r.output,
+                      "" if r.frames is None else str(r.frames), f"{r.seconds:.1f}", worker, r.error or "")  # fmt: skip
     console = Console(file=sys.stdout, width=160)
     console.print(table)
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "skipped", "failed")}
@@ -221,10 +339,12 @@ def print_summary(results: list[JobResult], report_path: Path) -> None:
 
 
 def run_batch(
-    jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None], allow_outside: bool = False
-) -> int:
-    """Run every job of ``jobs_file`` into ``out_dir``; returns the exit code (see ``exit_code_of``). Every file a job
-    writes stays inside ``out_dir`` unless ``allow_outside``."""
+    jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None], allow_outside: bool = False,
+    retry_failed: bool = False,
+) -> int:  # fmt: skip
+    """Work through the jobs of ``jobs_file`` into ``out_dir`` as one worker among any number; returns the exit code
+    (see ``exit_code_of``). Every file a job writes stays inside ``out_dir`` unless ``allow_outside``; jobs failed for
+    good are retried only with ``retry_failed``."""
     config = to_config(load_config(overrides))  # a bad base config fails the whole batch at once (exit 2)
     jobs = read_jobs(jobs_file, out_dir, allow_outside)
     world = full_world()
@@ -237,26 +357,30 @@ def run_batch(
         ensure_process_group(device, config.runtime.dist_timeout_s)
         if spread and config.runtime.numa:
             pin_rank(world, device)  # shard mode pins in start_parallel
-    mine = jobs[world.rank :: world.world_size] if spread else jobs
-    results = []
-    for job in mine:
-        result = run_job(job, overrides, world.rank, solo=spread and world.world_size > 1, warn=warn,
-                         confine_to=None if allow_outside else out_dir)  # fmt: skip
-        if result.status == "failed" and (world.is_primary or spread):
-            warn(f"job {job.index} failed on rank {world.rank} (image '{job.image}', audio '{job.audio}', "
-                 f"output '{job.output}'): {result.error}")  # fmt: skip
-        results.append(result)
+    confine = None if allow_outside else out_dir
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_manifest(out_dir, [job.output for job in jobs])  # for `avatargen batch status`
+    except OSError as err:
+        raise BadInputError(f"cannot write to --out-dir '{out_dir}' ({err.strerror}); choose a writable folder") from None
+    if spread or world.world_size == 1:  # one worker among any number: claims jobs through their locks
+        results = work_through(jobs, overrides, world.rank, world.world_size > 1, warn, confine, retry_failed)
+    else:  # shard: every rank renders every job, together, in order
+        results = []
+        for job in jobs:
+            result = run_job(job, overrides, world.rank, solo=False, warn=warn, confine_to=confine)
+            if result.status == "failed" and world.is_primary:
+                _report_progress(job, result, world.rank, warn)
+            results.append(result)
     if world.world_size > 1 and spread:
         results = _gather(results, world)
     if not world.is_primary:
         return EXIT_OK  # rank 0 reports for everybody
-    out_dir.mkdir(parents=True, exist_ok=True)
     report_path = out_dir / REPORT_NAME
     code = exit_code_of(results)
     report = {"jobs_file": str(jobs_file), "out_dir": str(out_dir), "mode": config.runtime.batch_mode.value,
-              "world_size": world.world_size, "exit_code": code, "jobs": [asdict(r) for r in results]}  # fmt: skip
-    tmp = report_path.with_name(f".{REPORT_NAME}.tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(report_path)
+              "world_size": world.world_size, "worker": WORKER, "exit_code": code,
+              "jobs": [asdict(r) for r in results]}  # fmt: skip
+    write_atomic(report_path, json.dumps(report, indent=2))
     print_summary(results, report_path)
     return code

@@ -36,6 +36,10 @@ class CheckpointError(BadInputError):
     """A checkpoint is missing, unreadable, or its tensors do not match the model. Exit code 2."""
 
 
+class ResumeMismatchError(BadInputError):
+    """``--resume`` of a render whose inputs or config differ from the stopped one's. Exit code 2."""
+
+
 class DiskFullError(BadInputError):
     """The disk filled up or a file-size limit was hit while writing. Exit code 2; the render can be resumed."""
 

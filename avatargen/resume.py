@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
 from avatargen.config.schema import Config, WeightsSource
-from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError
+from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ResumeMismatchError
 from avatargen.io.mp4_join import salvage_part
 from avatargen.io.encoder import disk_full_error
 from avatargen.io.resume_store import ResumeStore, file_digest, text_digest
@@ -119,7 +119,7 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
     store.load()
     changed = store.mismatch(found)
     if changed:
-        raise BadInputError(
+        raise ResumeMismatchError(
             f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
             "resume with the same inputs and config, or render without --resume to start over"
         )
