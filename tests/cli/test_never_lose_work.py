@@ -149,16 +149,18 @@ def test_an_audio_file_with_a_damaged_tail_renders_what_decoded_and_warns(tmp_pa
     assert 0 < info["frames"] < 37 and abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25 + 1e-3
 
 
-def test_when_the_encoder_dies_the_partial_and_state_are_kept_and_the_message_says_how_to_resume(tmp_path):
-    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
+@pytest.mark.parametrize("ffmpeg, says", [("rawvideo", "ffmpeg stopped"), ("f32le", "killed by SIGKILL")],
+                         ids=["encoder", "audio decoder"])  # fmt: skip
+def test_when_an_ffmpeg_dies_the_partial_and_state_are_kept_and_the_message_says_how_to_resume(tmp_path, ffmpeg, says):
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 4.0)
     out = tmp_path / "o.mp4"
     process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
-    _wait_for(lambda: _checkpoints(out) >= 1 and _ffmpeg_child(process, "rawvideo"), process, "its first checkpoint")
-    os.kill(_ffmpeg_child(process, "rawvideo"), signal.SIGKILL)
+    _wait_for(lambda: _checkpoints(out) >= 1 and _ffmpeg_child(process, ffmpeg), process, "its first checkpoint")
+    os.kill(_ffmpeg_child(process, ffmpeg), signal.SIGKILL)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 1, stderr
     lines = _error_lines(stderr)
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert len(lines) == 1 and "Traceback" not in stderr and says in lines[0], stderr
     assert f"the video so far is in '{out.with_name('o.partial.mp4')}'" in lines[0] and lines[0].endswith("--resume")
     assert out.with_name("o.partial.mp4").exists() and _checkpoints(out) >= 1
 

@@ -124,6 +124,7 @@ def test_resume_with_nothing_to_resume_renders_from_the_start(tmp_path, inputs):
     assert "rendering from the start" in result.stderr and probe(out)["frames"] == 10
 
 
+@pytest.mark.slow
 def test_a_decoder_killed_during_a_resumed_render_keeps_every_part_and_resume_is_still_exact(tmp_path, inputs):
     from tests.cli.test_never_lose_work import _ffmpeg_child
 
