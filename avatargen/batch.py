@@ -15,6 +15,7 @@ ranks, FSDP-sharded, in order. Each worker prints a line per job, then a summary
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -190,7 +191,7 @@ def run_job(
 
         def attempt(resume: bool) -> dict[str, Any]:
             try:
-                with solo_rank() if solo else _no_context():
+                with solo_rank() if solo else contextlib.nullcontext():
                     return render(request, cfg, warn=quiet, resume=resume, output_lock=output_lock)
             except ResumeMismatchError:
                 return attempt(False)  # the job changed since it was stopped: its old state is of no use
@@ -205,14 +206,6 @@ def run_job(
                        exit_code=EXIT_FAILURE, worker=WORKER, ran=True)  # fmt: skip
     return _result(job, rank, "ok", started, frames=report["frames"], worker=WORKER, resumed_from=report["resumed_from"],
                    ran=True)  # fmt: skip
-
-
-class _no_context:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
 
 
 def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None],
