@@ -1,18 +1,26 @@
-"""Bulk rendering: many (image, audio, prompt) jobs from a JSONL or CSV file, resumable, over torchrun's ranks.
+"""Bulk rendering: many (image, audio, prompt) jobs from a JSONL or CSV file, by any number of workers sharing one
+out-dir, with no coordinator.
 
-Each job is one call of ``avatargen.render.render()`` in this process (models are built once and reused while the
-model config stays the same, see ``pipeline.build.place_modules``). Under torchrun, ``runtime.batch_mode=spread``
-gives rank r the jobs r, r+N, ... to render alone; ``shard`` renders every job with all ranks, FSDP-sharded. A job
-whose output already exists is skipped (renders only rename ``OUT.partial.mp4`` onto ``OUT.mp4`` on success), so
-re-running a half-finished batch resumes it; a failing job is recorded and the others go on. Rank 0 writes
-``batch_report.json`` and prints the summary.
+A worker is one ``avatargen batch JOBS --out-dir DIR`` process (started by hand, GNU parallel, a Slurm array, a
+Kubernetes indexed Job, or as a torchrun rank in ``runtime.batch_mode=spread``). It takes the next job that is neither
+finished (``OUT.mp4`` exists), nor locked by a live worker (``OUT.lock``, ``io.output_lock``), nor failed for good
+(``OUT.failed.json``), renders it under its lock, and goes on until every job is finished or failed, waiting for the
+jobs other workers hold: if one of them dies, its lock frees itself and the job is resumed from its last checkpoint
+by whoever claims it next. A job runs once at a time, whatever the number of workers. Each job is one call of
+``avatargen.render.render()`` in this process (models are built once and reused while the model config stays the
+same, see ``pipeline.build.place_modules``). ``runtime.batch_mode=shard`` under torchrun renders every job with all
+ranks, FSDP-sharded, in order. Each worker prints a line per job, then a summary, and writes ``batch_report.json``
+(under torchrun rank 0 for all ranks). The state on disk is in ``batch_state``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
 import shlex
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,7 +30,11 @@ from typing import Any, Callable
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchMode
-from avatargen.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted
+from avatargen.batch_state import read_failure, record_failure, failed_record_for, write_atomic, write_manifest
+from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted,
+                              ResumeMismatchError)
+from avatargen.io.output_lock import OutputLock
+from avatargen.io.resume_store import resume_folder_for
 from avatargen.runtime.distributed import RankFailedError, ensure_process_group, full_world, solo_rank
 
 REPORT_NAME = "batch_report.json"
@@ -45,7 +57,7 @@ class Job:
 @dataclass
 class JobResult:
     index: int
-    status: str  # ok | skipped | failed
+    status: str  # ok | skipped (finished before, or by another worker) | failed | running | pending
     output: str
     image: str
     audio: str
@@ -56,28 +68,63 @@ class JobResult:
     frames: int | None = None
     error: str | None = None
     exit_code: int = EXIT_OK
+    worker: str | None = None  # host:pid of the worker that rendered it, or failed it
+    resumed_from: int | None = None  # the frame a resumed job continued from
+    ran: bool = False  # this worker rendered (or tried) it; else it reports what it found on disk
 
 
-def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, where: str) -> Job:
+def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, where: str, allow_outside: bool) -> Job:
+    """One row as a job; a row that cannot run gets a ``problem`` (its job fails alone, with that reason)."""
+    problems: list[str] = []
     unknown = sorted(set(row) - set(JOB_KEYS))
-    missing = [k for k in ("image", "audio", "output") if not row.get(k)]
+    if unknown:
+        problems.append(f"unknown column(s) {', '.join(unknown)}; valid: {', '.join(JOB_KEYS)}")
+    fields: dict[str, str] = {}
+    missing = []
+    for key in ("image", "audio", "output", "prompt"):
+        value = row.get(key)
+        if value is None or value == "":
+            missing += [key] if key != "prompt" else []
+            value = ""
+        elif not isinstance(value, str):
+            problems.append(f"{key} must be a string, not {type(value).__name__} ({json.dumps(value)})")
+            value = ""
+        fields[key] = value
+    if missing:
+        problems.insert(0, f"missing {', '.join(missing)} (every job needs image, audio and output)")
     overrides = row.get("overrides") or []
     if isinstance(overrides, str):
         overrides = shlex.split(overrides)  # CSV: one space-separated string
-    job = Job(index, base / str(row.get("image", "")), base / str(row.get("audio", "")), out_dir / str(row.get("output", "")),
-              str(row.get("prompt") or ""), [str(o) for o in overrides])  # fmt: skip
-    if missing:
-        job.problem = f"{where}: missing {', '.join(missing)} (every job needs image, audio and output)"
-    elif unknown:
-        job.problem = f"{where}: unknown column(s) {', '.join(unknown)}; valid: {', '.join(JOB_KEYS)}"
-    elif not isinstance(row.get("overrides") or [], (list, str)):
-        job.problem = f"{where}: overrides must be a list of key=value strings"
+    elif not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        problems.append(f"overrides must be a list of key=value strings, not {json.dumps(overrides)}")
+        overrides = []
+    output = out_dir / fields["output"]
+    if fields["output"] and not allow_outside and not _inside(output, out_dir):
+        problems.append(f"output '{fields['output']}' is outside --out-dir '{out_dir}'; give a path inside it, or pass "
+                        "--allow-outside-out-dir")  # fmt: skip
+    job = Job(index, base / fields["image"], base / fields["audio"], output, fields["prompt"], list(overrides))
+    job.problem = f"{where}: {'; '.join(problems)}" if problems else None
     return job
 
 
-def read_jobs(jobs_file: Path, out_dir: Path) -> list[Job]:
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (links resolved) is ``folder`` or below it."""
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def outside_out_dir(cfg: Any, out_dir: Path) -> str | None:
+    """Why a job's config would write outside ``out_dir`` (an HLS ``output.publish`` target elsewhere), or None."""
+    for target in cfg.output.publish:
+        if "://" not in str(target) and not _inside(Path(str(target)).expanduser(), out_dir):
+            return (f"output.publish target '{target}' is outside --out-dir '{out_dir}'; publish inside it, or pass "
+                    "--allow-outside-out-dir")  # fmt: skip
+    return None
+
+
+def read_jobs(jobs_file: Path, out_dir: Path, allow_outside: bool = False) -> list[Job]:
     """Jobs of a ``.jsonl`` (one JSON object a line) or ``.csv`` (header row) file; a malformed row becomes a job that
-    fails with a message naming its line, a missing or unreadable file fails the batch (BadInputError)."""
+    fails with a message naming its line, a missing or unreadable file fails the batch (BadInputError). Outputs must
+    lie inside ``out_dir`` unless ``allow_outside``."""
     try:
         text = jobs_file.read_text()
     except (OSError, UnicodeDecodeError) as err:
@@ -87,7 +134,7 @@ def read_jobs(jobs_file: Path, out_dir: Path) -> list[Job]:
     if jobs_file.suffix.lower() == ".csv":
         for number, row in enumerate(csv.DictReader(text.splitlines()), start=2):
             row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None and (v or "").strip()}
-            jobs.append(_row_to_job(len(jobs), row, base, out_dir, f"{jobs_file.name} line {number}"))
+            jobs.append(_row_to_job(len(jobs), row, base, out_dir, f"{jobs_file.name} line {number}", allow_outside))
     else:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip() or line.lstrip().startswith("#"):
@@ -99,7 +146,7 @@ def read_jobs(jobs_file: Path, out_dir: Path) -> list[Job]:
                 row, problem = {}, f"{where}: not valid JSON ({err.msg})"
             else:
                 problem = None if isinstance(row, dict) else f"{where}: each line must be a JSON object"
-            job = _row_to_job(len(jobs), row if isinstance(row, dict) else {}, base, out_dir, where)
+            job = _row_to_job(len(jobs), row if isinstance(row, dict) else {}, base, out_dir, where, allow_outside)
             job.problem = problem or job.problem
             jobs.append(job)
     seen: dict[Path, int] = {}
@@ -110,36 +157,133 @@ def read_jobs(jobs_file: Path, out_dir: Path) -> list[Job]:
     return jobs
 
 
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # how reports and status name this worker
+POLL_S = 1.0  # how often a worker with nothing to claim looks again at the jobs other workers hold
+
+
 def _result(job: Job, rank: int, status: str, started: float, **extra: Any) -> JobResult:
     return JobResult(job.index, status, str(job.output), str(job.image), str(job.audio), job.prompt, job.overrides, rank,
                      seconds=round(time.perf_counter() - started, 3), **extra)  # fmt: skip
 
 
-def run_job(job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None]) -> JobResult:
-    """Render one job; every failure but a stop request or a broken group is caught and recorded."""
+def run_job(
+    job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None], confine_to: Path | None = None,
+    output_lock: OutputLock | None = None, resume: bool = False,
+) -> JobResult:  # fmt: skip
+    """Render one job; every failure but a stop request or a broken group is caught and recorded. ``confine_to``:
+    the folder every file of the job must be written in (``--out-dir``), None for anywhere. ``output_lock``: the
+    job's lock, held by the caller; ``resume`` continues the job's stopped render (or starts over if its inputs or
+    config changed since)."""
     from avatargen.render import RenderRequest, render
 
     started = time.perf_counter()
     if job.problem is not None:
-        return _result(job, rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT)
+        return _result(job, rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT, ran=True)
     if job.output.is_file():
         return _result(job, rank, "skipped", started)
     try:
         cfg = load_config([*overrides, *job.overrides])
+        outside = outside_out_dir(cfg, confine_to) if confine_to is not None else None
+        if outside is not None:
+            raise BadInputError(outside)
         request = RenderRequest(image=job.image, audio=job.audio, output=job.output, prompt=job.prompt)
         quiet = lambda message: None if message.startswith("note: model.weights=random") else warn(message)  # noqa: E731
-        if solo:
-            with solo_rank():
-                report = render(request, cfg, warn=quiet)
-        else:
-            report = render(request, cfg, warn=quiet)
+
+        def attempt(resume: bool) -> dict[str, Any]:
+            try:
+                with solo_rank() if solo else contextlib.nullcontext():
+                    return render(request, cfg, warn=quiet, resume=resume, output_lock=output_lock)
+            except ResumeMismatchError:
+                return attempt(False)  # the job changed since it was stopped: its old state is of no use
+
+        report = attempt(resume)
     except (RenderInterrupted, RankFailedError, KeyboardInterrupt):
         raise  # the user stopped the batch, or another rank died mid-job: the group cannot go on
     except AvatarGenError as err:
-        return _result(job, rank, "failed", started, error=str(err), exit_code=err.exit_code)
+        return _result(job, rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True)
     except Exception as err:  # a bug in one job must not stop the others: record it with its inputs
-        return _result(job, rank, "failed", started, error=f"unexpected {err.__class__.__name__}: {err}", exit_code=EXIT_FAILURE)
-    return _result(job, rank, "ok", started, frames=report["frames"])
+        return _result(job, rank, "failed", started, error=f"unexpected {err.__class__.__name__}: {err}",
+                       exit_code=EXIT_FAILURE, worker=WORKER, ran=True)  # fmt: skip
+    return _result(job, rank, "ok", started, frames=report["frames"], worker=WORKER, resumed_from=report["resumed_from"],
+                   ran=True)  # fmt: skip
+
+
+def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None],
+                   confine_to: Path | None, retry_before: float | None) -> JobResult | None:  # fmt: skip
+    """Run ``job`` if it is this worker's to run; its result, or None while another live worker holds it.
+
+    ``retry_before``: a job failed for good before this time is tried again (``--retry-failed``); None: never."""
+    started = time.perf_counter()
+    if job.problem is not None or job.output.is_file():
+        return run_job(job, overrides, rank, solo, warn, confine_to)  # a bad row, or finished: nothing to claim
+    failed = _failed_result(job, rank, retry_before)
+    if failed is not None:
+        return failed
+    try:
+        job.output.parent.mkdir(parents=True, exist_ok=True)
+        lock = OutputLock(job.output)
+        claimed = lock.try_acquire()
+    except OSError as err:
+        return _result(job, rank, "failed", started, error=f"cannot write to output folder '{job.output.parent}' "
+                       f"({err.strerror}); choose a writable --out-dir", exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True)  # fmt: skip
+    if not claimed:
+        return None
+    try:
+        if job.output.is_file():  # finished by another worker between the look and the claim
+            return _result(job, rank, "skipped", started)
+        failed = _failed_result(job, rank, retry_before)
+        if failed is not None:
+            return failed
+        failed_record_for(job.output).unlink(missing_ok=True)  # a retry
+        resume = resume_folder_for(job.output).is_dir()  # stopped or killed mid-job: continue it
+        result = run_job(job, overrides, rank, solo, warn, confine_to, output_lock=lock, resume=resume)
+        if result.status == "failed":
+            record_failure(job.output, result.error or "failed", result.exit_code)
+        return result
+    finally:
+        lock.release()
+
+
+def _failed_result(job: Job, rank: int, retry_before: float | None) -> JobResult | None:
+    """The job's recorded failure as a result, unless there is none or it is to be retried."""
+    failure = read_failure(job.output)
+    if failure is None or (retry_before is not None and float(failure.get("time", 0)) < retry_before):
+        return None
+    return _result(job, rank, "failed", time.perf_counter(), error=str(failure.get("error")),
+                   exit_code=int(failure.get("exit_code", EXIT_FAILURE)), worker=f"{failure.get('host')}:{failure.get('pid')}")  # fmt: skip
+
+
+def work_through(jobs: list[Job], overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None],
+                 confine_to: Path | None, retry_failed: bool) -> list[JobResult]:  # fmt: skip
+    """This worker's pass over ``jobs``: claim and run each job nobody else holds, then wait for the ones others hold
+    (they come back if their worker dies) until every job is finished or failed. Returns a result per job."""
+    retry_before = time.time() if retry_failed else None  # failures recorded during this run are not retried again
+    results: dict[int, JobResult] = {}
+    waiting = list(jobs)
+    while waiting:
+        held = []
+        for job in waiting:
+            result = _claim_and_run(job, overrides, rank, solo, warn, confine_to, retry_before)
+            if result is None:
+                held.append(job)
+                continue
+            results[job.index] = result
+            if result.ran:
+                _report_progress(job, result, rank, warn)
+        waiting = held
+        if waiting:
+            time.sleep(POLL_S)
+    return [results[job.index] for job in jobs]
+
+
+def _report_progress(job: Job, result: JobResult, rank: int, warn: Callable[[str], None]) -> None:
+    who = f"worker {WORKER}" + (f" (rank {rank})" if rank else "")
+    if result.status == "failed":
+        warn(f"{who}: job {job.index} failed (image '{job.image}', audio '{job.audio}', output '{job.output}'): "
+             f"{result.error}")  # fmt: skip
+        return
+    resumed = f", resumed from frame {result.resumed_from}" if result.resumed_from else ""
+    warn(f"{who}: job {job.index} ok: '{job.output}', {result.frames} frames in {result.seconds:.1f} s{resumed}")
 
 
 def _gather(results: list[JobResult], world: Any) -> list[JobResult]:
@@ -153,8 +297,12 @@ def _gather(results: list[JobResult], world: Any) -> list[JobResult]:
         return results
     keys = [f"avatargen/batch/{r}" for r in range(world.world_size)]
     store.wait(keys, timedelta(days=7))
-    merged = [JobResult(**item) for key in keys for item in json.loads(store.get(key))]
-    return sorted(merged, key=lambda r: r.index)
+    everyone = [JobResult(**item) for key in keys for item in json.loads(store.get(key))]
+    by_job: dict[int, JobResult] = {}
+    for result in everyone:  # one result per rank for each job: keep the one of the rank that ran it
+        if result.index not in by_job or (result.ran and not by_job[result.index].ran):
+            by_job[result.index] = result
+    return [by_job[index] for index in sorted(by_job)]
 
 
 def exit_code_of(results: list[JobResult]) -> int:
@@ -170,22 +318,28 @@ def print_summary(results: list[JobResult], report_path: Path) -> None:
     from rich.table import Table
 
     table = Table(title=f"avatargen batch: {len(results)} job(s)")
-    for name in ("#", "status", "output", "frames", "seconds", "rank", "error"):
+    for name in ("#", "status", "output", "frames", "seconds", "worker", "error"):
         table.add_column(name, overflow="fold")
     colour = {"ok": "green", "skipped": "cyan", "failed": "red"}
     for r in results:
-        table.add_row(str(r.index), f"[{colour[r.status]}]{r.status}[/]", r.output, "" if r.frames is None else str(r.frames),
-                      f"{r.seconds:.1f}", str(r.rank), r.error or "")  # fmt: skip
+        worker = (r.worker or "") + (f" (rank {r.rank})" if r.rank else "")
+        table.add_row(str(r.index), f"[{colour.get(r.status, 'white')}]{r.status}[/]", r.output,
+                      "" if r.frames is None else str(r.frames), f"{r.seconds:.1f}", worker, r.error or "")  # fmt: skip
     console = Console(file=sys.stdout, width=160)
     console.print(table)
     counts = {s: sum(r.status == s for r in results) for s in ("ok", "skipped", "failed")}
     console.print(f"{counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed; report: {report_path}")
 
 
-def run_batch(jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None]) -> int:
-    """Run every job of ``jobs_file`` into ``out_dir``; returns the exit code (see ``exit_code_of``)."""
+def run_batch(
+    jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None], allow_outside: bool = False,
+    retry_failed: bool = False,
+) -> int:  # fmt: skip
+    """Work through the jobs of ``jobs_file`` into ``out_dir`` as one worker among any number; returns the exit code
+    (see ``exit_code_of``). Every file a job writes stays inside ``out_dir`` unless ``allow_outside``; jobs failed for
+    good are retried only with ``retry_failed``."""
     config = to_config(load_config(overrides))  # a bad base config fails the whole batch at once (exit 2)
-    jobs = read_jobs(jobs_file, out_dir)
+    jobs = read_jobs(jobs_file, out_dir, allow_outside)
     world = full_world()
     spread = config.runtime.batch_mode == BatchMode.spread
     if world.world_size > 1:
@@ -196,25 +350,30 @@ def run_batch(jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callab
         ensure_process_group(device, config.runtime.dist_timeout_s)
         if spread and config.runtime.numa:
             pin_rank(world, device)  # shard mode pins in start_parallel
-    mine = jobs[world.rank :: world.world_size] if spread else jobs
-    results = []
-    for job in mine:
-        result = run_job(job, overrides, world.rank, solo=spread and world.world_size > 1, warn=warn)
-        if result.status == "failed" and (world.is_primary or spread):
-            warn(f"job {job.index} failed on rank {world.rank} (image '{job.image}', audio '{job.audio}', "
-                 f"output '{job.output}'): {result.error}")  # fmt: skip
-        results.append(result)
+    confine = None if allow_outside else out_dir
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_manifest(out_dir, [job.output for job in jobs])  # for `avatargen batch status`
+    except OSError as err:
+        raise BadInputError(f"cannot write to --out-dir '{out_dir}' ({err.strerror}); choose a writable folder") from None
+    if spread or world.world_size == 1:  # one worker among any number: claims jobs through their locks
+        results = work_through(jobs, overrides, world.rank, world.world_size > 1, warn, confine, retry_failed)
+    else:  # shard: every rank renders every job, together, in order
+        results = []
+        for job in jobs:
+            result = run_job(job, overrides, world.rank, solo=False, warn=warn, confine_to=confine)
+            if result.status == "failed" and world.is_primary:
+                _report_progress(job, result, world.rank, warn)
+            results.append(result)
     if world.world_size > 1 and spread:
         results = _gather(results, world)
     if not world.is_primary:
         return EXIT_OK  # rank 0 reports for everybody
-    out_dir.mkdir(parents=True, exist_ok=True)
     report_path = out_dir / REPORT_NAME
     code = exit_code_of(results)
     report = {"jobs_file": str(jobs_file), "out_dir": str(out_dir), "mode": config.runtime.batch_mode.value,
-              "world_size": world.world_size, "exit_code": code, "jobs": [asdict(r) for r in results]}  # fmt: skip
-    tmp = report_path.with_name(f".{REPORT_NAME}.tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(report_path)
+              "world_size": world.world_size, "worker": WORKER, "exit_code": code,
+              "jobs": [asdict(r) for r in results]}  # fmt: skip
+    write_atomic(report_path, json.dumps(report, indent=2))
     print_summary(results, report_path)
     return code

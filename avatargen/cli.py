@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import traceback
@@ -11,7 +12,7 @@ from typing import Callable, List, Optional
 
 import typer
 
-from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError
+from avatargen.errors import EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, PublishError
 
 EXIT_CODES = (
     "Exit codes: 0 ok; 2 bad input or bad config; 3 a live output failed (output.on_publish_failure=stop); "
@@ -105,6 +106,9 @@ def render(
                 raise BadInputError(f"--eval needs the face networks: {INSTALL_HINT}")
         # With --output - stdout carries the video: every word for people goes to stderr.
         out = sys.stderr if str(output) == "-" else sys.stdout
+        if str(output) == "-" and _STDOUT_CLOSED:
+            raise PublishError("--output - writes MPEG-TS to stdout, but stdout is closed; pipe it into a program "
+                               "(| ffplay -) or give --output OUT.mp4")  # fmt: skip
 
         def progress(fps: int, total: int | None) -> RenderProgress:
             # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.
@@ -231,28 +235,66 @@ def synth(
 
 @app.command(epilog=EXIT_CODES)
 def batch(
-    jobs: Path = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder."),
-    out_dir: Path = typer.Option(..., "--out-dir", help="Folder for the outputs and batch_report.json."),
+    jobs: Path = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder. Or the word status: show the state of the out-dir given after it."),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Folder for the outputs and batch_report.json (shared by every worker).", show_default=False),
+    retry_failed: bool = typer.Option(False, "--retry-failed/--no-retry-failed", help="Try again the jobs that failed for good (OUT.failed.json) before this worker started.", show_default=True),
+    allow_outside_out_dir: bool = typer.Option(False, "--allow-outside-out-dir/--no-allow-outside-out-dir", help="Let jobs write outside --out-dir (absolute or ../ outputs, output.publish elsewhere); refused by default.", show_default=True),
+    json_out: bool = typer.Option(False, "--json/--no-json", help="With status: print one JSON object.", show_default=True),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP + " Applied to every job, before its own overrides.", show_default=False),
 ) -> None:
-    """Render every job of JOBS into --out-dir; skips outputs that already exist, so re-running resumes a batch.
+    """Work through the jobs of JOBS into --out-dir as one worker among any number (several processes, machines, a
+    Slurm array, torchrun ranks); `avatargen batch status DIR [--json]` shows done / running / failed / pending.
 
-    Under torchrun, runtime.batch_mode=spread gives rank r the jobs r, r+N, ...; shard renders each job with all
-    ranks. A failed job does not stop the others. Exit code: 0 if every job is ok or skipped, 2 if the failures were
-    all bad input or config, 1 otherwise; details per job in DIR/batch_report.json (docs/distributed.md).
+    Each worker takes the next job that is neither finished (OUT.mp4), nor locked by a live worker (OUT.lock), nor
+    failed for good (OUT.failed.json), renders it, and waits for the jobs others hold until every job is finished or
+    failed; a job whose worker died is resumed from its last checkpoint. Under torchrun, runtime.batch_mode=spread
+    makes every rank such a worker; shard renders each job with all ranks. Exit code: 0 if every job is finished, 2
+    if the failures were all bad input or config, 1 otherwise; details per job in DIR/batch_report.json
+    (docs/distributed.md).
     """
     code = EXIT_FAILURE
 
     def action() -> None:
         nonlocal code
+        if str(jobs) == "status" and not jobs.is_file():
+            from avatargen.batch_state import batch_status, print_status
+
+            folder = out_dir if out_dir is not None else (Path(overrides[0]) if overrides else None)
+            if folder is None or len(overrides or []) > (0 if out_dir is not None else 1):
+                raise BadInputError("give one out-dir: avatargen batch status DIR [--json]")
+            print_status(batch_status(folder), folder, json_out)
+            code = 0
+            return
+        if out_dir is None:
+            raise BadInputError("give --out-dir DIR: the folder for the outputs (shared by every worker)")
         from avatargen.batch import run_batch
 
-        code = run_batch(jobs, out_dir, overrides or [], warn=lambda message: print(message, file=sys.stderr))
+        code = run_batch(jobs, out_dir, overrides or [], warn=lambda message: print(message, file=sys.stderr),
+                         allow_outside=allow_outside_out_dir, retry_failed=retry_failed)  # fmt: skip
 
     _run(action, debug)
     raise typer.Exit(code)
 
 
+_STDOUT_CLOSED = False  # set by main(): the process started with file descriptor 1 closed (`>&-`)
+
+
+def _cover_closed_standard_fds() -> None:
+    """Open /dev/null on standard descriptors the process started without, so that no file avatargen opens later
+    lands on descriptor 1 and receives what is meant for stdout; remember whether stdout was one of them."""
+    global _STDOUT_CLOSED
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            _STDOUT_CLOSED = _STDOUT_CLOSED or fd == 1
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:  # the lowest free descriptor is this one unless a lower one was closed too
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def main() -> None:
+    _cover_closed_standard_fds()
     app()

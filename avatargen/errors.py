@@ -36,12 +36,21 @@ class CheckpointError(BadInputError):
     """A checkpoint is missing, unreadable, or its tensors do not match the model. Exit code 2."""
 
 
+class ResumeMismatchError(BadInputError):
+    """``--resume`` of a render whose inputs or config differ from the stopped one's. Exit code 2."""
+
+
 class DiskFullError(BadInputError):
     """The disk filled up or a file-size limit was hit while writing. Exit code 2; the render can be resumed."""
 
 
 class NonFiniteError(BadInputError):
     """A model produced NaN or Inf: its checkpoint is broken (bad input, exit code 2); the message names the module."""
+
+
+class AudioDecoderStopped(AvatarGenError):
+    """The audio decoder (ffmpeg) died or failed after it had given audio: not the input's fault. Exit code 1; a
+    render keeps what it made and says how to resume."""
 
 
 class PublishError(AvatarGenError):

@@ -20,16 +20,17 @@ from omegaconf import DictConfig
 
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, PublishFailure, WeightsSource
-from avatargen.errors import BadInputError, DiskFullError, PublishError, RenderInterrupted
+from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
 from avatargen.io.image import load_reference_image
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.encoder import Encoder
+from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.outputs import Output, folder_write_problem, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
-from avatargen.io.resume_store import ResumeStore
+from avatargen.io.resume_store import ResumeStore, resume_folder_for
 from avatargen.pipeline.build import place_modules, resolve_checkpoint, resolve_device
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.pipeline import Pipeline
@@ -64,7 +65,19 @@ def config_path_for(output: Path) -> Path:
     return output.with_suffix(".yaml")
 
 
+def partial_path_for(output: Path) -> Path:
+    """Where a render writes its video until it is complete: ``OUT.partial.mp4``."""
+    return output.with_name(f"{output.stem}.partial.mp4")
+
+
 def _check_request(request: RenderRequest, config: Config, resume: bool) -> None:
+    try:
+        request.prompt.encode("utf-8")
+    except UnicodeEncodeError as err:  # argv bytes that are not UTF-8 arrive as lone surrogates
+        raise BadInputError(
+            f"the prompt is not valid UTF-8 text (a byte or surrogate at character {err.start}); pass the prompt as "
+            "UTF-8 text"
+        ) from None
     if request.output is None and not config.output.publish:
         raise BadInputError("nothing to write: give --output OUT.mp4, --output - (MPEG-TS to stdout) or --publish TARGET")
     if request.output_file is not None:
@@ -80,6 +93,44 @@ def _check_output(output: Path) -> None:
         raise BadInputError(f"output '{output}' must end in .mp4 (the container written is MP4)")
     if output.exists() and output.is_dir():
         raise BadInputError(f"output '{output}' is a folder; give a file name ending in .mp4")
+
+
+def _inputs(request: RenderRequest, config: Config) -> list[Path]:
+    """Every file the render reads: the image, the audio file, the checkpoint files."""
+    files = [request.image] + ([request.audio] if request.audio != STREAM else [])
+    if config.model.weights == WeightsSource.checkpoint:
+        try:
+            checkpoint = resolve_checkpoint(config)
+        except CheckpointError:
+            checkpoint = None  # reported, with its fix, when the models load
+        if checkpoint is not None:
+            files += sorted(checkpoint.glob("*.safetensors")) if checkpoint.is_dir() else [checkpoint]
+    return files
+
+
+def _check_outputs_spare_inputs(request: RenderRequest, config: Config, live: list[Output]) -> None:
+    """Refuse a render that would write over one of its own inputs (the same file, also through a link or a
+    hard link) or delete it with the resume folder, before anything is written."""
+    written: list[Path] = [Path(o.target) for o in live if o.kind == "hls"]
+    folder: Path | None = None
+    if request.output_file is not None:
+        file = request.output_file
+        folder = resume_folder_for(file)
+        written += [file, partial_path_for(file), config_path_for(file), lock_path_for(file)]
+    for source in _inputs(request, config):
+        if not source.exists():
+            continue  # reported as missing by its reader
+        for target in written:
+            if target.exists() and os.path.samefile(source, target):
+                raise BadInputError(
+                    f"output '{target}' is the input '{source}'; writing it would destroy the input: choose another "
+                    "output name"
+                )
+        if folder is not None and source.resolve().is_relative_to(folder.resolve()):
+            raise BadInputError(
+                f"input '{source}' is inside '{folder}', which this render replaces; copy it elsewhere or choose "
+                "another output name"
+            )
 
 
 def _make_output_folder(output: Path) -> None:
@@ -102,16 +153,18 @@ def render(
     record_seams: bool = False,
     resume: bool = False,
     resume_command: str = "",
+    output_lock: OutputLock | None = None,
 ) -> dict[str, Any]:
     """Render ``request`` with config ``cfg``; returns the report printed by ``--json``.
 
     ``progress_factory(fps, total_frames_estimate)`` returns a context manager with ``update(Progress)``.
     ``resume`` continues a stopped render of the same output (same inputs and config, else ``BadInputError``).
     SIGINT/SIGTERM stop it after the current step with ``RenderInterrupted`` (exit code 130/143), whose message
-    names the partial MP4 and ``resume_command``.
+    names the partial MP4 and ``resume_command``. The output file is written under its lock (``OUT.lock``): a second
+    render of it fails at once (``OutputLockedError``); ``output_lock`` is one the caller already holds.
     """
     with StopRequests() as stop, rank_failures():
-        return _render(request, cfg, progress_factory, warn, record_seams, resume, resume_command, stop)
+        return _render(request, cfg, progress_factory, warn, record_seams, resume, resume_command, stop, output_lock)
 
 
 def _render(
@@ -123,12 +176,14 @@ def _render(
     resume: bool,
     resume_command: str,
     stop: StopRequests,
+    output_lock: OutputLock | None,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     config = to_config(cfg)
     _check_request(request, config, resume)
     o = config.output
     live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
+    _check_outputs_spare_inputs(request, config, live)
     reference = load_reference_image(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
     if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
         warn_if_out_of_domain(reference, f"image '{request.image}'", warn)  # the bundled model knows cartoons only
@@ -136,7 +191,8 @@ def _render(
     if request.audio == STREAM:
         source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
     else:
-        source = AudioFileSource(request.audio, config.model.sample_rate, block_samples=block)
+        frame_samples = config.model.sample_rate // config.model.fps
+        source = AudioFileSource(request.audio, config.model.sample_rate, block_samples=block, min_samples=frame_samples)
     if config.model.weights == WeightsSource.random:
         weights = "random"
         warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")
@@ -148,6 +204,26 @@ def _render(
     parallel = start_parallel(config, device, resume=resume)  # alone, or one rank of an FSDP-sharded render
     if request.audio == STREAM and parallel.world.world_size > 1:
         raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
+    file = request.output_file if parallel.world.is_primary else None  # only rank 0 touches the output
+    lock = output_lock
+    if file is not None:
+        _make_output_folder(file)
+        if lock is None:
+            lock = OutputLock(file)
+            lock.acquire()  # before anything of the output is written or removed; models load after it
+    try:
+        return _render_locked(request, cfg, config, progress_factory, warn, record_seams, resume, resume_command,
+                              stop, started, live, reference, source, weights, device, parallel)  # fmt: skip
+    finally:
+        if lock is not None and lock is not output_lock:
+            lock.release()
+
+
+def _render_locked(
+    request: RenderRequest, cfg: DictConfig, config: Config, progress_factory: Callable[[int, int | None], Any] | None,
+    warn: Callable[[str], None], record_seams: bool, resume: bool, resume_command: str, stop: StopRequests,
+    started: float, live: list[Output], reference: Any, source: Any, weights: str, device: torch.device, parallel: Any,
+) -> dict[str, Any]:  # fmt: skip
     models = place_modules(config, device, parallel)
     pipeline = Pipeline(config, models)
     if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
@@ -158,19 +234,18 @@ def _render(
     file, streamed_audio = request.output_file, request.audio == STREAM
     store: ResumeStore | None = None  # checkpoints for --resume: only a file rendered from a file can be resumed
     checkpoint = None
-    if file is not None:
-        _make_output_folder(file)
-        partial = file.with_name(f"{file.stem}.partial.mp4")
-        if not streamed_audio:
-            store = ResumeStore(file)
-            found = fingerprint(request.image, request.audio, request.prompt, cfg, config)
-            checkpoint = resume_point(store, found, partial, warn) if resume else None
-            if checkpoint is None:
-                store.reset(found)
+    partial = partial_path_for(file) if file is not None else None
+    if file is not None and not streamed_audio:
+        store = ResumeStore(file)
+        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device)
+        checkpoint = resume_point(store, found, partial, warn) if resume else None
+        if checkpoint is None:
+            store.reset(found)
     start = checkpoint.frames if checkpoint is not None else 0
     if store is not None:
         store.begin_run(start)
     estimate = round(source.duration_hint * fps) if source.duration_hint else None
+    resume_hint = f"resume with: {resume_command or '--resume'}"
 
     def dropped(output: Output, reason: str) -> None:
         warn(f"warning: publish target '{output.label}' failed ({reason}); dropped it, the other outputs go on "
@@ -184,6 +259,14 @@ def _render(
         drop_failed_live=config.output.on_publish_failure == PublishFailure.drop, on_dropped=dropped,
         audio_pipe=streamed_audio,
     )  # fmt: skip
+
+    def kept_so_far() -> str:
+        """Where the video rendered so far is, and how to continue it (for the message of an error)."""
+        if partial is None:
+            return "the live outputs end here"
+        where = f"the video so far is in '{partial}'" + (f" (earlier parts in '{store.folder}')" if store and store.parts else "")
+        return f"{where}; {resume_hint}" if store is not None else where
+
     pacer: RealtimePacer | None = None
     try:
         if streamed_audio:
@@ -211,32 +294,28 @@ def _render(
         rss_end = current_rss_mb()  # after the last segment: what a render holds once it runs (flat over hours)
         if pacer is not None:
             pacer.close(hurry=stats.stopped)  # the last frames go out on the clock too
-    except KeyboardInterrupt:  # a second signal: stop at once, keep what the encoder has
-        partial = writer.abort()
-        kept = f"the frames so far are in '{partial}'" if partial else "the live outputs end here"
-        resume_hint = f"; resume with: {resume_command or '--resume'}" if store is not None else ""
-        raise RenderInterrupted(f"interrupted by {stop.name}; {kept}{resume_hint}", stop.exit_code) from None
-    except (DiskFullError, PublishError):
-        writer.abort()  # keep the partial and the state: free some space or fix the ingest, then --resume
-        raise
-    except BadInputError as error:
-        kept = writer.abort()
-        if streamed_audio and kept is not None and writer.frames_written:
-            # A live session's audio cannot be replayed: what was rendered before the stream broke is kept.
-            raise BadInputError(f"{error}; the video so far is in '{kept}'") from None
-        if file is not None:  # a broken checkpoint (NaN) or an audio file that fails midway: nothing worth resuming
-            partial.unlink(missing_ok=True)
-        if store is not None:
-            store.remove()
-        raise
-    except BaseException:
-        writer.abort()
+    except KeyboardInterrupt:  # a second signal: stop at once, keep what the encoder has, its audio cut to its video
+        stop.finishing()
+        writer.abort(trim=True)
+        raise RenderInterrupted(f"interrupted by {stop.name}; {kept_so_far()}", stop.exit_code) from None
+    except BaseException as error:
+        writer.abort(trim=True)
+        rendered = writer.frames_written > 0 or (store is not None and bool(store.parts))
+        if isinstance(error, BadInputError) and not isinstance(error, DiskFullError) and not rendered:
+            # Bad input found before a frame was made (a broken checkpoint's NaN in chunk 0): nothing to resume.
+            if partial is not None:
+                partial.unlink(missing_ok=True)
+            if store is not None:
+                store.remove()
+        elif isinstance(error, AvatarGenError) and not isinstance(error, PublishError) and rendered:
+            error.args = (f"{error}; {kept_so_far()}",)  # what was rendered is never deleted by an error after it
         raise
     finally:
         if pacer is not None:
             pacer.discard()  # after an error: its thread ends and its queued frames are dropped
         source.close()
     if stats.stopped:
+        stop.finishing()
         partial = writer.close_partial()
         if store is None:
             kept = f"the video is in '{partial}'" if partial else "the live outputs end here"
@@ -244,9 +323,13 @@ def _render(
         where = f"'{partial}'" + (f" (earlier parts in '{store.folder}')" if store.parts else "")
         raise RenderInterrupted(
             f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s); the video of this "
-            f"run is in {where}; resume with: {resume_command or '--resume'}",
+            f"run is in {where}; {resume_hint}",
             stop.exit_code,
         )
+    if source.damage is not None:
+        what = "audio from stdin" if streamed_audio else f"audio file '{request.audio}'"
+        warn(f"warning: {what} is damaged ({source.damage}); the video covers the {stats.frames / fps:.2f} s that "
+             "decoded")  # fmt: skip
     encode_started = time.perf_counter()
     if store is not None and store.parts:
         writer.close_partial(trim=False)

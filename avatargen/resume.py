@@ -16,11 +16,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
 from avatargen.config.schema import Config, WeightsSource
-from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError
+from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ResumeMismatchError
 from avatargen.io.mp4_join import salvage_part
 from avatargen.io.encoder import disk_full_error
 from avatargen.io.resume_store import ResumeStore, file_digest, text_digest
@@ -41,6 +42,7 @@ class StopRequests:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._finishing = False
 
     def __enter__(self) -> "StopRequests":
         if threading.current_thread() is threading.main_thread():
@@ -54,9 +56,14 @@ class StopRequests:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is not None:
+        if self.signum is not None and not self._finishing:
             raise KeyboardInterrupt
-        self.signum = signum
+        self.signum = self.signum or signum
+
+    def finishing(self) -> None:
+        """From now on signals only count: what is left (closing the partial MP4, cutting its audio at its video)
+        takes a moment, and cutting it short would leave audio past the last frame."""
+        self._finishing = True
 
     def requested(self) -> bool:
         return self.signum is not None
@@ -70,15 +77,26 @@ class StopRequests:
         return signal.Signals(self.signum).name if self.signum is not None else "SIGINT"
 
 
-def fingerprint(image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config) -> dict[str, str]:
-    """What a resumed render must share with the stopped one: input bytes, prompt, config (but ``runtime.*``, which
-    changes where it runs, not what it makes) and the checkpoint files (path, size, mtime)."""
+# Keys of the resolved config known not to change a pixel of the video: how it is delivered, timeouts, where the
+# ranks run. Every other key, and every key added with '+', is in the fingerprint; runtime.device and runtime.threads
+# are there by the values they resolve to (floating-point sums depend on both).
+NOT_FINGERPRINTED = (
+    "output.save_config", "output.publish", "output.on_publish_failure", "output.publish_timeout_s",
+    "output.hls_window", "output.realtime", "output.realtime_buffer_s",
+    "runtime.shard", "runtime.batch_mode", "runtime.dist_timeout_s", "runtime.numa",
+    "runtime.offload", "runtime.offload_resident_blocks",
+)  # fmt: skip
+
+
+def fingerprint(image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config, device: Any) -> dict[str, str]:
+    """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config but
+    ``NOT_FINGERPRINTED`` (with the device and thread count this process resolved), and the checkpoint files (path,
+    size, mtime)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    container.pop("runtime", None)
-    delivery_keys = ("save_config", "publish", "on_publish_failure", "publish_timeout_s", "hls_window", "realtime",
-                     "realtime_buffer_s")  # fmt: skip
-    for delivery in delivery_keys:
-        container.get("output", {}).pop(delivery, None)  # how the video is delivered, not what it is
+    for key in NOT_FINGERPRINTED:
+        section, _, leaf = key.partition(".")
+        container.get(section, {}).pop(leaf, None)
+    container.setdefault("runtime", {}).update(device=str(device), threads=torch.get_num_threads())
     found = {
         "image": file_digest(image),
         "audio": file_digest(audio),
@@ -101,7 +119,7 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
     store.load()
     changed = store.mismatch(found)
     if changed:
-        raise BadInputError(
+        raise ResumeMismatchError(
             f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
             "resume with the same inputs and config, or render without --resume to start over"
         )

@@ -181,8 +181,20 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
     OmegaConf.set_struct(cfg, True)
     for override in value_overrides:
         _apply_value(cfg, override)
+    _resolve_interpolations(cfg)
     validate_config(to_config(cfg))
     return cfg
+
+
+def _resolve_interpolations(cfg: DictConfig) -> None:
+    """Resolve every ``${...}`` once, now: an unset ``${oc.env:X}`` or a key that refers to itself fails here with one
+    line, not later while the config is saved beside a finished video."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "?"
+        raise ConfigError(f"config key '{key}' could not be resolved ({_one_line(error)}); fix or remove the ${{...}} "
+                          "interpolation") from None  # fmt: skip
 
 
 def to_config(cfg: DictConfig) -> Config:

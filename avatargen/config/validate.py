@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from avatargen.config.schema import Config
 from avatargen.errors import ConfigError
+
+MAX_THREADS = 1024  # far past any machine's cores; torch segfaults creating ~100,000 threads
+MAX_GOP_SECONDS = 60.0  # x264 rejects keyframe intervals near 2^31 frames; a minute is already a lot to lose on a kill
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
@@ -34,6 +39,10 @@ def validate_config(config: Config) -> None:
     _require(p.audio_block_s > 0, "pipeline.audio_block_s must be > 0")
 
     _require(m.fps >= 1, "model.fps must be >= 1")
+    _require(m.sample_rate >= 1 and m.sample_rate % m.fps == 0,
+             f"model.sample_rate ({m.sample_rate}) must be a positive multiple of model.fps ({m.fps})")  # fmt: skip
+    _require(m.image_size >= 2 and m.image_size % 2 == 0, "model.image_size must be even and >= 2 (H.264 yuv420p)")
+    _require(m.text_encoder.max_tokens >= 2, "model.text_encoder.max_tokens must be >= 2 (room for BOS and EOS)")
     _require(m.audio_encoder.fps == m.fps, f"model.audio_encoder.fps ({m.audio_encoder.fps}) must equal model.fps ({m.fps})")
     _require(
         m.audio_encoder.sample_rate == m.sample_rate,
@@ -52,10 +61,33 @@ def validate_config(config: Config) -> None:
     _require(len(channels) == 1, "model.vae/a2v/sr latent_channels must all be equal")
     _require(0 <= o.crf <= 51, "output.crf must be in [0, 51]")
     _require(o.preset in X264_PRESETS, f"output.preset '{o.preset}' is not an x264 preset; valid choices: {', '.join(X264_PRESETS)}")
-    _require(o.gop_seconds > 0, "output.gop_seconds must be > 0")
+    _require(0 < o.gop_seconds <= MAX_GOP_SECONDS, f"output.gop_seconds must be in (0, {MAX_GOP_SECONDS:g}] (seconds between keyframes)")
     _require(o.publish_timeout_s > 0, "output.publish_timeout_s must be > 0 (seconds)")
     _require(o.hls_window >= 0, "output.hls_window must be >= 0 (0 = keep every segment)")
     _require(o.realtime_buffer_s >= 0, "output.realtime_buffer_s must be >= 0 (seconds)")
-    _require(config.runtime.threads >= 0, "runtime.threads must be >= 0 (0 = torch's default)")
+    _require(0 <= config.runtime.threads <= MAX_THREADS, f"runtime.threads must be in [0, {MAX_THREADS}] (0 = torch's default)")
     _require(config.runtime.dist_timeout_s > 0, "runtime.dist_timeout_s must be > 0 (seconds)")
     _require(config.runtime.offload_resident_blocks >= 1, "runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)")
+    _validate_model_shapes(config)
+
+
+def _validate_model_shapes(config: Config) -> None:
+    """Every model must be buildable from its keys: heads >= 1, then each model is built on the meta device (no memory,
+    no weights), so a shape the architecture rejects fails here, naming its section, not in the middle of loading."""
+    import torch
+
+    from avatargen.pipeline.build import module_specs
+
+    for name in (f.name for f in dataclasses.fields(config.model)):
+        section = getattr(config.model, name)
+        if dataclasses.is_dataclass(section) and isinstance(getattr(section, "heads", None), int):
+            _require(section.heads >= 1, f"model.{name}.heads must be >= 1")
+    for spec in module_specs(config):
+        try:
+            with torch.device("meta"):
+                spec.build()
+        except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError) as error:
+            raise ConfigError(
+                f"model.{spec.name} cannot be built from its config ({error}); fix the model.{spec.name}.* keys, or use "
+                "the model config its checkpoint was trained with"
+            ) from None

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from avatargen.errors import BadInputError
-from avatargen.io.ffmpeg import StderrTail, read_input_info, start_ffmpeg
+from avatargen.errors import AudioDecoderStopped, BadInputError
+from avatargen.io.ffmpeg import StderrTail, ffmpeg_reason, local_file, read_input_info, start_ffmpeg
 
 _FIX = "give a wav/flac/mp3/ogg/m4a file"
 _BYTES_PER_SAMPLE = 4  # f32le
@@ -25,17 +26,22 @@ class AudioFileSource:
     the container's duration in seconds for progress bars only (None when the container does not say); the decoded
     sample count is what counts.
 
-    Errors (all ``BadInputError``): missing/unreadable file, a file ffmpeg cannot open or without an audio stream,
-    a file that decodes to no samples, a decode error midway (ffmpeg runs with ``-xerror``, so a truncated wav/flac
-    fails instead of silently ending early). Use as a context manager or call ``close()`` to stop the decoder.
+    Damaged data (a bad packet, a truncated tail) is skipped as every player does, and reported, never silent: after
+    an iteration ``damage`` says what the decoder found (its message, or that the file ends before its header says),
+    for the caller to warn about. Errors: ``BadInputError`` for a missing/unreadable file, a file ffmpeg cannot open or
+    without an audio stream, one that decodes to less than ``min_samples``; ``AudioDecoderStopped`` when the decoder
+    dies or fails after it has given audio (a render then keeps what it made). Use as a context manager or call
+    ``close()`` to stop the decoder.
     """
 
-    def __init__(self, path: str | Path, sample_rate: int, block_samples: int = 16000) -> None:
+    def __init__(self, path: str | Path, sample_rate: int, block_samples: int = 16000, min_samples: int = 1) -> None:
         if sample_rate <= 0 or block_samples <= 0:
             raise ValueError(f"sample_rate and block_samples must be positive, got {sample_rate} and {block_samples}")
         self.path = Path(path)
         self.sample_rate = int(sample_rate)
         self.block_samples = int(block_samples)
+        self.min_samples = max(1, int(min_samples))
+        self.damage: str | None = None  # set by an iteration that met damaged data
         self._proc: subprocess.Popen | None = None
         self._blocks: Iterator[np.ndarray] | None = None
 
@@ -59,11 +65,17 @@ class AudioFileSource:
 
     def _decode(self) -> Iterator[np.ndarray]:
         proc = start_ffmpeg(
-            ["-v", "error", "-xerror", "-i", str(self.path), *model_audio_args(self.sample_rate)], stdout=subprocess.PIPE
+            ["-v", "error", "-i", local_file(self.path), *model_audio_args(self.sample_rate)], stdout=subprocess.PIPE
         )
         self._proc = proc
+        self.damage = None
         try:
-            yield from read_blocks(proc, self.block_samples, self.sample_rate, f"audio file '{self.path}'", f"re-encode it or {_FIX}")
+            decoded = yield from read_blocks(proc, self.block_samples, self.sample_rate, f"audio file '{self.path}'",
+                                             f"re-encode it or {_FIX}", min_samples=self.min_samples)  # fmt: skip
+            self.damage = decoded.damage
+            seconds = decoded.samples / self.sample_rate
+            if self.damage is None and self.duration_hint is not None and seconds < self.duration_hint - 0.1:
+                self.damage = f"it ends at {seconds:.2f} s of the {self.duration_hint:.2f} s its header gives"
         finally:
             stop_decoder(proc)
             if self._proc is proc:
@@ -91,15 +103,28 @@ def model_audio_args(sample_rate: int) -> list[str]:
             "-f", "f32le", "-flush_packets", "1", "pipe:1"]  # fmt: skip
 
 
-def read_blocks(
-    proc: subprocess.Popen, block_samples: int, sample_rate: int, what: str, fix: str, live: bool = False
-) -> Iterator[np.ndarray]:
-    """Read ffmpeg's float32 stdout in blocks of ``block_samples``; BadInputError if decoding fails or finds nothing.
+class Decoded:
+    """What a finished decode gave: its sample count, and the decoder's first error message if it skipped data."""
 
+    def __init__(self, samples: int, damage: str | None) -> None:
+        self.samples = samples
+        self.damage = damage
+
+
+def read_blocks(
+    proc: subprocess.Popen, block_samples: int, sample_rate: int, what: str, fix: str, live: bool = False,
+    min_samples: int = 1,
+) -> Generator[np.ndarray, None, Decoded]:  # fmt: skip
+    """Read ffmpeg's float32 stdout in blocks of ``block_samples``; returns ``Decoded`` (``yield from``'s value).
+
+    ffmpeg runs at ``-v error`` without ``-xerror``: damaged packets are skipped and the first error line is kept as
+    ``Decoded.damage``. Fewer than ``min_samples`` samples is a ``BadInputError``; a decoder killed, or exiting
+    non-zero after it gave audio, is ``AudioDecoderStopped`` (what was rendered from it is not the input's fault).
     ``live`` (a stream arriving in real time) yields whatever has arrived, up to a block, instead of waiting for a
     whole one: the pipeline then starts a chunk as soon as its audio is there, not up to a block later.
     """
-    stderr = StderrTail(proc)
+    errors: list[str] = []
+    stderr = StderrTail(proc, on_line=lambda line: errors.append(line) if not errors and line.strip() else None)
     block_bytes = block_samples * _BYTES_PER_SAMPLE
     total = 0
     pending = b""  # a sample split across two reads
@@ -116,10 +141,19 @@ def read_blocks(
             break
     returncode = proc.wait()
     stderr.join()
+    damage = ffmpeg_reason(errors) if errors else None
+    decoded_s = f"{total / sample_rate:.2f} s"
+    if returncode < 0:
+        raise AudioDecoderStopped(f"the decoder of {what} (ffmpeg) was killed by {signal.Signals(-returncode).name} after {decoded_s}")
+    if returncode != 0 and total:
+        raise AudioDecoderStopped(f"the decoder of {what} (ffmpeg) failed after {decoded_s} ({stderr.reason()})")
     if returncode != 0:
-        raise BadInputError(f"{what} failed to decode after {total / sample_rate:.2f}s ({stderr.reason()}); {fix}")
+        raise BadInputError(f"{what} failed to decode ({stderr.reason()}); {fix}")
     if total == 0:
-        raise BadInputError(f"{what} contains no audio samples; {fix}")
+        raise BadInputError(f"{what} contains no audio samples{f' ({damage})' if damage else ''}; {fix}")
+    if total < min_samples:
+        raise BadInputError(f"{what} holds less than one video frame of audio ({decoded_s}{f': {damage}' if damage else ''}); {fix}")
+    return Decoded(total, damage)
 
 
 def stop_decoder(proc: subprocess.Popen) -> None:

@@ -94,6 +94,7 @@ class AudioStreamSource:
     """
 
     duration_hint: float | None = None
+    damage: str | None = None  # what the decoder skipped, once the stream has ended (see ``AudioFileSource``)
 
     def __init__(
         self, sample_rate: int, block_samples: int, raw: RawPcm | None = None, stream: BinaryIO | None = None
@@ -136,7 +137,7 @@ class AudioStreamSource:
             outputs += ["-map", "0:a:0", "-vn", "-ac", "2", "-ar", str(ENCODER_AUDIO_RATE), "-f", "s16le",
                         "-flush_packets", "1", f"pipe:{write_fd}"]  # fmt: skip
         proc = start_ffmpeg(
-            ["-v", "error", "-xerror", *source, "-i", "pipe:0", *outputs],
+            ["-v", "error", *source, "-i", "pipe:0", *outputs],
             stdin=self.stream.fileno(), stdout=subprocess.PIPE, pass_fds=pass_fds,
         )  # fmt: skip
         for fd in pass_fds:
@@ -147,7 +148,8 @@ class AudioStreamSource:
             reader = threading.Thread(target=self._forward, args=(os.fdopen(read_fd, "rb", buffering=0),), daemon=True)
             reader.start()
         try:
-            yield from read_blocks(proc, self.block_samples, self.sample_rate, "audio from stdin", _FIX, live=True)
+            decoded = yield from read_blocks(proc, self.block_samples, self.sample_rate, "audio from stdin", _FIX, live=True)
+            self.damage = decoded.damage
             if reader is not None:
                 reader.join(timeout=5.0)  # the encoder gets the audio's last samples before the video ends
         finally:

@@ -17,7 +17,7 @@ from typing import BinaryIO, Callable, Sequence
 import numpy as np
 
 from avatargen.errors import BadInputError, DiskFullError, PublishError
-from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, start_ffmpeg
+from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, local_file, start_ffmpeg
 from avatargen.io.outputs import MP4_MOVFLAGS, Output, mp4_output, tee_event, tee_target
 
 ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo s16le at this rate
@@ -111,7 +111,7 @@ class Encoder:
             self._audio_feed = AudioFeed(os.fdopen(write_fd, "wb", buffering=0))  # owns (and closes) write_fd
         elif audio_path is not None:
             # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
-            audio_input = (["-ss", f"{self.start_frame / self.fps:.6f}"] if self.start_frame else []) + ["-i", str(audio_path)]
+            audio_input = (["-ss", f"{self.start_frame / self.fps:.6f}"] if self.start_frame else []) + ["-i", local_file(audio_path)]
         args = self._ffmpeg_args(audio_input, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period, keyframe_shift)
         stdout = sys.stdout.fileno() if any(o.kind == "stdout" for o in self.outputs) else None
         if stdout is not None:
@@ -247,12 +247,20 @@ class Encoder:
             self._result = self.path
         return self._result
 
-    def abort(self) -> Path | None:
-        """Stop ffmpeg cleanly, keep what was written in ``partial_path`` (a playable MP4) and return that path."""
+    def abort(self, trim: bool = False) -> Path | None:
+        """Stop ffmpeg cleanly, keep what was written in ``partial_path`` (a playable MP4) and return that path.
+
+        ``trim`` cuts its audio at the end of its video as ``close_partial`` does, if ffmpeg ended well; a trim that
+        fails leaves the file as it was (it still plays)."""
         if not self._closed:
-            self._stop()
+            returncode = self._stop()
             self._closed = True
             self._result = self.partial_path if self.path is not None else None
+            if trim and returncode == 0 and self._failure is None and self.frames_written and self._result is not None:
+                try:
+                    trim_to_frames(self._result, self.frames_written, self.fps)
+                except (FfmpegError, DiskFullError, OSError):
+                    pass
         return self._result
 
     def close_partial(self, trim: bool = True) -> Path | None:
@@ -380,8 +388,8 @@ def trim_to_frames(path: Path, frames: int, fps: int) -> None:
     """Cut the tracks of fragmented MP4 ``path`` at ``frames / fps`` seconds by a stream copy, replacing it atomically."""
     tmp = path.with_name(f".{path.name}.trim.mp4")
     proc = start_ffmpeg(
-        ["-v", "error", "-y", "-i", str(path), "-map", "0", "-c", "copy", "-t", f"{frames / fps:.6f}",
-         "-movflags", MP4_MOVFLAGS, "-f", "mp4", str(tmp)]
+        ["-v", "error", "-y", "-i", local_file(path), "-map", "0", "-c", "copy", "-t", f"{frames / fps:.6f}",
+         "-movflags", MP4_MOVFLAGS, "-f", "mp4", local_file(tmp)]
     )  # fmt: skip
     stderr = StderrTail(proc)
     returncode = proc.wait()

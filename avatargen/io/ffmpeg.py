@@ -1,13 +1,15 @@
 """The ffmpeg binary and what every ffmpeg subprocess in avatargen shares.
 
 Everything in ``avatargen.io`` that decodes or encodes media goes through one ffmpeg executable (imageio-ffmpeg's
-static build: libx264 and aac, no ffprobe), started by ``start_ffmpeg`` and watched by ``StderrTail``.
+static build: libx264 and aac, no ffprobe), started by ``start_ffmpeg`` and watched by ``StderrTail``. Every path
+handed to it goes through ``local_file``.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import os
 import re
 import subprocess
 import threading
@@ -22,6 +24,15 @@ STDERR_TAIL_LINES = 50
 
 class FfmpegError(AvatarGenError):
     """ffmpeg exited with an error that is not the user's input (exit code 1)."""
+
+
+def local_file(path: str | os.PathLike[str]) -> str:
+    """``path`` as an explicit local file for ffmpeg: ``file:PATH``.
+
+    ffmpeg reads a bare name as a URL when it starts with a protocol (``tee:``, ``pipe:``, ``take:``, ``concat:``...)
+    and as an option when it starts with ``-``; with ``file:`` it opens exactly that file, whatever the name holds.
+    """
+    return f"file:{os.fspath(path)}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -131,7 +142,7 @@ _STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+):")
 def read_input_info(path: str | Path) -> InputInfo:
     """Open ``path`` with ``ffmpeg -i`` (no output) and parse its stream list and duration from stderr."""
     proc = subprocess.run(
-        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", str(path)],
+        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", local_file(path)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

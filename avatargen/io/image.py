@@ -13,6 +13,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from avatargen.errors import BadInputError
 
 MIN_SIDE = 32  # below this there are too few pixels for a face
+MAX_PIXELS = 64_000_000  # pixels decoded, or in the padded square: ~200 MB of RGB, a 48 MP phone photo fits
+MAX_ASPECT = 4.0  # long side / short side: past it there is no portrait to crop or pad
 FITS = ("face", "crop", "pad")
 _FIX = "give a PNG, JPEG or WebP image"
 
@@ -37,7 +39,7 @@ def load_reference_image(
         raise ValueError(f"size must be positive, got {size}")
     path = Path(path)
     try:
-        rgb = _to_rgb(_open(path))
+        rgb = _to_rgb(_open(path, fit))
     except ValueError as err:  # a mode Pillow cannot convert to RGB (e.g. LAB without a color profile)
         raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {_FIX}") from None
     height, width = rgb.shape[:2]
@@ -67,7 +69,25 @@ def save_png(path: str | Path, rgb: np.ndarray) -> None:
     Image.fromarray(rgb).save(Path(path), format="PNG")
 
 
-def _open(path: Path) -> Image.Image:
+def check_image_bounds(path: Path, width: int, height: int, fit: str) -> None:
+    """Refuse, from the header alone, an image whose decoding or padding would take unbounded memory: a 10 kB PNG
+    can say 32x2,000,000 pixels, and ``fit=pad`` makes a square of its long side."""
+    long, short = max(width, height), max(1, min(width, height))
+    if long / short > MAX_ASPECT:
+        raise BadInputError(
+            f"image '{path}' is {width}x{height}, an aspect ratio over {MAX_ASPECT:g}:1; a reference portrait must be "
+            f"at most {MAX_ASPECT:g}:1, crop it"
+        )
+    work = long * long if fit == "pad" else width * height
+    if work > MAX_PIXELS:
+        what = f"padded to a {long}x{long} square" if fit == "pad" else f"{width}x{height}"
+        raise BadInputError(
+            f"image '{path}' is too large: {what} is {work / 1e6:.0f} MP, over the limit of {MAX_PIXELS / 1e6:.0f} MP; "
+            "downscale it"
+        )
+
+
+def _open(path: Path, fit: str) -> Image.Image:
     """Open and fully decode the first frame, upright; file problems become ``BadInputError``."""
     if not path.exists():
         raise BadInputError(f"image file '{path}' does not exist; check the path")
@@ -77,6 +97,7 @@ def _open(path: Path) -> Image.Image:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # a 90+ MP "portrait" is not one
             with Image.open(path) as img:
+                check_image_bounds(path, *img.size, fit)  # before anything is decoded
                 img.seek(0)
                 img.load()  # open() reads only the header; decoding is where truncation and corruption show up
                 return ImageOps.exif_transpose(img)  # a copy, so closing the file is safe

@@ -7,12 +7,14 @@ so every frame keeps the exact bits it was encoded with) and the input audio enc
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import signal
 import struct
 from pathlib import Path
 
-from avatargen.io.ffmpeg import FfmpegError, StderrTail, start_ffmpeg
+from avatargen.io.ffmpeg import FfmpegError, StderrTail, local_file, start_ffmpeg
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, disk_full_error
 from avatargen.io.outputs import MP4_MOVFLAGS
 
@@ -54,7 +56,7 @@ def salvage_part(path: Path) -> int:
 
 def video_packets(path: Path) -> int:
     """Video packets (= frames: the encoder makes no B-frames) in ``path``, counted by a stream copy (no decoding)."""
-    proc = start_ffmpeg(["-i", str(path), "-map", "0:v:0", "-c", "copy", "-f", "null", "-"])
+    proc = start_ffmpeg(["-i", local_file(path), "-map", "0:v:0", "-c", "copy", "-f", "null", "-"])
     stderr = StderrTail(proc, max_lines=200)
     returncode = proc.wait()
     stderr.join()
@@ -65,39 +67,41 @@ def video_packets(path: Path) -> int:
 
 
 def join_parts(parts: list[tuple[Path, int]], audio: Path, output: Path, fps: int) -> None:
-    """Write ``output``: the first ``frames`` video frames of each ``(part, frames)`` in order, then the audio in full.
+    """Write ``output``: the first ``frames`` video frames of each ``(part, frames)`` in order, then the audio, cut at
+    the end of the video.
 
     The parts' video is stream-copied (their encoder settings are identical and each starts with an IDR frame, so
     the joined stream decodes exactly as the parts do); the audio is ``audio`` encoded like ``Encoder`` does.
     """
-    listing = output.with_name(f".{output.name}.parts.txt")
+    # The concat listing names the parts by links with plain names in a folder of their own: a path in the listing
+    # would be read as a URL (a protocol prefix) or break the listing (a quote, a newline), whatever it holds.
+    links = output.with_name(f".{output.name}.join")
+    shutil.rmtree(links, ignore_errors=True)
+    links.mkdir()
     lines = ["ffconcat version 1.0"]
-    for part, frames in parts:
+    for number, (part, frames) in enumerate(parts):
+        os.symlink(part.resolve(), links / f"{number}.mp4")
         # duration places the next part right after this one's last frame; outpoint (half a frame early, robust to
         # rounding) drops the frames a part holds past its checkpoint. Frames never reorder (no B-frames), so
         # cutting the stream there leaves every kept frame decodable.
-        lines += [f"file '{_quote(part.resolve())}'", f"duration {frames / fps:.6f}",
-                  f"outpoint {(frames - 0.5) / fps:.6f}"]  # fmt: skip
+        lines += [f"file {number}.mp4", f"duration {frames / fps:.6f}", f"outpoint {(frames - 0.5) / fps:.6f}"]
+    listing = links / "parts.ffconcat"
     listing.write_text("\n".join(lines) + "\n")
+    total_s = sum(frames for _, frames in parts) / fps
     try:
         proc = start_ffmpeg(
-            ["-v", "error", "-y", "-f", "concat", "-safe", "0", "-i", str(listing), "-i", str(audio),
+            ["-v", "error", "-y", "-f", "concat", "-i", local_file(listing), "-i", local_file(audio),
              "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE),
-             "-movflags", MP4_MOVFLAGS, "-f", "mp4", str(output)]
+             "-t", f"{total_s:.6f}", "-movflags", MP4_MOVFLAGS, "-f", "mp4", local_file(output)]
         )  # fmt: skip
         stderr = StderrTail(proc)
         returncode = proc.wait()
         stderr.join()
     finally:
-        listing.unlink(missing_ok=True)
+        shutil.rmtree(links, ignore_errors=True)
     if returncode != 0:
         output.unlink(missing_ok=True)
         reason = stderr.reason()
         if "No space left" in reason or "File too large" in reason or returncode == -signal.SIGXFSZ:
             raise disk_full_error(output, reason)
         raise FfmpegError(f"ffmpeg could not join the parts of '{output}' ({reason})")
-
-
-def _quote(path: Path) -> str:
-    return str(path).replace("'", "'\\''")
-

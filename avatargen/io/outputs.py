@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from avatargen.errors import BadInputError
+from avatargen.io.ffmpeg import local_file
 
 # The fragmented-MP4 flags every MP4 avatargen writes uses (see Encoder for why each is there).
 MP4_MOVFLAGS = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
 PUBLISH_FIX = "give DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY"
+FILE_KINDS = ("mp4", "hls")  # outputs that are files on this machine
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Output:
     """One ffmpeg output: a muxer, its options and its target (a path or URL)."""
 
     kind: str  # "mp4", "hls", "rtmp", "stdout"
-    target: str
+    target: str  # as the user gave it: a file path (mp4, hls), a URL (rtmp) or pipe:1 (stdout)
     muxer: str
     options: dict[str, str] = field(default_factory=dict)
     live: bool = False  # a publish target (may be dropped on failure), not the user's primary output
@@ -33,18 +35,23 @@ class Output:
         """How messages name it: the path or URL the user gave."""
         return "stdout" if self.kind == "stdout" else self.target
 
+    @property
+    def url(self) -> str:
+        """What ffmpeg is given: a file output as an explicit local file (``file:``), never a protocol."""
+        return local_file(self.target) if self.kind in FILE_KINDS else self.target
+
     def args(self) -> list[str]:
         """ffmpeg arguments when this is the only output."""
         args = ["-f", self.muxer]
         for key, value in self.options.items():
             args += [f"-{key}", value]
-        return args + [self.target]
+        return args + [self.url]
 
     def tee_slave(self, ignore_failure: bool) -> str:
         """This output as one slave of ffmpeg's tee muxer: ``[f=muxer:key=value...:onfail=...]target``."""
         options = {"f": self.muxer, **self.options, "onfail": "ignore" if ignore_failure else "abort"}
         spec = ":".join(f"{key}={_tee_escape(_option_escape(value))}" for key, value in options.items())
-        return f"[{spec}]{_tee_escape(self.target)}"
+        return f"[{spec}]{_tee_escape(self.url)}"
 
 
 def _option_escape(value: str) -> str:
@@ -82,7 +89,9 @@ def hls_output(playlist: Path, segment_s: float, window: int) -> Output:
         "hls_time": f"{segment_s:g}",
         "hls_list_size": str(window),
         "hls_flags": flags,
-        "hls_segment_filename": str(playlist.with_name(f"{playlist.stem}_%05d.ts")),
+        # Absolute, not file:, because the muxer deletes old segments with unlink(), which takes no URL; an absolute
+        # path is never read as a protocol.
+        "hls_segment_filename": str(playlist.absolute().with_name(f"{playlist.stem}_%05d.ts")),
         "flush_packets": "1",
     }
     if not window:
@@ -123,6 +132,9 @@ def parse_publish_target(text: str, segment_s: float, hls_window: int, timeout_s
     path = Path(text).expanduser()
     if path.suffix.lower() != ".m3u8":
         raise BadInputError(f"publish target '{text}' is neither an HLS playlist nor an RTMP URL; {PUBLISH_FIX}")
+    if "%" in str(path):  # the HLS muxer reads '%d', '%v' in its names as patterns, and no escape survives it
+        raise BadInputError(f"publish target '{text}' holds a '%', which ffmpeg's HLS muxer reads as a pattern; "
+                            "choose a playlist path without '%'")  # fmt: skip
     problem = folder_write_problem(path)
     if problem is not None:
         raise BadInputError(f"cannot write the HLS playlist folder '{path.parent}' ({problem}); choose a writable folder")

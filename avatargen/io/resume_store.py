@@ -53,11 +53,16 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def resume_folder_for(output: Path) -> Path:
+    """The resume folder of output ``OUT.mp4``: ``OUT.resume/`` beside it."""
+    return output.with_name(f"{output.stem}.resume")
+
+
 class ResumeStore:
     """The resume folder of output ``OUT.mp4``: ``OUT.resume/``."""
 
     def __init__(self, output: Path):
-        self.folder = output.with_name(f"{output.stem}.resume")
+        self.folder = resume_folder_for(output)
         self.index = self.folder / "resume.json"
         self.fingerprint: dict[str, str] = {}
         self.parts: list[Part] = []

@@ -122,3 +122,69 @@ def test_resume_with_nothing_to_resume_renders_from_the_start(tmp_path, inputs):
     result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *FAST, "--resume")
     assert result.returncode == 0, result.stderr
     assert "rendering from the start" in result.stderr and probe(out)["frames"] == 10
+
+
+@pytest.mark.slow
+def test_a_decoder_killed_during_a_resumed_render_keeps_every_part_and_resume_is_still_exact(tmp_path, inputs):
+    from tests.cli.test_never_lose_work import _ffmpeg_child
+
+    face, audio, reference = inputs
+    out = tmp_path / "o.mp4"
+    first = _start(face, audio, out)
+    _wait_for_checkpoints(first, out, 1)
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=120)
+    resumed = _start(face, audio, out, "--resume")
+    partial = out.with_name("o.partial.mp4")
+    deadline = time.monotonic() + 120
+    while not (partial.exists() and partial.stat().st_size and _ffmpeg_child(resumed, "f32le")):
+        assert resumed.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(_ffmpeg_child(resumed, "f32le"), signal.SIGKILL)  # the audio decoder, mid-render
+    _, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 1, stderr
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("note:")]
+    assert len(lines) == 1 and "killed by SIGKILL" in lines[0] and lines[0].endswith("--resume"), stderr
+    assert list(out.with_name("o.resume").glob("part-*.mp4")), "the first run's part must survive"
+    _resume(face, audio, out)
+    _assert_same_video(out, reference)
+
+
+def test_the_fingerprint_covers_every_config_key_but_those_that_cannot_change_a_pixel(inputs):
+    import copy
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.resume import NOT_FINGERPRINTED, fingerprint
+
+    face, audio, _ = inputs
+    base = load_config([*FAST, "+meta.tag=demo"])
+    config = to_config(base)
+    tree = OmegaConf.to_container(base, resolve=True, enum_to_str=True)
+
+    def digest(tree: dict, device: str = "cpu") -> str:
+        return fingerprint(face, audio, "", OmegaConf.create(tree), config, torch.device(device))["config"]
+
+    def leaves(node: dict, prefix: str = "") -> list[str]:
+        return [found for key, value in node.items()
+                for found in (leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"])]  # fmt: skip
+
+    reference = digest(tree)
+    resolved_here = {"runtime.device", "runtime.threads"}  # replaced by what this process resolved them to
+    for key in leaves(tree):
+        changed = copy.deepcopy(tree)
+        *sections, leaf = key.split(".")
+        node = changed
+        for section in sections:
+            node = node[section]
+        node[leaf] = ["another value"]
+        assert (digest(changed) != reference) == (key not in NOT_FINGERPRINTED and key not in resolved_here), key
+    assert digest(tree, device="meta") != reference
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)  # the same config, another effective thread count: other float sums
+        assert digest(tree) != reference
+    finally:
+        torch.set_num_threads(threads)

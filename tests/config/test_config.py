@@ -69,3 +69,26 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+# Values that passed the per-key type check and then crashed (exit 1, a traceback or a segfault) once work started.
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["seed=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'seed' could not be resolved"),
+        (["pipeline.n_chunk_frames=${pipeline.n_chunk_frames}"], "config key 'pipeline.n_chunk_frames' could not be resolved"),
+        (["+meta.where=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'meta.where' could not be resolved"),
+        (["model.a2v.heads=0"], "model.a2v.heads must be >= 1"),
+        (["model.sr.heads=3"], "model.sr cannot be built from its config (dim (128) must be divisible by heads (3))"),
+        (["model.a2v.patch_size=3"], "model.a2v cannot be built"),
+        (["model.fps=1000", "model.audio_encoder.fps=1000"], "model.audio_encoder cannot be built"),
+        (["model.text_encoder.max_tokens=1"], "model.text_encoder.max_tokens must be >= 2"),
+        (["output.gop_seconds=1e9"], "output.gop_seconds must be in (0, 60]"),
+        (["runtime.threads=100000"], "runtime.threads must be in [0, 1024]"),
+    ],
+)  # fmt: skip
+def test_values_that_cannot_run_fail_at_load_naming_the_key(overrides, expected):
+    with pytest.raises(ConfigError) as error:
+        load_config(overrides)
+    assert expected in str(error.value) and "\n" not in str(error.value)
+

@@ -35,6 +35,37 @@ def test_jobs_files_resolve_paths_and_report_bad_rows(tmp_path):
     assert "also the output of job 0" in duplicate.problem
 
 
+def test_every_output_stays_inside_the_out_dir_and_mistyped_rows_fail_alone(tmp_path):
+    rows = [{"image": "f.png", "audio": "a.wav", "output": "../../x.mp4"},
+            {"image": "f.png", "audio": "a.wav", "output": str(tmp_path / "elsewhere.mp4")},
+            {"image": "f.png", "audio": "a.wav", "output": "ok.mp4", "overrides": 5},
+            {"image": 5, "audio": "a.wav", "output": "five.mp4", "overrides": ["seed=1", 2]},
+            {"image": "f.png", "audio": "a.wav", "output": "fine/ok.mp4"}]  # fmt: skip
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    up, absolute, bad_overrides, bad_types, fine = read_jobs(jobs, tmp_path / "out")
+    assert "'../../x.mp4' is outside --out-dir" in up.problem and "--allow-outside-out-dir" in up.problem
+    assert "is outside --out-dir" in absolute.problem
+    assert "overrides must be a list of key=value strings, not 5" in bad_overrides.problem
+    assert "image must be a string, not int" in bad_types.problem and "overrides must be" in bad_types.problem
+    assert fine.problem is None
+    assert read_jobs(jobs, tmp_path / "out", allow_outside=True)[0].problem is None
+
+
+def test_a_publish_override_outside_the_out_dir_fails_that_job_before_it_renders(tmp_path):
+    make_inputs(tmp_path / "in")
+    jobs = tmp_path / "jobs.jsonl"
+    outside = tmp_path / "live" / "x.m3u8"
+    jobs.write_text(json.dumps({"image": "in/face.png", "audio": "in/a.wav", "output": "a.mp4",
+                                "overrides": [f"output.publish=[{outside}]"]}) + "\n")  # fmt: skip
+    from avatargen.batch import run_batch
+
+    assert run_batch(jobs, tmp_path / "out", FAST, warn=lambda message: None) == 2
+    report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
+    assert "output.publish target" in report["jobs"][0]["error"] and "outside --out-dir" in report["jobs"][0]["error"]
+    assert not (tmp_path / "live").exists() and not (tmp_path / "out" / "a.mp4").exists()
+
+
 def test_batch_renders_skips_done_outputs_and_isolates_a_bad_job(tmp_path):
     make_inputs(tmp_path / "in")
     jobs = tmp_path / "jobs.jsonl"
@@ -51,13 +82,14 @@ def test_batch_renders_skips_done_outputs_and_isolates_a_bad_job(tmp_path):
     assert "missing.wav" in report["jobs"][1]["error"] and report["jobs"][1]["audio"].endswith("missing.wav")
     assert report["jobs"][0]["frames"] == 50 and probe(out / "sub" / "b.mp4")["frames"] == 50
     assert "failed" in result.stdout and "b.mp4" in result.stdout  # the rich summary table
-    # Re-running resumes: finished outputs are skipped, only the failed job is tried again.
+    # Re-running resumes: finished outputs are skipped; the failed job stays failed (OUT.failed.json) unless
+    # --retry-failed.
     result = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST, timeout=300)
     report = json.loads((out / "batch_report.json").read_text())
     assert [j["status"] for j in report["jobs"]] == ["skipped", "failed", "skipped"]
 
 
-def test_batch_spreads_jobs_over_two_ranks(tmp_path):
+def test_batch_spreads_jobs_over_two_ranks_claiming_them_as_they_go(tmp_path):
     make_inputs(tmp_path / "in")
     jobs = tmp_path / "jobs.csv"
     jobs.write_text("image,audio,output\n" + "".join(f"in/face.png,in/a.wav,v{i}.mp4\n" for i in range(3)))
@@ -67,5 +99,7 @@ def test_batch_spreads_jobs_over_two_ranks(tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "batch_report.json").read_text())
     assert report["world_size"] == 2 and report["mode"] == "spread"
-    assert [(j["status"], j["rank"]) for j in report["jobs"]] == [("ok", 0), ("ok", 1), ("ok", 0)]
+    assert [j["status"] for j in report["jobs"]] == ["ok", "ok", "ok"] and {j["rank"] for j in report["jobs"]} <= {0, 1}
+    rendered = [line for line in result.stderr.splitlines() if ": job " in line and " ok: " in line]
+    assert sorted(line.split(": job ")[1].split()[0] for line in rendered) == ["0", "1", "2"]  # each job once
     assert all(probe(out / f"v{i}.mp4")["frames"] == 50 for i in range(3))

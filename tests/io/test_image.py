@@ -130,3 +130,35 @@ def test_tiny_image_is_bad_input(tmp_path: Path) -> None:
     save_png(tmp_path / "tiny.png", np.zeros((10, 10, 3), np.uint8))
     with pytest.raises(BadInputError, match="too small to hold a face; give at least 32x32"):
         _load(tmp_path / "tiny.png")
+
+
+def _png_header_only(path: Path, width: int, height: int) -> Path:
+    """A PNG that says width x height and holds no pixel data: only a header-time check can refuse it cheaply."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.mark.parametrize(
+    "width, height, fit, expected",
+    [(32, 30000, "pad", "an aspect ratio over 4:1"), (32, 2_000_000, "crop", "an aspect ratio over 4:1"),
+     (9000, 9000, "crop", "81 MP, over the limit of 64 MP"), (9000, 3000, "pad", "padded to a 9000x9000 square")],
+)  # fmt: skip
+def test_an_image_that_would_take_unbounded_memory_is_refused_from_its_header(tmp_path, width, height, fit, expected):
+    path = _png_header_only(tmp_path / "bomb.png", width, height)
+    with pytest.raises(BadInputError, match="bomb.png") as error:
+        load_reference_image(path, SIZE, fit)
+    assert expected in str(error.value)
+
+
+def test_a_tall_but_small_image_with_pad_is_refused_before_padding(tmp_path):
+    path = tmp_path / "tall.png"
+    Image.new("L", (32, 30000), 128).save(path)  # a 10 kB file that pads to a 2.7 GB square
+    with pytest.raises(BadInputError, match="at most 4:1"):
+        load_reference_image(path, SIZE, "pad")

@@ -46,3 +46,25 @@ def test_publish_targets_are_checked_before_rendering(tmp_path):
     with pytest.raises(BadInputError, match="neither an HLS playlist nor an RTMP URL"):
         parse_publish_target(str(tmp_path / "live.mp4"), 1.0, 0)
     assert parse_publish_target("rtmp://127.0.0.1:1935/live/key", 1.0, 0).muxer == "flv"
+
+
+def test_parts_and_audio_whose_names_look_like_urls_join_into_one_video(tmp_path):
+    from avatargen.io.mp4_join import join_parts
+    from tests.conftest import write_speechlike_wav
+
+    folder = tmp_path / "it's [a] tee:x|y\nfolder"
+    folder.mkdir()
+    audio = write_speechlike_wav(folder / "take:1.wav", 2.0)
+    parts = []
+    for number, start in enumerate((0, 25)):
+        part = folder / f"pipe:{number}.mp4"
+        with Encoder(folder / f"pipe:{number}.final.mp4", 64, 64, 25, audio, start_frame=start) as writer:
+            writer.write(gradient(25))
+        (folder / f"pipe:{number}.final.mp4").rename(part)
+        parts.append((part, 25))
+    joined = folder / "concat:joined.mp4"
+    join_parts(parts, audio, joined, 25)
+    link = tmp_path / "plain.mp4"
+    link.symlink_to(joined)
+    info = probe(link)
+    assert info["frames"] == 50 and abs(info["audio_duration_s"] - 2.0) < 0.05
