@@ -76,18 +76,18 @@ def _validate_model_shapes(config: Config) -> None:
     no weights), so a shape the architecture rejects fails here, naming its section, not in the middle of loading."""
     import torch
 
-    from avatargen.pipeline.build import module_specs
+    from avatargen.models import MODEL_CLASSES
 
     for name in (f.name for f in dataclasses.fields(config.model)):
         section = getattr(config.model, name)
         if dataclasses.is_dataclass(section) and isinstance(getattr(section, "heads", None), int):
             _require(section.heads >= 1, f"model.{name}.heads must be >= 1")
-    for spec in module_specs(config):
+    for name, model_class in MODEL_CLASSES.items():
         try:
             with torch.device("meta"):
-                spec.build()
+                model_class(getattr(config.model, name))
         except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError) as error:
             raise ConfigError(
-                f"model.{spec.name} cannot be built from its config ({error}); fix the model.{spec.name}.* keys, or use "
+                f"model.{name} cannot be built from its config ({error}); fix the model.{name}.* keys, or use "
                 "the model config its checkpoint was trained with"
             ) from None

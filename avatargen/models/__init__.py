@@ -6,6 +6,9 @@ from avatargen.models.sr_dit import SRDiT, SRDiTParams
 from avatargen.models.text_encoder import TextEncoder, TextEncoderParams, tokenize
 from avatargen.models.vae import VAE, CausalConv3d, DecoderCache, VAEParams
 
+# The five models of the default family, by their section of ``model.*`` in the config (in the order they load).
+MODEL_CLASSES = {"audio_encoder": AudioEncoder, "text_encoder": TextEncoder, "vae": VAE, "a2v": A2VDiT, "sr": SRDiT}
+
 __all__ = [
     "A2VDiT",
     "A2VDiTParams",
@@ -13,6 +16,7 @@ __all__ = [
     "AudioEncoderParams",
     "CausalConv3d",
     "DecoderCache",
+    "MODEL_CLASSES",
     "SRDiT",
     "SRDiTParams",
     "TextEncoder",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -14,11 +15,7 @@ from torch import nn
 
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
-from avatargen.models.a2v_dit import A2VDiT
-from avatargen.models.audio_encoder import AudioEncoder
-from avatargen.models.sr_dit import SRDiT
-from avatargen.models.text_encoder import TextEncoder
-from avatargen.models.vae import VAE
+from avatargen.models import MODEL_CLASSES
 from avatargen.models.structure import model_blocks
 from avatargen.modules import Module, ModuleSpec
 from avatargen.runtime.distributed import ParallelContext, world_info
@@ -43,13 +40,8 @@ class ModelSet:
 
 
 def module_specs(config: Config) -> list[ModuleSpec]:
-    m = config.model
     return [
-        ModuleSpec("audio_encoder", lambda: AudioEncoder(m.audio_encoder)),
-        ModuleSpec("text_encoder", lambda: TextEncoder(m.text_encoder)),
-        ModuleSpec("vae", lambda: VAE(m.vae)),
-        ModuleSpec("a2v", lambda: A2VDiT(m.a2v)),
-        ModuleSpec("sr", lambda: SRDiT(m.sr)),
+        ModuleSpec(name, partial(model_class, getattr(config.model, name))) for name, model_class in MODEL_CLASSES.items()
     ]
 
 

@@ -14,13 +14,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "avatargen"
 LAYERS = [
     {"errors"},
     {"models"},
-    {"config", "sampling"},
+    {"config", "sampling", "face"},
     {"runtime"},
     {"modules"},
     {"io"},
     {"stages"},
     {"pipeline"},
-    {"resume", "render", "batch", "progress", "eval", "data", "train"},
+    {"resume", "render", "batch", "batch_state", "progress", "eval", "data", "train"},
     {"cli", "__main__", "__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
