@@ -29,9 +29,9 @@ from avatargen.io.encoder import Encoder
 from avatargen.io.outputs import Output, folder_write_problem, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore
-from avatargen.pipeline.build import place_modules, resolve_checkpoint, resolve_device
+from avatargen.pipeline.build import resolve_checkpoint, resolve_device
+from avatargen.pipeline.factory import build_pipeline
 from avatargen.pipeline.follower import render_as_follower
-from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
 from avatargen.runtime.distributed import rank_failures, start_parallel
@@ -145,8 +145,7 @@ def _render(
     parallel = start_parallel(config, device, resume=resume)  # alone, or one rank of an FSDP-sharded render
     if request.audio == STREAM and parallel.world.world_size > 1:
         raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
-    models = place_modules(config, device, parallel)
-    pipeline = Pipeline(config, models)
+    models, pipeline = build_pipeline(config, device, parallel, warn)  # avatargen's models or a Wan-family one
     if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
         return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from avatargen.config.schema import Config
+from avatargen.config.wan import validate_wan_model
 from avatargen.errors import ConfigError
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
@@ -34,22 +35,25 @@ def validate_config(config: Config) -> None:
     _require(p.audio_block_s > 0, "pipeline.audio_block_s must be > 0")
 
     _require(m.fps >= 1, "model.fps must be >= 1")
-    _require(m.audio_encoder.fps == m.fps, f"model.audio_encoder.fps ({m.audio_encoder.fps}) must equal model.fps ({m.fps})")
-    _require(
-        m.audio_encoder.sample_rate == m.sample_rate,
-        f"model.audio_encoder.sample_rate ({m.audio_encoder.sample_rate}) must equal model.sample_rate ({m.sample_rate})",
-    )
-    _require(m.a2v.audio_dim == m.audio_encoder.out_dim, "model.a2v.audio_dim must equal model.audio_encoder.out_dim")
-    _require(m.a2v.text_dim == m.text_encoder.dim, "model.a2v.text_dim must equal model.text_encoder.dim")
-    factor = 2 ** len(m.vae.widths)
-    _require(
-        m.image_size == m.sr.high_size * factor,
-        f"model.image_size ({m.image_size}) must equal model.sr.high_size x {factor} (the VAE's spatial factor)",
-    )
-    _require(m.sr.high_size == 2 * m.sr.low_size, "model.sr.high_size must be 2 x model.sr.low_size")
-    _require(m.a2v.latent_size == m.sr.low_size, "model.a2v.latent_size must equal model.sr.low_size")
-    channels = {m.vae.latent_channels, m.a2v.latent_channels, m.sr.latent_channels}
-    _require(len(channels) == 1, "model.vae/a2v/sr latent_channels must all be equal")
+    if m.wan is not None:
+        validate_wan_model(m)  # a Wan-family model: its own specs (the five native sub-models are unused)
+    else:
+        _require(m.audio_encoder.fps == m.fps, f"model.audio_encoder.fps ({m.audio_encoder.fps}) must equal model.fps ({m.fps})")
+        _require(
+            m.audio_encoder.sample_rate == m.sample_rate,
+            f"model.audio_encoder.sample_rate ({m.audio_encoder.sample_rate}) must equal model.sample_rate ({m.sample_rate})",
+        )
+        _require(m.a2v.audio_dim == m.audio_encoder.out_dim, "model.a2v.audio_dim must equal model.audio_encoder.out_dim")
+        _require(m.a2v.text_dim == m.text_encoder.dim, "model.a2v.text_dim must equal model.text_encoder.dim")
+        factor = 2 ** len(m.vae.widths)
+        _require(
+            m.image_size == m.sr.high_size * factor,
+            f"model.image_size ({m.image_size}) must equal model.sr.high_size x {factor} (the VAE's spatial factor)",
+        )
+        _require(m.sr.high_size == 2 * m.sr.low_size, "model.sr.high_size must be 2 x model.sr.low_size")
+        _require(m.a2v.latent_size == m.sr.low_size, "model.a2v.latent_size must equal model.sr.low_size")
+        channels = {m.vae.latent_channels, m.a2v.latent_channels, m.sr.latent_channels}
+        _require(len(channels) == 1, "model.vae/a2v/sr latent_channels must all be equal")
     _require(0 <= o.crf <= 51, "output.crf must be in [0, 51]")
     _require(o.preset in X264_PRESETS, f"output.preset '{o.preset}' is not an x264 preset; valid choices: {', '.join(X264_PRESETS)}")
     _require(o.gop_seconds > 0, "output.gop_seconds must be > 0")
