@@ -75,7 +75,7 @@ WAN_FAMILY: dict[str, WanFamilySpec] = {
     ),
     "wan_tiny": WanFamilySpec(
         dit=dit_params("wan_tiny", clip_dim=32),
-        vae=vae_params("wan_tiny"),
+        vae=vae_params("wan_tiny", num_res_blocks=1),
         text_encoder=umt5_params("umt5_tiny", vocab_size=260),  # 256 bytes + pad, eos, unk, spare
         image_encoder=clip_params("clip_tiny"),
         wav2vec2=WAV2VEC2_TINY,
