@@ -239,5 +239,10 @@ def batch(
     raise typer.Exit(code)
 
 
+from avatargen.weights_cli import weights_app  # noqa: E402 (the sub-app needs `app` defined first)
+
+app.add_typer(weights_app)
+
+
 def main() -> None:
     app()
