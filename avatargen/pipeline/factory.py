@@ -21,8 +21,8 @@ def build_pipeline(config: Config, device: torch.device, parallel: ParallelConte
     from avatargen.pipeline.wan_build import place_wan_modules
     from avatargen.pipeline.wan_pipeline import WanPipeline
 
+    models = place_wan_modules(config, device, parallel)
     if config.pipeline.interpolate:
         warn(f"note: model={config.model.name}: clips continue from their motion frames; seams are not regenerated "
              "(no I chunks for Wan models), so pipeline.interpolate does not apply")  # fmt: skip
-    models = place_wan_modules(config, device, parallel)
     return models, WanPipeline(config, models)

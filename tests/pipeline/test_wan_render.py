@@ -34,3 +34,26 @@ def test_infinitetalk_without_its_weights_folder_fails_in_one_line_naming_the_ke
     lines = [line for line in result.stderr.splitlines() if line.startswith("error")]
     assert len(lines) == 1 and "model.checkpoint" in lines[0] and "Traceback" not in result.stderr
     assert not out.exists()
+
+
+def test_wan_tiny_renders_from_a_downloaded_layout_with_a_lora_merged_at_load(tmp_path, face_png):
+    import torch
+    from safetensors.torch import save_file
+
+    from tests.models.wan.wan_tiny_folder import write_wan_tiny_folder
+
+    root = write_wan_tiny_folder(tmp_path / "weights")
+    audio = write_speechlike_wav(tmp_path / "speech.wav", 0.25)
+    generator = torch.Generator().manual_seed(1)
+    lora = tmp_path / "lora.safetensors"
+    save_file({"diffusion_model.blocks.0.ffn.0.lora_down.weight": torch.randn(2, 64, generator=generator),
+               "diffusion_model.blocks.0.ffn.0.lora_up.weight": torch.randn(128, 2, generator=generator)}, lora)  # fmt: skip
+    videos = []
+    for extra in ([], [f"model.wan.lora=[{lora}]"]):
+        out = tmp_path / f"out{len(videos)}.mp4"
+        result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "--quiet", "model=wan_tiny",
+                         "model.weights=checkpoint", f"model.checkpoint={root}", "runtime.threads=1", *extra)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        videos.append(decode_frames(out).astype(int))
+    assert videos[0].shape == videos[1].shape == (6, 64, 64, 3)
+    assert abs(videos[0] - videos[1]).mean() > 0.5  # the LoRA's update is in the weights the render ran
