@@ -20,12 +20,17 @@ import numpy as np
 import torch
 from einops import rearrange
 from torch import Tensor
+from torch.utils import _pytree as pytree
 
 from avatargen.config.schema import Config
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.pipeline import Progress, RenderStats, check_finite
-from avatargen.pipeline.schedule import ChunkSchedule
+from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.pipeline.schedule import CheckpointGrid, ChunkSchedule
+from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.pipeline.wan_build import WanModelSet
+from avatargen.models.vae import DecoderCache
+from avatargen.models.wan.vae import VAEStream
 from avatargen.runtime.memory import trim_host_memory
 from avatargen.stages.decode_publish import FrameSink
 from avatargen.stages.wan_context import WanContextStage, WanReference
@@ -81,18 +86,16 @@ class WanPipeline:
         prompt: str = "",
         on_progress: Callable[[Progress], None] | None = None,
         record_seams: bool = False,
-        resume: object | None = None,
-        checkpoints: object | None = None,
-        on_checkpoint: object | None = None,
+        resume: RenderCheckpoint | None = None,
+        checkpoints: CheckpointGrid | None = None,
+        on_checkpoint: Callable[[RenderCheckpoint], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> RenderStats:
         """Render the whole audio stream into ``sinks`` (the same contract as ``Pipeline.render``).
 
-        Resume points are not taken for Wan models yet: ``checkpoints`` and ``on_checkpoint`` are not called, so a
-        ``--resume`` after a stop renders from the start (it says so); ``resume`` must be None.
+        A resume point (``on_checkpoint``, at the frames of ``checkpoints``) is taken after a clip: the next clip's
+        motion frames and the decoder's causal past, both bounded by one clip.
         """
-        if resume is not None:
-            raise ValueError("a Wan-model render has no resume points to continue from")
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
         wan = self.config.model.wan
@@ -103,8 +106,20 @@ class WanPipeline:
             check_finite(reference.clip_tokens, "CLIP image encoder", "encoding the reference image")
         audio = AudioTimeline(audio_blocks, self.config.model.sample_rate, self.config.model.fps, self.context.context_frames)
         motion = reference.image.expand(-1, -1, self.motion_frames, -1, -1)  # (1, 3, m, H, W): the image held still
-        stream = None
+        stream: VAEStream | None = None
+        skip = 0
+        if resume is not None:
+            resume = resume.to(self.models.vae.device)
+            motion, stream, skip = self._restore(resume, reference)
+            stats.frames = stats.resumed_from = resume.frames
+            stats.n_chunks = resume.n_chunks
         for span in audio.spans(self.schedule.n_chunk_frames):
+            release = span.end - self.motion_frames - self.context.context_frames  # the next clip's first audio
+            if span.index < skip:  # before the resume point: nothing runs, the audio buffer stays bounded
+                if stats.seams is not None and span.start > 0:
+                    stats.seams.append(span.start)
+                audio.release_before(release)
+                continue
             if should_stop is not None and should_stop():
                 stats.stopped = True
                 break
@@ -115,15 +130,18 @@ class WanPipeline:
             if stats.seams is not None and span.start > 0:
                 stats.seams.append(span.start)
             stats.frames += span.end - span.start
-            audio.release_before(span.end - self.motion_frames - self.context.context_frames)
+            audio.release_before(release)
             trim_host_memory()
             if on_progress:
                 on_progress(Progress(stats.frames, stats.n_chunks, 0, audio.total_frames, time.perf_counter() - started))
+            finished = audio.total_frames is not None and stats.frames >= audio.total_frames
+            if checkpoints is not None and on_checkpoint is not None and checkpoints.contains(stats.frames) and not finished:
+                on_checkpoint(self._checkpoint(span.index, span.end, stats.frames, stats.n_chunks, motion, stream))
         stats.wall_s = time.perf_counter() - started
         return stats
 
     def _clip(self, index: int, start: int, end: int, reference: WanReference, audio: AudioTimeline, motion: Tensor,
-              stream: object, sinks: Sequence[FrameSink]) -> tuple[Tensor, object]:  # fmt: skip
+              stream: VAEStream | None, sinks: Sequence[FrameSink]) -> tuple[Tensor, VAEStream]:  # fmt: skip
         """Generate clip ``index`` (timeline frames [start - m, start - m + clip_frames)), send frames [start, end) to
         the sinks; returns the next clip's motion frames and the decoder stream."""
         m = self.motion_frames
@@ -158,3 +176,26 @@ class WanPipeline:
                 sink.write(frames)
         motion = video[:, :, -m:].clone()  # (1, 3, m, H, W): the next clip starts from the frames just shown
         return motion, stream
+
+    # -- resume points ---------------------------------------------------------------------------------------------
+
+    def _checkpoint(self, index: int, end: int, frames: int, n_chunks: int, motion: Tensor, stream: VAEStream) -> RenderCheckpoint:
+        """The state after clip ``index``: its last frames (the next motion frames) and the decoder's past (its
+        tensors in tree order; the tree's shape is the VAE's, rebuilt on resume)."""
+        leaves, _ = pytree.tree_flatten(stream.past)
+        state = RollingState(n_windows={index: LatentWindow(end - self.motion_frames, motion)})
+        past = DecoderCache(frames=[leaf for leaf in leaves if leaf is not None])
+        return RenderCheckpoint(frames, index + 1, n_chunks, 0, state, past)
+
+    def _restore(self, resume: RenderCheckpoint, reference: WanReference) -> tuple[Tensor, VAEStream, int]:
+        """(motion frames, decoder stream, clips to skip) from a resume point."""
+        (window,) = resume.state.n_windows.values()
+        latent = reference.condition[:, 4:, :1]  # (1, z, 1, h, w): any latent frame gives the past's tree shape
+        with self.models.vae.active() as vae:
+            _, template = vae.decode(latent)
+        leaves, spec = pytree.tree_flatten(template.past)
+        saved = iter(resume.decoder_cache.frames if resume.decoder_cache is not None else [])
+        past = pytree.tree_unflatten([None if leaf is None else next(saved) for leaf in leaves], spec)
+        latents = reference.condition.shape[2]
+        seen = latents + (resume.n_chunks - 1) * (latents - 1 - (self.motion_frames - 1) // self.models.spec.vae.temporal_stride)
+        return window.latents, VAEStream(past=past, frames_seen=seen), resume.steps
