@@ -18,7 +18,7 @@ from tests.ffmpeg_probe import decode_frames, probe
 WAN = ["model=wan_tiny", "output.gop_seconds=0.32", *FAST]  # a keyframe, so a resume point, every 8-frame clip
 
 
-@pytest.mark.slow  # three (two) CLI starts: ~45 s (~22 s) on the shared 2-core machine
+@pytest.mark.slow  # three CLI runs: ~45 s on the shared 2-core machine
 def test_sigint_then_resume_gives_the_uninterrupted_frames(tmp_path, face_png):
     audio = write_speechlike_wav(tmp_path / "a.wav", 2.0)
     reference, out = tmp_path / "reference.mp4", tmp_path / "o.mp4"

@@ -11,7 +11,7 @@ from tests.distributed.torchrun import torchrun
 from tests.ffmpeg_probe import decode_frames
 
 
-@pytest.mark.slow  # three (two) CLI starts: ~45 s (~22 s) on the shared 2-core machine
+@pytest.mark.slow  # a CLI run and a two-rank torchrun: ~22 s on the shared 2-core machine
 def test_wan_tiny_sharded_render_frames_equal_the_single_process_render(tmp_path, face_png):
     audio = write_speechlike_wav(tmp_path / "a.wav", 0.6)
     single, sharded = tmp_path / "single.mp4", tmp_path / "out" / "sharded.mp4"
