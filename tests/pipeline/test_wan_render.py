@@ -57,3 +57,40 @@ def test_wan_tiny_renders_from_a_downloaded_layout_with_a_lora_merged_at_load(tm
         videos.append(decode_frames(out).astype(int))
     assert videos[0].shape == videos[1].shape == (6, 64, 64, 3)
     assert abs(videos[0] - videos[1]).mean() > 0.5  # the LoRA's update is in the weights the render ran
+
+
+class _Frames:
+    """A sink that keeps every frame (a short render)."""
+
+    def __init__(self) -> None:
+        self.frames = []
+
+    def write(self, frames) -> None:
+        self.frames.append(frames)
+
+
+def test_colour_correction_moves_each_clip_to_the_reference_colours():
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.wan_build import place_wan_modules
+    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    reference = np.zeros((64, 64, 3), dtype=np.uint8)
+    reference[:], reference[16:48, 16:48] = (190, 110, 70), (120, 170, 60)  # warm, a green square: far from mid-grey
+    audio = [np.sin(np.arange(8000) / 10).astype(np.float32)]  # 0.5 s
+    means = {}
+    for corrected in (False, True):
+        config = to_config(load_config(["model=wan_tiny", f"model.wan.color_correction={str(corrected).lower()}"]))
+        models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+        sink = _Frames()
+        WanPipeline(config, models).render(reference, audio, [sink])
+        video = np.concatenate(sink.frames).astype(float)  # (T, 64, 64, 3)
+        assert video.shape[0] == 13
+        means[corrected] = video.mean(axis=(0, 1, 2))
+    target = reference.reshape(-1, 3).astype(float).mean(axis=0)
+    assert np.abs(means[True] - target).max() < 3.0  # each channel's mean within 3 levels of the reference's
+    assert np.abs(means[False] - target).max() > 20.0  # untrained weights alone are nowhere near it
