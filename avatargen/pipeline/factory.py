@@ -11,8 +11,11 @@ from avatargen.pipeline.build import place_modules
 from avatargen.runtime.distributed import ParallelContext
 
 
-def build_pipeline(config: Config, device: torch.device, parallel: ParallelContext, warn: Callable[[str], None]) -> tuple[Any, Any]:
-    """(the placed model set, the pipeline over it) for ``config``; both expose ``monitor`` / ``render`` / ``schedule``."""
+def build_pipeline(
+    config: Config, device: torch.device, parallel: ParallelContext, warn: Callable[[str], None]
+) -> tuple[Any, Any]:
+    """(the placed model set, the pipeline over it) for ``config``: the set has ``monitor``, the pipeline
+    ``render()`` and ``schedule``, whichever family the model is."""
     if config.model.wan is None:
         from avatargen.pipeline.pipeline import Pipeline
 

@@ -88,16 +88,23 @@ def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
     def weights(index: int, source: Callable[[], Any]) -> Callable[[], Weights]:
         return (lambda: RandomInit(config.seed + index)) if root is None else source
 
+    def pth(key: str, prefix: str = "") -> Callable[[], Any]:
+        return lambda: pth_source(root, getattr(wan, key), f"model.wan.{key}", prefix)
+
     return [
-        WanPart("audio_encoder", lambda: Wav2Vec2Encoder(audio_config), weights(0, lambda: wav2vec2_source(root, wan)), torch.float32, False),
-        WanPart("text_encoder", lambda: UMT5Encoder(spec.text_encoder), weights(1, lambda: pth_source(root, wan.text_encoder, "model.wan.text_encoder")), run, True),
-        WanPart("image_encoder", lambda: CLIPVisionTower(spec.image_encoder), weights(2, lambda: pth_source(root, wan.image_encoder, "model.wan.image_encoder", wan.image_encoder_prefix)), run, False),
-        WanPart("vae", lambda: WanVAE(spec.vae), weights(3, lambda: pth_source(root, wan.vae, "model.wan.vae")), torch.float32, False),
-        WanPart("dit", lambda: WanDiT(spec.dit), weights(4, lambda: dit_source(root, wan)), run, True),
+        WanPart("audio_encoder", lambda: Wav2Vec2Encoder(audio_config),
+                weights(0, lambda: wav2vec2_source(root, wan)), torch.float32, streamed=False),
+        WanPart("text_encoder", lambda: UMT5Encoder(spec.text_encoder), weights(1, pth("text_encoder")), run, streamed=True),
+        WanPart("image_encoder", lambda: CLIPVisionTower(spec.image_encoder),
+                weights(2, pth("image_encoder", wan.image_encoder_prefix)), run, streamed=False),
+        WanPart("vae", lambda: WanVAE(spec.vae), weights(3, pth("vae")), torch.float32, streamed=False),
+        WanPart("dit", lambda: WanDiT(spec.dit), weights(4, lambda: dit_source(root, wan)), run, streamed=True),
     ]  # fmt: skip
 
 
-def part_plan(config: Config, part: WanPart, device: torch.device, parallel: ParallelContext, model: nn.Module) -> PlacementPlan:
+def part_plan(
+    config: Config, part: WanPart, device: torch.device, parallel: ParallelContext, model: nn.Module
+) -> PlacementPlan:
     """The DiT and umT5 follow ``runtime.offload`` (or FSDP); the small ones stay whole: on the device, or moved in
     whole for their one call under ``model`` / ``block``."""
     if part.streamed:
