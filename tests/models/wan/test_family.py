@@ -61,3 +61,18 @@ def test_byte_tokenizer_pads_to_the_text_length_with_eos() -> None:
     assert ids.tolist() == [[ord("h") + 3, ord("i") + 3, 1, 0, 0, 0, 0, 0]] and mask.sum() == 3
     ids, mask = ByteTokenizer(4)("a long prompt")
     assert ids[0, -1] == 1 and mask.sum() == 4
+
+
+def test_a_tokenizer_folder_is_read_with_autotokenizer_padded_to_the_text_length(tmp_path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from avatargen.stages.wan_text import FolderTokenizer
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "talking": 4, "face": 5}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(tmp_path / "tok")
+    ids, mask = FolderTokenizer(tmp_path / "tok", 6)("a   talking\nface")  # whitespace cleaned as the reference does
+    assert ids.tolist() == [[3, 4, 5, 0, 0, 0]] and mask.tolist() == [[1, 1, 1, 0, 0, 0]]
