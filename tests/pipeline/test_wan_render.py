@@ -119,3 +119,25 @@ def test_block_offload_streams_the_dit_and_umt5_and_gives_the_same_frames():
     assert policies["block"] == {"audio_encoder": "model", "text_encoder": "block", "image_encoder": "model",
                                  "vae": "model", "dit": "block"}  # fmt: skip
     assert videos[0].shape == (6, 64, 64, 3) and np.array_equal(videos[0], videos[1])
+
+
+def test_the_state_between_clips_does_not_grow_with_the_duration():
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.schedule import CheckpointGrid
+    from avatargen.pipeline.wan_build import place_wan_modules
+    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1"]))
+    models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+    sizes = []
+    audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s: 10 clips
+    on_checkpoint = lambda point: sizes.append(sum(t.numel() * t.element_size() for t in point.tensors()))  # noqa: E731
+    stats = WanPipeline(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [_Frames()],
+                                               checkpoints=CheckpointGrid(8, 0), on_checkpoint=on_checkpoint)  # fmt: skip
+    assert stats.n_chunks == 10 and len(sizes) == 9  # a resume point after every clip but the last
+    assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 9
