@@ -295,6 +295,11 @@ def _cover_closed_standard_fds() -> None:
                 os.close(null)
 
 
+from avatargen.weights_cli import weights_app  # noqa: E402 (the sub-app needs `app` defined first)
+
+app.add_typer(weights_app)
+
+
 def main() -> None:
     _cover_closed_standard_fds()
     app()

@@ -31,9 +31,9 @@ from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.outputs import Output, folder_write_problem, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore, resume_folder_for
-from avatargen.pipeline.build import place_modules, resolve_checkpoint, resolve_device
+from avatargen.pipeline.build import resolve_checkpoint, resolve_device
+from avatargen.pipeline.factory import build_pipeline
 from avatargen.pipeline.follower import render_as_follower
-from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
 from avatargen.runtime.distributed import rank_failures, start_parallel
@@ -224,8 +224,7 @@ def _render_locked(
     warn: Callable[[str], None], record_seams: bool, resume: bool, resume_command: str, stop: StopRequests,
     started: float, live: list[Output], reference: Any, source: Any, weights: str, device: torch.device, parallel: Any,
 ) -> dict[str, Any]:  # fmt: skip
-    models = place_modules(config, device, parallel)
-    pipeline = Pipeline(config, models)
+    models, pipeline = build_pipeline(config, device, parallel, warn)  # avatargen's models or a Wan-family one
     if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
         return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested))
 

@@ -11,10 +11,11 @@
 #
 # Steps: install the wheels (if present) and avatargen, offline; pytest tests/runtime (with the CUDA paths, slow ones
 # too); benchmarks/gpu_block_overlap.py (GPU busy share during a block-offloaded forward >= 95 %, pinned host bytes
-# <= 1.05 x the weights); a short `avatargen render` of the shipped model on CUDA with runtime.offload=block; then
+# <= 1.05 x the weights); a short `avatargen render` of the shipped model on CUDA with runtime.offload=block;
+# benchmarks/gpu_wan.py (InfiniteTalk at full size, random weights: s/step, device memory, RSS, TTFF per policy); then
 # benchmarks/gpu_offload.py with whatever time is left of GPU_CHECKS_BUDGET_S (default 450 s).
 # Writes under $OUT (default out/gpu_checks): gpu_checks.log (everything), env.txt, block_overlap.json, render.json,
-# render.mp4 (+ render.yaml), gpu_offload.json. Exit code 0 when every step passed.
+# render.mp4 (+ render.yaml), gpu_wan.json, gpu_offload.json. Exit code 0 when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/gpu_checks}
@@ -65,13 +66,17 @@ main() {
   render_rc=$?
   cat "$OUT/render.json"
 
+  step "benchmarks/gpu_wan.py: model=infinitetalk model.weights=random at 640x640, 2 clips x 2 steps, offload none and block"
+  timeout 300 $PY benchmarks/gpu_wan.py --policies none block --clips 2 --steps 2 --json-out "$OUT/gpu_wan.json"
+  wan_rc=$?
+
   left=$((BUDGET - (SECONDS - START) - 15))
   step "benchmarks/gpu_offload.py (budget ${left} s)"
   timeout $((left + 30)) $PY benchmarks/gpu_offload.py --budget-s "$left" --json-out "$OUT/gpu_offload.json"
   bench_rc=$?
 
-  step "done: pytest rc=$pytest_rc, block_overlap rc=$overlap_rc, render rc=$render_rc, gpu_offload rc=$bench_rc"
-  [[ $pytest_rc == 0 && $overlap_rc == 0 && $render_rc == 0 && $bench_rc == 0 ]]
+  step "done: pytest rc=$pytest_rc, block_overlap rc=$overlap_rc, render rc=$render_rc, gpu_wan rc=$wan_rc, gpu_offload rc=$bench_rc"
+  [[ $pytest_rc == 0 && $overlap_rc == 0 && $render_rc == 0 && $wan_rc == 0 && $bench_rc == 0 ]]
 }
 
 main 2>&1 | tee "$OUT/gpu_checks.log"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import List, Optional
 
+from avatargen.config.wan import WanModelConfig
 from avatargen.models.a2v_dit import A2VDiTParams
 from avatargen.models.audio_encoder import AudioEncoderParams
 from avatargen.models.sr_dit import SRDiTParams
@@ -84,6 +85,7 @@ class ModelConfig:
     vae: VAEParams = field(default_factory=VAEParams)
     a2v: A2VDiTParams = field(default_factory=A2VDiTParams)
     sr: SRDiTParams = field(default_factory=SRDiTParams)
+    wan: Optional[WanModelConfig] = None  # a Wan-family model (model=infinitetalk|multitalk|wan_tiny): the five above are unused
 
 
 @dataclass

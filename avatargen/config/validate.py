@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from avatargen.config.schema import Config
+from avatargen.config.wan import validate_wan_model
 from avatargen.errors import ConfigError
 
 MAX_THREADS = 1024  # far past any machine's cores; torch segfaults creating ~100,000 threads
@@ -42,23 +43,26 @@ def validate_config(config: Config) -> None:
     _require(m.sample_rate >= 1 and m.sample_rate % m.fps == 0,
              f"model.sample_rate ({m.sample_rate}) must be a positive multiple of model.fps ({m.fps})")  # fmt: skip
     _require(m.image_size >= 2 and m.image_size % 2 == 0, "model.image_size must be even and >= 2 (H.264 yuv420p)")
-    _require(m.text_encoder.max_tokens >= 2, "model.text_encoder.max_tokens must be >= 2 (room for BOS and EOS)")
-    _require(m.audio_encoder.fps == m.fps, f"model.audio_encoder.fps ({m.audio_encoder.fps}) must equal model.fps ({m.fps})")
-    _require(
-        m.audio_encoder.sample_rate == m.sample_rate,
-        f"model.audio_encoder.sample_rate ({m.audio_encoder.sample_rate}) must equal model.sample_rate ({m.sample_rate})",
-    )
-    _require(m.a2v.audio_dim == m.audio_encoder.out_dim, "model.a2v.audio_dim must equal model.audio_encoder.out_dim")
-    _require(m.a2v.text_dim == m.text_encoder.dim, "model.a2v.text_dim must equal model.text_encoder.dim")
-    factor = 2 ** len(m.vae.widths)
-    _require(
-        m.image_size == m.sr.high_size * factor,
-        f"model.image_size ({m.image_size}) must equal model.sr.high_size x {factor} (the VAE's spatial factor)",
-    )
-    _require(m.sr.high_size == 2 * m.sr.low_size, "model.sr.high_size must be 2 x model.sr.low_size")
-    _require(m.a2v.latent_size == m.sr.low_size, "model.a2v.latent_size must equal model.sr.low_size")
-    channels = {m.vae.latent_channels, m.a2v.latent_channels, m.sr.latent_channels}
-    _require(len(channels) == 1, "model.vae/a2v/sr latent_channels must all be equal")
+    if m.wan is not None:
+        validate_wan_model(m)  # a Wan-family model: its own specs (the five native sub-models are unused)
+    else:
+        _require(m.text_encoder.max_tokens >= 2, "model.text_encoder.max_tokens must be >= 2 (room for BOS and EOS)")
+        _require(m.audio_encoder.fps == m.fps, f"model.audio_encoder.fps ({m.audio_encoder.fps}) must equal model.fps ({m.fps})")
+        _require(
+            m.audio_encoder.sample_rate == m.sample_rate,
+            f"model.audio_encoder.sample_rate ({m.audio_encoder.sample_rate}) must equal model.sample_rate ({m.sample_rate})",
+        )
+        _require(m.a2v.audio_dim == m.audio_encoder.out_dim, "model.a2v.audio_dim must equal model.audio_encoder.out_dim")
+        _require(m.a2v.text_dim == m.text_encoder.dim, "model.a2v.text_dim must equal model.text_encoder.dim")
+        factor = 2 ** len(m.vae.widths)
+        _require(
+            m.image_size == m.sr.high_size * factor,
+            f"model.image_size ({m.image_size}) must equal model.sr.high_size x {factor} (the VAE's spatial factor)",
+        )
+        _require(m.sr.high_size == 2 * m.sr.low_size, "model.sr.high_size must be 2 x model.sr.low_size")
+        _require(m.a2v.latent_size == m.sr.low_size, "model.a2v.latent_size must equal model.sr.low_size")
+        channels = {m.vae.latent_channels, m.a2v.latent_channels, m.sr.latent_channels}
+        _require(len(channels) == 1, "model.vae/a2v/sr latent_channels must all be equal")
     _require(0 <= o.crf <= 51, "output.crf must be in [0, 51]")
     _require(o.preset in X264_PRESETS, f"output.preset '{o.preset}' is not an x264 preset; valid choices: {', '.join(X264_PRESETS)}")
     _require(0 < o.gop_seconds <= MAX_GOP_SECONDS, f"output.gop_seconds must be in (0, {MAX_GOP_SECONDS:g}] (seconds between keyframes)")
@@ -68,7 +72,8 @@ def validate_config(config: Config) -> None:
     _require(0 <= config.runtime.threads <= MAX_THREADS, f"runtime.threads must be in [0, {MAX_THREADS}] (0 = torch's default)")
     _require(config.runtime.dist_timeout_s > 0, "runtime.dist_timeout_s must be > 0 (seconds)")
     _require(config.runtime.offload_resident_blocks >= 1, "runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)")
-    _validate_model_shapes(config)
+    if m.wan is None:
+        _validate_model_shapes(config)
 
 
 def _validate_model_shapes(config: Config) -> None:

@@ -119,9 +119,14 @@ class CLIPVisionTower(nn.Module):
         self.post_norm = FP32LayerNorm(params.dim, eps=params.eps)  # in the checkpoint, not run
         self.head = nn.Parameter(gain * torch.randn(params.dim, params.out_dim))  # in the checkpoint, not run
 
-    def block_stacks(self) -> list[str]:
-        """Names of this model's repeated block stacks, in forward order."""
-        return ["transformer"]
+    def reset_parameters(self) -> None:
+        """The tower's own tensors (its children reset themselves): ``randn / sqrt(dim)`` as at construction."""
+        for tensor in (self.cls_embedding, self.pos_embedding, self.head):
+            nn.init.normal_(tensor, std=self.params.dim**-0.5)
+
+    def block_stacks(self) -> list[nn.ModuleList]:
+        """This model's repeated block stacks, in forward order (``models/structure.py``)."""
+        return [self.transformer]
 
     def forward(self, pixels: Tensor) -> Tensor:
         """Normalised pixels (B, 3, image_size, image_size) -> (B, tokens, dim) after ``layers_used`` blocks."""

@@ -48,6 +48,7 @@ class WanDiTParams:
     patch_size: tuple[int, int, int] = (1, 2, 2)
     eps: float = 1e-6
     image_to_video: bool = True  # CLIP image tokens (img_emb, k_img/v_img) in every cross-attention
+    clip_dim: int = CLIP_DIM  # width of the CLIP tokens img_emb reads (1280: ViT-H/14; smaller for toy towers)
     audio: AudioAdapterParams | None = None  # InfiniteTalk/MultiTalk adapter
 
     @property
@@ -111,6 +112,10 @@ class WanBlock(nn.Module):
             self.audio_cross_attn = AudioCrossAttention(dim, params.num_heads, params.audio.output_dim)
             self.norm_x = FP32LayerNorm(dim, eps, elementwise_affine=True)
 
+    def reset_parameters(self) -> None:
+        """The block's own tensor (its children reset themselves): the reference's ``randn / sqrt(dim)``."""
+        nn.init.normal_(self.modulation, std=self.modulation.shape[-1] ** -0.5)
+
     def forward(
         self,
         x: Tensor,
@@ -140,6 +145,10 @@ class Head(nn.Module):
         self.head = nn.Linear(params.dim, math.prod(params.patch_size) * params.out_dim)
         self.modulation = nn.Parameter(torch.randn(1, 2, params.dim) / params.dim**0.5)
 
+    def reset_parameters(self) -> None:
+        """The head's own tensor (its children reset themselves): the reference's ``randn / sqrt(dim)``."""
+        nn.init.normal_(self.modulation, std=self.modulation.shape[-1] ** -0.5)
+
     def forward(self, x: Tensor, time: Tensor) -> Tensor:
         """``x`` (B, L, dim), ``time`` (B, dim) fp32 -> (B, L, prod(patch) * out_dim)."""
         shift, scale = (self.modulation.float() + time[:, None]).unbind(1)  # (B, dim) each
@@ -147,20 +156,20 @@ class Head(nn.Module):
 
 
 class ImageEmbedding(nn.Module):
-    """CLIP image tokens (B, 257, 1280) -> (B, 257, dim) context tokens (``img_emb.proj.{0,1,3,4}``)."""
+    """CLIP image tokens (B, 257, clip_dim) -> (B, 257, dim) context tokens (``img_emb.proj.{0,1,3,4}``)."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, clip_dim: int = CLIP_DIM) -> None:
         super().__init__()
         self.proj = nn.Sequential(
-            nn.LayerNorm(CLIP_DIM),
-            nn.Linear(CLIP_DIM, CLIP_DIM),
+            nn.LayerNorm(clip_dim),
+            nn.Linear(clip_dim, clip_dim),
             nn.GELU(),
-            nn.Linear(CLIP_DIM, dim),
+            nn.Linear(clip_dim, dim),
             nn.LayerNorm(dim),
         )
 
     def forward(self, clip_tokens: Tensor) -> Tensor:
-        """(B, Li, 1280) -> (B, Li, dim)."""
+        """(B, Li, clip_dim) -> (B, Li, dim)."""
         return self.proj(clip_tokens)
 
 
@@ -181,13 +190,13 @@ class WanDiT(nn.Module):
         self.blocks = nn.ModuleList([WanBlock(params) for _ in range(params.num_layers)])
         self.head = Head(params)
         if params.image_to_video:
-            self.img_emb = ImageEmbedding(dim)
+            self.img_emb = ImageEmbedding(dim, params.clip_dim)
         if params.audio is not None:
             self.audio_proj = AudioProjModel(params.audio)
 
-    def block_stacks(self) -> list[str]:
-        """Names of this model's repeated block stacks (``nn.ModuleList`` attributes), in forward order."""
-        return ["blocks"]
+    def block_stacks(self) -> list[nn.ModuleList]:
+        """This model's repeated block stacks, in forward order (``models/structure.py``)."""
+        return [self.blocks]
 
     def forward(
         self,

@@ -19,6 +19,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    def reset_parameters(self) -> None:
+        """Unit scale (the meta-device build's random init calls this; see ``models/structure.py``)."""
+        nn.init.ones_(self.weight)
+
     def forward(self, x: Tensor) -> Tensor:
         """(..., dim) -> (..., dim), in ``x``'s dtype."""
         x32 = x.float()

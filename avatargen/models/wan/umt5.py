@@ -58,6 +58,10 @@ class T5RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    def reset_parameters(self) -> None:
+        """Unit scale (the meta-device build's random init calls this; see ``models/structure.py``)."""
+        nn.init.ones_(self.weight)
+
     def forward(self, x: Tensor) -> Tensor:
         """(..., dim) -> (..., dim)."""
         normed = x.float() * torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + self.eps)
@@ -154,9 +158,9 @@ class UMT5Encoder(nn.Module):
         self.blocks = nn.ModuleList([T5Block(params) for _ in range(params.num_layers)])
         self.norm = T5RMSNorm(params.dim, params.eps)
 
-    def block_stacks(self) -> list[str]:
-        """Names of this model's repeated block stacks, in forward order."""
-        return ["blocks"]
+    def block_stacks(self) -> list[nn.ModuleList]:
+        """This model's repeated block stacks, in forward order (``models/structure.py``)."""
+        return [self.blocks]
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         """``ids`` (B, L) long, ``mask`` (B, L) with 1 for real tokens (None: all real) -> (B, L, dim)."""

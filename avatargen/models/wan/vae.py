@@ -103,6 +103,10 @@ class RMSNorm(nn.Module):
         self.scale = dim**0.5
         self.gamma = nn.Parameter(torch.ones(dim, 1, 1) if images else torch.ones(dim, 1, 1, 1))
 
+    def reset_parameters(self) -> None:
+        """Unit scale (the meta-device build's random init calls this; see ``models/structure.py``)."""
+        nn.init.ones_(self.gamma)
+
     def forward(self, x: Tensor) -> Tensor:
         """(B, C, [T,] H, W) -> same shape."""
         return F.normalize(x, dim=1) * self.scale * self.gamma
@@ -314,7 +318,7 @@ class WanVAE(nn.Module):
         self.conv2 = CausalConv3d(params.z_dim, params.z_dim, 1)
         self.decoder = Decoder3d(params)
 
-    def block_stacks(self) -> list[str]:
+    def block_stacks(self) -> list[nn.ModuleList]:
         """No repeated block stack: the VAE is placed as one piece."""
         return []
 

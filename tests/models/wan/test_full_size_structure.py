@@ -119,7 +119,7 @@ def test_infinitetalk_dit_has_the_checkpoint_tensors() -> None:
     with torch.device("meta"):
         model = WanDiT(dit_params("infinitetalk"))
     assert_same_tensors(tensors_of(model), wan_i2v_14b_tensors(audio=True))
-    assert model.block_stacks() == ["blocks"] and len(model.blocks) == 40
+    assert model.block_stacks() == [model.blocks] and len(model.blocks) == 40
 
 
 def test_wan_i2v_14b_dit_has_the_checkpoint_tensors() -> None:

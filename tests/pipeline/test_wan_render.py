@@ -1,0 +1,143 @@
+"""`avatargen render model=wan_tiny`: the InfiniteTalk code path (wav2vec2, umT5, CLIP, guided DiT sampling, motion
+frames, the VAE decode stream carried across clips) end to end through the real CLI, checked by ffmpeg."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import FAST, run_cli, write_speechlike_wav
+from tests.ffmpeg_probe import decode_frames, probe
+
+
+def test_wan_tiny_renders_a_playable_mp4_with_one_frame_per_audio_frame(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "speech.wav", 1.5)
+    out = tmp_path / "out.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "--json", "--quiet",
+                     "model=wan_tiny", *FAST)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    # 1.5 s at 25 fps = 38 frames (37.5 rounded up); wan_tiny clips are 13 frames, 5 of them motion: 8 new per clip.
+    assert report["frames"] == 38 and report["chunks"] == 5
+    info = probe(out)
+    assert (info["video_codec"], info["audio_codec"]) == ("h264", "aac")
+    assert (info["width"], info["height"]) == (64, 64)
+    assert info["frames"] == 38
+    frames = decode_frames(out)
+    assert frames.std() > 1.0  # the decoder's output, not a blank video
+
+
+def test_infinitetalk_without_its_weights_folder_fails_in_one_line_naming_the_key(tmp_path, face_png, speech_wav):
+    out = tmp_path / "out.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), "model=infinitetalk",
+                     f"model.checkpoint={tmp_path / 'weights'}", "runtime.threads=1")  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(lines) == 1 and "model.checkpoint" in lines[0] and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_wan_tiny_renders_from_a_downloaded_layout_with_a_lora_merged_at_load(tmp_path, face_png):
+    import torch
+    from safetensors.torch import save_file
+
+    from tests.models.wan.wan_tiny_folder import write_wan_tiny_folder
+
+    root = write_wan_tiny_folder(tmp_path / "weights")
+    audio = write_speechlike_wav(tmp_path / "speech.wav", 0.25)
+    generator = torch.Generator().manual_seed(1)
+    lora = tmp_path / "lora.safetensors"
+    save_file({"diffusion_model.blocks.0.ffn.0.lora_down.weight": torch.randn(2, 64, generator=generator),
+               "diffusion_model.blocks.0.ffn.0.lora_up.weight": torch.randn(128, 2, generator=generator)}, lora)  # fmt: skip
+    videos = []
+    for extra in ([], [f"model.wan.lora=[{lora}]"]):
+        out = tmp_path / f"out{len(videos)}.mp4"
+        result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "--quiet", "model=wan_tiny",
+                         "model.weights=checkpoint", f"model.checkpoint={root}", "runtime.threads=1", *extra)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        videos.append(decode_frames(out).astype(int))
+    assert videos[0].shape == videos[1].shape == (6, 64, 64, 3)
+    assert abs(videos[0] - videos[1]).mean() > 0.5  # the LoRA's update is in the weights the render ran
+
+
+class _Frames:
+    """A sink that keeps every frame (a short render)."""
+
+    def __init__(self) -> None:
+        self.frames = []
+
+    def write(self, frames) -> None:
+        self.frames.append(frames)
+
+
+def test_colour_correction_moves_each_clip_to_the_reference_colours():
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.wan_build import place_wan_modules
+    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    reference = np.zeros((64, 64, 3), dtype=np.uint8)
+    reference[:], reference[16:48, 16:48] = (190, 110, 70), (120, 170, 60)  # warm, a green square: far from mid-grey
+    audio = [np.sin(np.arange(8000) / 10).astype(np.float32)]  # 0.5 s
+    means = {}
+    for corrected in (False, True):
+        config = to_config(load_config(["model=wan_tiny", f"model.wan.color_correction={str(corrected).lower()}"]))
+        models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+        sink = _Frames()
+        WanPipeline(config, models).render(reference, audio, [sink])
+        video = np.concatenate(sink.frames).astype(float)  # (T, 64, 64, 3)
+        assert video.shape[0] == 13
+        means[corrected] = video.mean(axis=(0, 1, 2))
+    target = reference.reshape(-1, 3).astype(float).mean(axis=0)
+    assert np.abs(means[True] - target).max() < 3.0  # each channel's mean within 3 levels of the reference's
+    assert np.abs(means[False] - target).max() > 20.0  # untrained weights alone are nowhere near it
+
+
+def test_block_offload_streams_the_dit_and_umt5_and_gives_the_same_frames():
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.wan_build import place_wan_modules
+    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    reference = np.full((64, 64, 3), 128, dtype=np.uint8)
+    audio = [np.sin(np.arange(4000) / 7).astype(np.float32)]  # 0.25 s
+    videos, policies = [], {}
+    for offload in ("none", "block"):
+        config = to_config(load_config(["model=wan_tiny", f"runtime.offload={offload}"]))
+        models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+        policies[offload] = {m.name: m.offload for m in models.all()}
+        sink = _Frames()
+        WanPipeline(config, models).render(reference, audio, [sink])
+        videos.append(np.concatenate(sink.frames))
+    assert policies["block"] == {"audio_encoder": "model", "text_encoder": "block", "image_encoder": "model",
+                                 "vae": "model", "dit": "block"}  # fmt: skip
+    assert videos[0].shape == (6, 64, 64, 3) and np.array_equal(videos[0], videos[1])
+
+
+def test_the_state_between_clips_does_not_grow_with_the_duration():
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.schedule import CheckpointGrid
+    from avatargen.pipeline.wan_build import place_wan_modules
+    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1"]))
+    models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+    sizes = []
+    audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s: 10 clips
+    on_checkpoint = lambda point: sizes.append(sum(t.numel() * t.element_size() for t in point.tensors()))  # noqa: E731
+    stats = WanPipeline(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [_Frames()],
+                                               checkpoints=CheckpointGrid(8, 0), on_checkpoint=on_checkpoint)  # fmt: skip
+    assert stats.n_chunks == 10 and len(sizes) == 9  # a resume point after every clip but the last
+    assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 9
