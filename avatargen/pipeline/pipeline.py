@@ -51,6 +51,15 @@ class RenderStats:
     resumed_from: int = 0  # the frame a resumed render started at (0: from the start)
     stage_s: dict[str, float] = field(default_factory=lambda: {"init": 0.0, "context": 0.0, "a2v": 0.0, "sr": 0.0, "decode": 0.0, "publish": 0.0})
 
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` body to ``stage_s[stage]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_s[stage] += time.perf_counter() - start
+
 
 __all__ = ["NonFiniteError", "Pipeline", "Progress", "RenderStats", "schedule_from_config"]
 
@@ -82,14 +91,6 @@ class Pipeline:
         self.sr = SRStage(models.sr, max_batch_frames=4)
         self.stats = RenderStats()
 
-    @contextmanager
-    def _timed(self, stage: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.stats.stage_s[stage] += time.perf_counter() - start
-
     def render(
         self,
         reference_rgb: np.ndarray,
@@ -113,7 +114,7 @@ class Pipeline:
         """
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
-        with self._timed("init"):
+        with self.stats.timed("init"):
             reference = self.context.encode_reference(reference_rgb, prompt)
             check_finite(reference.ref_high, "VAE", "encoding the reference image")
             check_finite(reference.ref_low, "VAE", "encoding the reference image")
@@ -176,7 +177,7 @@ class Pipeline:
         """Run A2V over timeline frames ``window`` with ``given`` (start frame, latents) pieces held fixed."""
         start, end = window
         shape = self._latent_shape(end - start)
-        with self._timed("context"):
+        with self.stats.timed("context"):
             features = self.context.audio_features(audio, start, end)  # (1, T, D_audio)
             check_finite(features, "audio encoder", f"in {kind} chunk {index}")
             noise = self.context.noise(kind, index, shape)  # (1, C, T, h, w)
@@ -186,7 +187,7 @@ class Pipeline:
                 a = piece_start - start
                 given_latents[:, :, a : a + latents.shape[2]] = latents
                 given_mask[:, a : a + latents.shape[2]] = True
-        with self._timed("a2v"):
+        with self.stats.timed("a2v"):
             latents = self.a2v.generate(reference, features, given_latents, given_mask, noise)
         check_finite(latents, "A2V", f"in {kind} chunk {index}")
         return LatentWindow(start, latents)
@@ -213,16 +214,16 @@ class Pipeline:
 
     def _emit(self, step: Emit, reference: ReferenceContext, state: RollingState, publisher: DecodeAndPublishStage, audio: AudioTimeline) -> None:
         window = state.window(step.source, step.index)
-        with self._timed("sr"):
+        with self.stats.timed("sr"):
             high = self.sr.upscale(reference, window.frames(step.start, step.end))  # (1, C, T, H, W)
         check_finite(high, "SR", f"in frames {step.start}-{step.end}")
         decoded = publisher.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
         while True:
-            with self._timed("decode"):
+            with self.stats.timed("decode"):
                 frames = next(decoded, None)  # (t, S, S, 3) uint8
             if frames is None:
                 break
-            with self._timed("publish"):
+            with self.stats.timed("publish"):
                 publisher.publish(frames)
         if step.source == "I":
             state.i_window = None

@@ -13,8 +13,7 @@ motion frames), and ``pipeline.interpolate`` does not apply.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -70,14 +69,6 @@ class WanPipeline:
         self.sampler = WanSamplerStage(models.dit, wan.sampling_steps, wan.sampling_shift, guidance)
         self.stats = RenderStats()
 
-    @contextmanager
-    def _timed(self, stage: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.stats.stage_s[stage] += time.perf_counter() - start
-
     def render(
         self,
         reference_rgb: np.ndarray,
@@ -99,7 +90,7 @@ class WanPipeline:
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
         wan = self.config.model.wan
-        with self._timed("init"):
+        with self.stats.timed("init"):
             reference = self.context.encode_reference(reference_rgb, prompt, wan.negative_prompt)
             check_finite(reference.condition, "Wan VAE", "encoding the reference image")
             check_finite(reference.text, "umT5 text encoder", "encoding the prompt")
@@ -145,21 +136,21 @@ class WanPipeline:
         """Generate clip ``index`` (timeline frames [start - m, start - m + clip_frames)), send frames [start, end) to
         the sinks; returns the next clip's motion frames and the decoder stream."""
         m = self.motion_frames
-        with self._timed("context"):
+        with self.stats.timed("context"):
             window_audio = self.context.audio_windows(audio, start - m, start - m + self.clip_frames)  # (1, F, 5, L, C)
             check_finite(window_audio, "wav2vec2 audio encoder", f"in clip {index}")
             with self.models.vae.active() as vae:
                 motion_latents, _ = vae.encode(motion)  # (1, z, 1 + (m - 1) / 4, h, w): a new stream per clip
             latent_frames = reference.condition.shape[2]
             noise = self.context.noise(index, (1, motion_latents.shape[1], latent_frames, *motion_latents.shape[3:]))
-        with self._timed("a2v"):
+        with self.stats.timed("a2v"):
             latents = self.sampler.sample(reference, window_audio, motion_latents, noise)  # (1, z, T, h, w)
         check_finite(latents, "Wan DiT", f"in clip {index}")
         # The decoder stream is one video: the first clip whole (its still frames dropped), then only new latents.
         first = stream is None
         new_latents = latents if first else latents[:, :, motion_latents.shape[2] :]
         parts = []
-        with self._timed("decode"), self.models.vae.active() as vae:
+        with self.stats.timed("decode"), self.models.vae.active() as vae:
             for k in range(new_latents.shape[2]):  # one latent frame of activations at a time
                 video, stream = vae.decode(new_latents[:, :, k : k + 1], stream)  # (1, 3, 1 or 4, H, W)
                 parts.append(video)
@@ -170,7 +161,7 @@ class WanPipeline:
             video = video[:, :, m:]  # the still frames the first clip started from
         if self.config.model.wan.color_correction:
             video = match_colours(video, reference.image)
-        with self._timed("publish"):
+        with self.stats.timed("publish"):
             frames = to_uint8(video[:, :, : end - start])  # the last clip stops where the audio does
             for sink in sinks:
                 sink.write(frames)

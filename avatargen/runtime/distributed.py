@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
