@@ -278,6 +278,8 @@ def _render(
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "rss_end_mb": round(rss_end, 1) if rss_end is not None else None,
         "device": str(device),
+        "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
+        "dtype_choice": models.precision.describe(),
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
         "resumed_from": stats.resumed_from,
