@@ -26,8 +26,8 @@ import torch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_SPEEDUP = 1.3  # bf16 must beat fp32 by this much in the probe, or auto keeps float32
-PROBE_SIZE = 384  # the probe's square matmul: ~0.11 GFLOP, well under 10 ms per repeat in fp32 on one core
-PROBE_REPEATS = 3
+PROBE_SIZE = 384  # the probe's square matmul: ~0.11 GFLOP, ~1 ms per repeat in fp32 on one core
+PROBE_REPEATS = 5  # best of: a repeat the scheduler interrupted does not count
 
 
 @dataclass(frozen=True)
@@ -71,17 +71,19 @@ def _best_matmul_s(dtype: torch.dtype, size: int, repeats: int) -> float:
     return best
 
 
-@lru_cache(maxsize=None)
-def _cpu_speedup(threads: int) -> float:
-    del threads  # the cache key: the answer depends on how many threads the matmuls use
-    with torch.inference_mode():
-        return _best_matmul_s(torch.float32, PROBE_SIZE, PROBE_REPEATS) / _best_matmul_s(torch.bfloat16, PROBE_SIZE, PROBE_REPEATS)
-
-
+@lru_cache(maxsize=1)
 def probe_cpu_bf16_speedup() -> float:
-    """fp32 time / bf16 time of the same matmul on this CPU at the current thread count (> 1: bf16 is faster).
-    Measured once per process and thread count (~20-50 ms)."""
-    return _cpu_speedup(torch.get_num_threads())
+    """fp32 time / bf16 time of the same matmul on one core of this CPU (> 1: bf16 is faster). Measured once per
+    process (~20 ms); the thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            fp32 = _best_matmul_s(torch.float32, PROBE_SIZE, PROBE_REPEATS)
+            bf16 = _best_matmul_s(torch.bfloat16, PROBE_SIZE, PROBE_REPEATS)
+    finally:
+        torch.set_num_threads(threads)
+    return fp32 / bf16
 
 
 def choose_precision(
