@@ -8,10 +8,10 @@ init), so no full copy of the weights ever exists anywhere else.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from safetensors.torch import save_file
@@ -19,6 +19,7 @@ from torch import nn
 
 from avatargen.runtime.offload import OffloadMonitor, Placement
 from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, check_state_dict, place
+from avatargen.runtime.precision import autocast_for
 from avatargen.runtime.tensor_source import StateDictSource, TensorSource, open_checkpoint
 
 __all__ = ["Module", "ModuleSpec", "PlacementPlan", "check_state_dict", "open_checkpoint", "read_checkpoint", "save_checkpoint"]
@@ -46,14 +47,17 @@ class Module:
     device, ``model`` moves the whole model in on entry and out on exit, ``block`` keeps them in pinned host memory
     and streams the model's declared blocks in just in time (at most ``resident_blocks`` at once), ``fsdp`` shards
     them over the ranks. ``monitor`` collects what placement cost; modules of one render share one.
+    ``compute_dtype`` is what its forwards compute in (``runtime.dtype``, avatargen/runtime/precision.py): bfloat16
+    runs them under autocast while the weights stay as placed.
     """
 
-    def __init__(self, name: str, placement: Placement):
+    def __init__(self, name: str, placement: Placement, compute_dtype: torch.dtype = torch.float32):
         self.name = name
         self.placement = placement
         self.model = placement.model
         self.device = placement.device
         self.monitor = placement.monitor
+        self.compute_dtype = compute_dtype
 
     @classmethod
     def place(cls, spec: ModuleSpec, weights: Weights, plan: PlacementPlan, monitor: OffloadMonitor | None = None) -> "Module":
@@ -103,9 +107,11 @@ class Module:
         """The placement policy: 'none', 'model', 'block' or 'fsdp'."""
         return self.placement.policy
 
-    def active(self) -> AbstractContextManager[nn.Module]:
-        """The model, ready to run on the device for the duration of the ``with`` block."""
-        return self.placement.active()
+    @contextmanager
+    def active(self) -> Iterator[nn.Module]:
+        """The model, ready to run on the device (in ``compute_dtype``) for the duration of the ``with`` block."""
+        with self.placement.active() as model, autocast_for(self.device, self.compute_dtype):
+            yield model
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())

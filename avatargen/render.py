@@ -236,7 +236,7 @@ def _render_locked(
     partial = partial_path_for(file) if file is not None else None
     if file is not None and not streamed_audio:
         store = ResumeStore(file)
-        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device)
+        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device, models.precision.name)
         checkpoint = resume_point(store, found, partial, warn) if resume else None
         if checkpoint is None:
             store.reset(found)
@@ -363,6 +363,8 @@ def _render_locked(
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "rss_end_mb": round(rss_end, 1) if rss_end is not None else None,
         "device": str(device),
+        "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
+        "dtype_choice": models.precision.describe(),
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
         "resumed_from": stats.resumed_from,

@@ -88,15 +88,17 @@ NOT_FINGERPRINTED = (
 )  # fmt: skip
 
 
-def fingerprint(image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config, device: Any) -> dict[str, str]:
+def fingerprint(
+    image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config, device: Any, dtype: str = "float32"
+) -> dict[str, str]:
     """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config but
-    ``NOT_FINGERPRINTED`` (with the device and thread count this process resolved), and the checkpoint files (path,
-    size, mtime)."""
+    ``NOT_FINGERPRINTED`` (with the device, thread count and compute dtype this process resolved: ``runtime.dtype=auto``
+    can resolve differently on another machine), and the checkpoint files (path, size, mtime)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     for key in NOT_FINGERPRINTED:
         section, _, leaf = key.partition(".")
         container.get(section, {}).pop(leaf, None)
-    container.setdefault("runtime", {}).update(device=str(device), threads=torch.get_num_threads())
+    container.setdefault("runtime", {}).update(device=str(device), threads=torch.get_num_threads(), dtype=dtype)
     found = {
         "image": file_digest(image),
         "audio": file_digest(audio),

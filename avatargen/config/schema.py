@@ -39,6 +39,14 @@ class Device(Enum):
     cuda = "cuda"
 
 
+class Dtype(Enum):
+    """What the stage forwards compute in (avatargen/runtime/precision.py)."""
+
+    auto = "auto"  # bfloat16 where the device runs it natively and faster (CPU: flags + a timed probe), else float32
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
 class Offload(Enum):
     """Where idle modules keep their weights (see docs/architecture.md)."""
 
@@ -131,6 +139,7 @@ class RuntimeConfig:
     batch_mode: BatchMode = BatchMode.spread
     dist_timeout_s: float = 300.0  # process-group init and every collective: a lost rank ends the group, not hangs it
     numa: bool = True  # under torchrun, pin each rank to the CPUs of its GPU's (or its share of) NUMA node
+    dtype: Dtype = Dtype.auto  # compute precision of the stage forwards, resolved once per render
 
 
 @dataclass

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -21,12 +22,14 @@ from avatargen.modules import Module, ModuleSpec
 from avatargen.runtime.distributed import ParallelContext, world_info
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.placement import PlacementPlan, RandomInit, build_on_meta, place
+from avatargen.runtime.precision import Precision, choose_precision
 from avatargen.runtime.tensor_source import open_checkpoint
 
 
 @dataclass
 class ModelSet:
-    """The five modules of one model config, and the monitor of their placement (reset per render)."""
+    """The five modules of one model config, the monitor of their placement (reset per render), and the compute
+    precision their forwards run in."""
 
     audio_encoder: Module
     text_encoder: Module
@@ -34,6 +37,7 @@ class ModelSet:
     a2v: Module
     sr: Module
     monitor: OffloadMonitor
+    precision: Precision = Precision(torch.float32, "default")
 
     def all(self) -> list[Module]:
         return [self.audio_encoder, self.text_encoder, self.vae, self.a2v, self.sr]
@@ -81,11 +85,27 @@ def placement_plan(config: Config, device: torch.device, parallel: ParallelConte
     return PlacementPlan(offload, device, resident_blocks=config.runtime.offload_resident_blocks)
 
 
-def build_modules(config: Config, device: torch.device, parallel: ParallelContext | None = None) -> ModelSet:
+def resolve_precision(config: Config, device: torch.device, parallel: ParallelContext) -> Precision:
+    """``runtime.dtype`` for this device (avatargen/runtime/precision.py); the ranks of a sharded render agree:
+    bfloat16 only when every rank chose it."""
+    chosen = choose_precision(config.runtime.dtype.value, device)
+    if parallel.sharded:
+        vote = torch.tensor([1 if chosen.dtype == torch.bfloat16 else 0], dtype=torch.int32)
+        dist.all_reduce(vote, op=dist.ReduceOp.MIN)  # CPU tensor: gloo, also beside nccl
+        if chosen.dtype == torch.bfloat16 and not vote.item():
+            chosen = Precision(torch.float32, f"{chosen.reason}; another rank chose float32")
+    return chosen
+
+
+def build_modules(
+    config: Config, device: torch.device, parallel: ParallelContext | None = None, precision: Precision | None = None
+) -> ModelSet:
     """All five modules, built on the meta device and placed in one pass: loaded strictly (names and shapes checked)
     from the memory-mapped checkpoint, or randomly initialised from ``seed`` where they live; placed by
-    ``runtime.offload`` (or FSDP-sharded in a sharded render) with one shared monitor."""
+    ``runtime.offload`` (or FSDP-sharded in a sharded render) with one shared monitor. Their forwards compute in
+    ``precision`` (default: ``runtime.dtype`` resolved for ``device``); the weights stay float32."""
     parallel = parallel if parallel is not None else ParallelContext(world_info())
+    precision = precision if precision is not None else resolve_precision(config, device, parallel)
     offload, resident_blocks = config.runtime.offload.value, config.runtime.offload_resident_blocks
     monitor = OffloadMonitor(offload, resident_blocks, device)
     random = config.model.weights == WeightsSource.random
@@ -95,8 +115,8 @@ def build_modules(config: Config, device: torch.device, parallel: ParallelContex
         model = build_on_meta(spec.build)
         weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
         plan = placement_plan(config, device, parallel, model)
-        modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name)))
-    return ModelSet(*modules, monitor=monitor)
+        modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
+    return ModelSet(*modules, monitor=monitor, precision=precision)
 
 
 # -- build once per process ----------------------------------------------------------------------------------------
@@ -104,19 +124,20 @@ def build_modules(config: Config, device: torch.device, parallel: ParallelContex
 _cache: dict[str, ModelSet] = {}
 
 
-def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) -> str:
+def _cache_key(config: Config, device: torch.device, parallel: ParallelContext, precision: Precision) -> str:
     model = OmegaConf.to_container(OmegaConf.structured(config.model), enum_to_str=True)
     seed = config.seed if config.model.weights == WeightsSource.random else None
-    placement = [config.runtime.offload.value, config.runtime.offload_resident_blocks, str(device)]
+    placement = [config.runtime.offload.value, config.runtime.offload_resident_blocks, str(device), precision.name]
     return json.dumps([model, seed, placement, parallel.sharded, parallel.world.world_size], sort_keys=True, default=str)
 
 
 def place_modules(config: Config, device: torch.device, parallel: ParallelContext) -> ModelSet:
     """The five modules for this render, built and placed once per process and reused while the model config, seed,
-    device and sharding stay the same (``avatargen batch`` renders many jobs with one set)."""
+    device, sharding and resolved ``runtime.dtype`` stay the same (``avatargen batch`` renders many jobs with one set)."""
     device = parallel.device_for(device)
-    key = _cache_key(config, device, parallel)
+    precision = resolve_precision(config, device, parallel)  # the CPU probe runs once per process
+    key = _cache_key(config, device, parallel, precision)
     if key not in _cache:
         _cache.clear()  # one model set per process: a batch that switches models does not pile them up
-        _cache[key] = build_modules(config, device, parallel)
+        _cache[key] = build_modules(config, device, parallel, precision)
     return _cache[key]

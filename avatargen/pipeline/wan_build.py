@@ -24,6 +24,7 @@ from avatargen.modules import Module
 from avatargen.pipeline.build import placement_plan
 from avatargen.runtime.distributed import ParallelContext
 from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.precision import Precision
 from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, place
 from avatargen.runtime.wan_sources import (
     dit_source,
@@ -48,6 +49,7 @@ class WanModelSet:
     dit: Module
     tokenizer: Tokenizer
     monitor: OffloadMonitor
+    precision: Precision  # the DiT's run dtype (model.wan.dtype; runtime.dtype is for avatargen's own models)
 
     def all(self) -> list[Module]:
         return [self.audio_encoder, self.text_encoder, self.image_encoder, self.vae, self.dit]
@@ -127,7 +129,8 @@ def build_wan_modules(config: Config, device: torch.device, parallel: ParallelCo
         plan = part_plan(config, part, device, parallel, model)
         modules.append(Module(part.name, place(model, part.weights(), plan, monitor, part.name)))
     tokenizer = tokenizer_for(config.model.wan, root, family_spec(config.model.wan.spec).dit.text_len)
-    return WanModelSet(family_spec(config.model.wan.spec), *modules, tokenizer=tokenizer, monitor=monitor)
+    precision = Precision(DTYPES[config.model.wan.dtype.value], "model.wan.dtype")
+    return WanModelSet(family_spec(config.model.wan.spec), *modules, tokenizer=tokenizer, monitor=monitor, precision=precision)
 
 
 _cache: dict[str, WanModelSet] = {}

@@ -57,7 +57,8 @@ class ContextGenStage:
         tokens = tokenize([prompt], self.max_prompt_tokens).to(self.device)  # (1, L)
         with self.text_encoder.active() as text_encoder:
             _, pooled = text_encoder(tokens)  # (1, D_text)
-        return ReferenceContext(ref_low=ref_low, ref_high=ref_high, text=pooled)
+        # float32 whatever the compute dtype: the conditioning is kept for the whole render
+        return ReferenceContext(ref_low=ref_low.float(), ref_high=ref_high.float(), text=pooled.float())
 
     @property
     def context_frames(self) -> int:
@@ -72,7 +73,7 @@ class ContextGenStage:
         wave = torch.from_numpy(samples).to(self.device).unsqueeze(0)  # (1, S)
         with self.audio_encoder.active() as encoder:
             features = encoder(wave)  # (1, T + 2R, D)
-        return features[:, margin : margin + end - start]
+        return features[:, margin : margin + end - start].float()
 
     def noise(self, kind: str, index: int, shape: tuple[int, ...]) -> Tensor:
         """Seeded noise for chunk ``kind`` ('N' or 'I') number ``index``: depends only on (seed, kind, index), so a

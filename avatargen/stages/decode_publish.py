@@ -36,6 +36,7 @@ class DecodeAndPublishStage:
                 self.cache = vae.still_cache(latents)  # the past the decoder is trained with, not zeros
             for part in latents.split(self.micro_batch_frames, dim=2):
                 video, self.cache = vae.decode(part, self.cache)  # (1, 3, t, 8H, 8W) in [-1, 1]
+                video = video.float()  # quantised from float32 whatever the compute dtype
                 if check is not None:
                     check(video)
                 video = rearrange(video, "1 c t h w -> t h w c")

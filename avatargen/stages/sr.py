@@ -25,5 +25,5 @@ class SRStage:
         with self.sr.active() as sr:
             for batch in frames.split(self.max_batch_frames):
                 ref = reference.ref_high.expand(batch.shape[0], -1, -1, -1)  # (B, C, H, W)
-                outputs.append(sr(batch, ref))  # (B, C, H, W)
+                outputs.append(sr(batch, ref).float())  # (B, C, H, W), float32 whatever the compute dtype
         return rearrange(torch.cat(outputs), "t c h w -> 1 c t h w")

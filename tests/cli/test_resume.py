@@ -164,15 +164,15 @@ def test_the_fingerprint_covers_every_config_key_but_those_that_cannot_change_a_
     config = to_config(base)
     tree = OmegaConf.to_container(base, resolve=True, enum_to_str=True)
 
-    def digest(tree: dict, device: str = "cpu") -> str:
-        return fingerprint(face, audio, "", OmegaConf.create(tree), config, torch.device(device))["config"]
+    def digest(tree: dict, device: str = "cpu", dtype: str = "float32") -> str:
+        return fingerprint(face, audio, "", OmegaConf.create(tree), config, torch.device(device), dtype)["config"]
 
     def leaves(node: dict, prefix: str = "") -> list[str]:
         return [found for key, value in node.items()
                 for found in (leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"])]  # fmt: skip
 
     reference = digest(tree)
-    resolved_here = {"runtime.device", "runtime.threads"}  # replaced by what this process resolved them to
+    resolved_here = {"runtime.device", "runtime.threads", "runtime.dtype"}  # replaced by what this process resolved
     for key in leaves(tree):
         changed = copy.deepcopy(tree)
         *sections, leaf = key.split(".")
@@ -182,6 +182,7 @@ def test_the_fingerprint_covers_every_config_key_but_those_that_cannot_change_a_
         node[leaf] = ["another value"]
         assert (digest(changed) != reference) == (key not in NOT_FINGERPRINTED and key not in resolved_here), key
     assert digest(tree, device="meta") != reference
+    assert digest(tree, dtype="bfloat16") != reference  # runtime.dtype=auto resolved otherwise (another machine)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)  # the same config, another effective thread count: other float sums

@@ -1,0 +1,120 @@
+"""The compute precision of a render: ``runtime.dtype`` (auto | float32 | bfloat16), resolved once per render.
+
+``auto`` asks the machine. On CUDA it is bfloat16 where the GPU supports it. On a CPU it is bfloat16 only when both
+hold: the CPU says it has native bf16 (``avx512_bf16`` or ``amx_bf16`` in /proc/cpuinfo) and a short timed probe
+(the same matmul in bf16 and fp32, best of a few) finds bf16 at least ``MIN_SPEEDUP`` times faster. A CPU that emulates
+bf16 runs it several times slower than fp32, so without both, ``auto`` is float32. The probe runs once per process
+and thread count (a batch renders many jobs with one answer).
+
+A bfloat16 render runs the stage forwards under ``torch.autocast``: weights stay float32, the matmuls and convolutions
+run in bf16, and each stage hands float32 tensors on (``Module.active``), so the rolling state, the resume
+checkpoints and the decoded frames' quantisation stay float32. Renders are bit-exact for a given dtype and thread
+count; bf16 frames differ from fp32 ones by the tolerance measured in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+MIN_SPEEDUP = 1.3  # bf16 must beat fp32 by this much in the probe, or auto keeps float32
+PROBE_SIZE = 384  # the probe's square matmul: ~0.11 GFLOP, ~1 ms per repeat in fp32 on one core
+PROBE_REPEATS = 5  # best of: a repeat the scheduler interrupted does not count
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtype a render computes in, and why it was chosen (reported by ``--json``)."""
+
+    dtype: torch.dtype
+    reason: str  # e.g. "forced", "probe: bf16 3.9x fp32", "no native bf16 (avx512_bf16/amx_bf16)"
+
+    @property
+    def name(self) -> str:
+        """``float32`` or ``bfloat16``."""
+        return str(self.dtype).removeprefix("torch.")
+
+    def describe(self) -> str:
+        """One line for the report: ``bfloat16 (probe: bf16 3.9x fp32)``."""
+        return f"{self.name} ({self.reason})"
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is not readable, e.g. not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags") and ":" in line:
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def _best_matmul_s(dtype: torch.dtype, size: int, repeats: int) -> float:
+    a = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)  # (size, size)
+    b = torch.randn(size, size, generator=torch.Generator().manual_seed(1)).to(dtype)  # (size, size)
+    torch.mm(a, b)  # warm-up: the first call picks and primes the kernel
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@lru_cache(maxsize=1)
+def probe_cpu_bf16_speedup() -> float:
+    """fp32 time / bf16 time of the same matmul on one core of this CPU (> 1: bf16 is faster). Measured once per
+    process (~20 ms); the thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            fp32 = _best_matmul_s(torch.float32, PROBE_SIZE, PROBE_REPEATS)
+            bf16 = _best_matmul_s(torch.bfloat16, PROBE_SIZE, PROBE_REPEATS)
+    finally:
+        torch.set_num_threads(threads)
+    return fp32 / bf16
+
+
+def choose_precision(
+    setting: str,
+    device: torch.device,
+    flags: frozenset[str] | None = None,
+    speedup: Callable[[], float] = probe_cpu_bf16_speedup,
+) -> Precision:
+    """Resolve ``runtime.dtype`` for ``device``. ``flags`` (default: this CPU's) and ``speedup`` (default: the timed
+    probe) are what ``auto`` decides from on a CPU; the probe runs only when the flags allow bf16."""
+    if setting != "auto":
+        if setting not in DTYPES:
+            raise ValueError(f"unknown runtime.dtype '{setting}'; valid: auto, {', '.join(DTYPES)}")
+        return Precision(DTYPES[setting], "forced")
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return Precision(torch.bfloat16, "cuda: bf16 supported")
+        return Precision(torch.float32, "cuda: no bf16 support")
+    if device.type != "cpu":
+        return Precision(torch.float32, f"{device.type}: float32")
+    flags = cpu_flags() if flags is None else flags
+    native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+    if not native:
+        return Precision(torch.float32, f"no native bf16 ({'/'.join(NATIVE_BF16_FLAGS)})")
+    ratio = speedup()
+    verdict = "" if ratio >= MIN_SPEEDUP else f" < {MIN_SPEEDUP}x"
+    return Precision(torch.bfloat16 if ratio >= MIN_SPEEDUP else torch.float32, f"probe: bf16 {ratio:.1f}x fp32{verdict}")
+
+
+def autocast_for(device: torch.device, dtype: torch.dtype) -> AbstractContextManager[object]:
+    """The context a stage forward runs in: bf16 autocast on ``device``, or nothing for float32."""
+    if dtype == torch.float32:
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
