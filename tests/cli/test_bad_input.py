@@ -174,7 +174,13 @@ def _odd_image(kind: str, folder: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["rgba", "grayscale", "palette", "16bit", "cmyk", "exif_rotated", "animated", "huge"])
+# Each mode is decoded in-process by tests/io/test_image.py; end to end, CMYK and a huge image run by default, the
+# rest with the slow checks (a CLI render each).
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("kind", [*(pytest.param(k, marks=_SLOW) for k in ("rgba", "grayscale", "palette", "16bit",
+                                    "exif_rotated", "animated")), "cmyk", "huge"])  # fmt: skip
 def test_odd_but_valid_images_render(tmp_path, kind):
     image = _odd_image(kind, tmp_path)
     audio = write_speechlike_wav(tmp_path / "a.wav", 0.4)

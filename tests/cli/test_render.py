@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import signal
@@ -68,6 +70,7 @@ def test_missing_checkpoint_exits_2_naming_it(tmp_path, face_png, speech_wav):
     assert "none.safetensors" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # torchrun renders are held by tests/distributed/test_sharded_render.py
 def test_render_runs_unchanged_under_torchrun(tmp_path, face_png, speech_wav):
     out = tmp_path / "t.mp4"
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import socket
@@ -73,6 +75,7 @@ def test_a_dead_ingest_is_dropped_and_the_file_goes_on(tmp_path):
     assert probe(tmp_path / "out.mp4")["frames"] == 50
 
 
+@pytest.mark.slow  # exit 3 is held by the closed-stdout test in tests/cli/test_never_lose_work.py
 def test_a_dead_ingest_stops_the_render_when_configured(tmp_path):
     image, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "speech.wav", 2.0)
     dead = f"rtmp://127.0.0.1:{free_port()}/live/key"
@@ -91,6 +94,7 @@ def test_a_dead_ingest_stops_the_render_when_configured(tmp_path):
     assert probe(out)["frames"] == 50
 
 
+@pytest.mark.slow  # a dead ingest being dropped is held by the default test above
 def test_an_ingest_that_stops_answering_is_dropped_after_the_timeout(tmp_path):
     image, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "speech.wav", 2.0)
     with socket.socket() as silent:  # accepts the connection, never answers the RTMP handshake
@@ -160,6 +164,7 @@ def test_audio_from_stdin_wav_and_raw_pcm(tmp_path):
     assert probe(tmp_path / "raw.mp4")["frames"] == 50
 
 
+@pytest.mark.slow  # the WAV parser's errors are unit-tested in tests/io/test_audio_stream.py
 def test_stream_input_errors_are_one_line(tmp_path):
     image = write_face_png(tmp_path / "face.png")
     garbage = tmp_path / "noise.bin"

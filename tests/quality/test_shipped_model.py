@@ -34,6 +34,7 @@ def test_default_render_is_lip_synced_with_smooth_seams(tmp_path):
     assert report["seam_ratio"] <= 1.3
 
 
+@pytest.mark.slow  # lip sync is held by the render test above; this pause check runs with the slow checks
 def test_mouth_moves_with_speech_and_rests_in_a_pause(tmp_path):
     speech = load_audio(EXAMPLES / "speech_2.flac", 16000)[: 16000 * 3]
     audio = tmp_path / "pause.wav"

@@ -135,6 +135,7 @@ def test_float32_renders_in_float32_only_and_bf16_stays_within_tolerance(one_sec
     assert psnr >= MIN_PSNR_DB and diff.mean() <= MAX_MEAN_ABS_GREY, f"bf16 vs fp32: {psnr:.1f} dB, {diff.mean():.2f} grey"
 
 
+@pytest.mark.slow  # bf16 frames are held in-process by the tolerance test above
 @shipped
 def test_a_bfloat16_render_writes_a_valid_video_and_reports_its_dtype(one_second, tmp_path):
     out = tmp_path / "bf16.mp4"
