@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avatargen.models.wan.named_specs import lookup_spec
+
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -57,9 +59,7 @@ CLIP_SPECS: dict[str, CLIPVisionParams] = {
 
 def clip_params(name: str, **overrides: object) -> CLIPVisionParams:
     """A named spec (``CLIP_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    if name not in CLIP_SPECS:
-        raise ValueError(f"unknown CLIP spec {name!r}; choose one of {sorted(CLIP_SPECS)}")
-    return replace(CLIP_SPECS[name], **overrides)
+    return replace(lookup_spec(CLIP_SPECS, name, "CLIP"), **overrides)
 
 
 class FP32LayerNorm(nn.LayerNorm):

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from avatargen.models.wan.attention import AudioCrossAttention, CrossAttention, SelfAttention
 from avatargen.models.wan.audio_proj import AudioAdapterParams, AudioProjModel
 from avatargen.models.wan.layers import FP32LayerNorm, rope_angles, timestep_sinusoid
+from avatargen.models.wan.named_specs import lookup_spec
 
 CLIP_DIM = 1280  # width of the CLIP ViT-H/14 penultimate-layer tokens that I2V conditions on
 
@@ -265,6 +266,4 @@ class WanDiT(nn.Module):
 
 def dit_params(name: str, **overrides: object) -> WanDiTParams:
     """A named spec (``DIT_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    if name not in DIT_SPECS:
-        raise ValueError(f"unknown Wan DiT spec {name!r}; choose one of {sorted(DIT_SPECS)}")
-    return replace(DIT_SPECS[name], **overrides)
+    return replace(lookup_spec(DIT_SPECS, name, "Wan DiT"), **overrides)

@@ -16,6 +16,7 @@ from transformers import Wav2Vec2Config, Wav2Vec2Model
 
 from avatargen.models.wan.clip_vision import CLIPVisionParams, clip_params
 from avatargen.models.wan.dit import WanDiTParams, dit_params
+from avatargen.models.wan.named_specs import lookup_spec
 from avatargen.models.wan.umt5 import UMT5Params, umt5_params
 from avatargen.models.wan.vae import WanVAEParams, vae_params
 
@@ -87,9 +88,7 @@ WAN_FAMILY: dict[str, WanFamilySpec] = {
 
 def family_spec(name: str) -> WanFamilySpec:
     """A named spec (``WAN_FAMILY``); ValueError naming the choices if unknown."""
-    if name not in WAN_FAMILY:
-        raise ValueError(f"unknown Wan model spec {name!r}; choose one of {sorted(WAN_FAMILY)}")
-    return WAN_FAMILY[name]
+    return lookup_spec(WAN_FAMILY, name, "Wan model")
 
 
 class Wav2Vec2Encoder(Wav2Vec2Model):

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avatargen.models.wan.named_specs import lookup_spec
+
 
 @dataclass(frozen=True)
 class UMT5Params:
@@ -45,9 +47,7 @@ UMT5_SPECS: dict[str, UMT5Params] = {
 
 def umt5_params(name: str, **overrides: object) -> UMT5Params:
     """A named spec (``UMT5_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    if name not in UMT5_SPECS:
-        raise ValueError(f"unknown umT5 spec {name!r}; choose one of {sorted(UMT5_SPECS)}")
-    return replace(UMT5_SPECS[name], **overrides)
+    return replace(lookup_spec(UMT5_SPECS, name, "umT5"), **overrides)
 
 
 class T5RMSNorm(nn.Module):

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from avatargen.models.wan.named_specs import lookup_spec
+
 Past = Tensor | tuple["Past", ...] | None  # a module's causal state: a tensor, its children's states, or None
 
 LATENT_MEAN = (
@@ -390,6 +392,4 @@ class WanVAE(nn.Module):
 
 def vae_params(name: str, **overrides: object) -> WanVAEParams:
     """A named spec (``VAE_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    if name not in VAE_SPECS:
-        raise ValueError(f"unknown Wan VAE spec {name!r}; choose one of {sorted(VAE_SPECS)}")
-    return replace(VAE_SPECS[name], **overrides)
+    return replace(lookup_spec(VAE_SPECS, name, "Wan VAE"), **overrides)
