@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "avatargen"
 LAYERS = [
     {"errors"},
     {"models"},
-    {"config", "sampling", "face"},
+    {"config", "sampling", "face", "compose"},
     {"runtime"},
     {"modules"},
     {"io"},
