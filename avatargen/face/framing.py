@@ -14,6 +14,7 @@ No face found, or no detector installed: the centre crop of ``image_fit=crop`` w
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,20 +27,30 @@ FACE_WIDTH = 0.477  # detector box width, fraction of the training frame's side
 ALREADY_FRAMED = 0.2
 
 
+class Framing(NamedTuple):
+    """What ``frame_face`` cut: the ``crop`` (S, S, 3), the ``face`` found in the image (None: none, centre crop)
+    and the ``square`` (left, top, side) of the image the crop covers (it may reach past the image's edges)."""
+
+    crop: np.ndarray
+    face: Face | None
+    square: tuple[int, int, int]
+
+
 def frame_face(rgb: np.ndarray, warn: Callable[[str], None], name: str = "the reference image",
-               detector: FaceDetector | None = None) -> tuple[np.ndarray, Face | None]:  # fmt: skip
-    """The square around the face of ``rgb`` (H, W, 3) uint8 as the model was trained to see it -> (S, S, 3), and
-    the face found in ``rgb`` (None: no face, centre crop, ``warn`` called with one line)."""
+               detector: FaceDetector | None = None) -> Framing:  # fmt: skip
+    """The square around the face of ``rgb`` (H, W, 3) uint8 as the model was trained to see it -> (S, S, 3), the
+    face found in ``rgb`` (None: no face, centre crop, ``warn`` called with one line) and where the square is."""
     if detector is None and not face_networks_installed():
         warn(f"warning: pipeline.image_fit=face needs the face detector ({INSTALL_HINT}); centre-cropped {name}")
-        return centre_crop(rgb), None
+        return Framing(centre_crop(rgb), None, centre_square(rgb))
     face = (detector or shared_detector()).find(rgb)
     if face is None:
         warn(f"warning: no face found in {name}; centre-cropped it: the model draws a front-facing face where it "
              "expects one, from the picture's colours (docs/model-card.md; give a front-facing portrait, or "
              "pipeline.image_fit=crop or pad to frame it yourself)")  # fmt: skip
-        return centre_crop(rgb), None
-    return crop_square(rgb, *face_square(face)), face
+        return Framing(centre_crop(rgb), None, centre_square(rgb))
+    square = kept_square(rgb, *face_square(face))
+    return Framing(crop_square(rgb, *square), face, square)
 
 
 def face_square(face: Face) -> tuple[int, int, int]:
@@ -49,12 +60,22 @@ def face_square(face: Face) -> tuple[int, int, int]:
     return int(round(eye_x - EYES_AT[0] * side)), int(round(eye_y - EYES_AT[1] * side)), max(1, int(round(side)))
 
 
+def kept_square(rgb: np.ndarray, left: int, top: int, side: int) -> tuple[int, int, int]:
+    """The square ``crop_square`` cuts for (left, top, side): the whole image when the square is within
+    ``ALREADY_FRAMED`` of a square image, else the square itself."""
+    height, width = rgb.shape[:2]
+    tolerance = ALREADY_FRAMED * max(height, width)
+    if height == width and max(abs(left), abs(top), abs(side - width)) <= tolerance:
+        return 0, 0, width
+    return left, top, side
+
+
 def crop_square(rgb: np.ndarray, left: int, top: int, side: int) -> np.ndarray:
     """``rgb``[top : top + side, left : left + side], edge-padded where the square leaves the image; the whole
     image instead when the square is within ``ALREADY_FRAMED`` of it."""
     height, width = rgb.shape[:2]
-    tolerance = ALREADY_FRAMED * max(height, width)
-    if height == width and max(abs(left), abs(top), abs(side - width)) <= tolerance:
+    left, top, side = kept_square(rgb, left, top, side)
+    if (left, top, side) == (0, 0, width) and height == width:
         return rgb
     pad = ((max(0, -top), max(0, top + side - height)), (max(0, -left), max(0, left + side - width)), (0, 0))
     padded = np.pad(rgb, pad, mode="edge") if any(p for pair in pad[:2] for p in pair) else rgb
@@ -62,9 +83,14 @@ def crop_square(rgb: np.ndarray, left: int, top: int, side: int) -> np.ndarray:
     return np.ascontiguousarray(padded[top : top + side, left : left + side])
 
 
-def centre_crop(rgb: np.ndarray) -> np.ndarray:
-    """The largest centred square of ``rgb``."""
+def centre_square(rgb: np.ndarray) -> tuple[int, int, int]:
+    """(left, top, side) of the largest centred square of ``rgb``."""
     height, width = rgb.shape[:2]
     side = min(height, width)
-    top, left = (height - side) // 2, (width - side) // 2
+    return (width - side) // 2, (height - side) // 2, side
+
+
+def centre_crop(rgb: np.ndarray) -> np.ndarray:
+    """The largest centred square of ``rgb``."""
+    left, top, side = centre_square(rgb)
     return rgb[top : top + side, left : left + side]

@@ -1,11 +1,14 @@
-"""Image in: the reference portrait, whatever its format or mode, as a square uint8 RGB array."""
+"""Image in: the reference portrait, whatever its format or mode, as a square uint8 RGB array (and, for reference
+compositing, the picture itself and where the square was cut from it)."""
 
 from __future__ import annotations
 
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -17,6 +20,18 @@ MAX_PIXELS = 64_000_000  # pixels decoded, or in the padded square: ~200 MB of R
 MAX_ASPECT = 4.0  # long side / short side: past it there is no portrait to crop or pad
 FITS = ("face", "crop", "pad")
 _FIX = "give a PNG, JPEG or WebP image"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A loaded reference: the model's ``square`` input (size, size, 3) uint8, the ``picture`` it was cut from
+    (H, W, 3) uint8 RGB, upright, ``crop`` (left, top, side) in the picture's pixels (it may reach past its edges),
+    and ``face``, the ``avatargen.face.detector.Face`` found in the picture (None: not searched or not found)."""
+
+    square: np.ndarray
+    picture: np.ndarray
+    crop: tuple[int, int, int]
+    face: Any = None
 
 
 def load_reference_image(
@@ -33,6 +48,13 @@ def load_reference_image(
     Raises ``ValueError`` for an unknown ``fit`` or non-positive ``size``, and ``BadInputError`` for a missing,
     non-image, corrupt or smaller-than-32x32 file.
     """
+    return load_reference(path, size, fit, warn).square
+
+
+def load_reference(
+    path: str | Path, size: int, fit: str = "crop", warn: Callable[[str], None] | None = None
+) -> Reference:
+    """``load_reference_image``, keeping the picture, the crop square and the face found (``Reference``)."""
     if fit not in FITS:
         raise ValueError(f"fit must be one of {FITS}, got {fit!r}")
     if size <= 0:
@@ -47,15 +69,22 @@ def load_reference_image(
         raise BadInputError(
             f"image '{path}' is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}"
         )
+    face = None
     if fit == "face":
         from avatargen.face.framing import frame_face
 
-        square = frame_face(rgb, warn or _print_warning, f"image '{path}'")[0]
+        square, face, crop = frame_face(rgb, warn or _print_warning, f"image '{path}'")
+    elif fit == "crop":
+        square = _center_crop(rgb)
+        side = min(height, width)
+        crop = ((width - side) // 2, (height - side) // 2, side)
     else:
-        square = _center_crop(rgb) if fit == "crop" else _edge_pad(rgb)
+        square = _edge_pad(rgb)
+        side = max(height, width)
+        crop = (-((side - width) // 2), -((side - height) // 2), side)
     if square.shape[0] != size:
         square = np.asarray(Image.fromarray(square).resize((size, size), Image.Resampling.LANCZOS))
-    return np.ascontiguousarray(square)
+    return Reference(np.ascontiguousarray(square), np.ascontiguousarray(rgb), crop, face)
 
 
 def _print_warning(line: str) -> None:

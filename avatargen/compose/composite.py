@@ -1,0 +1,176 @@
+"""``ReferenceCompositor``: each generated frame's mouth and jaw blended into the reference picture at its own size.
+
+The bundled model draws a soft 256x256 copy of the whole framed face; only its mouth region follows the speech. So
+the output is the reference's own pixels (identity, detail, background, body), scaled to at most ``max_side``, with
+the generated frame upsampled into the crop square the model's input was cut from and blended in under a feathered
+ellipse over the mouth and jaw (``MOUTH_REGION``). Before blending, the generated pixels are colour-matched to the
+reference per channel (mean and std over the feather ring, where both show skin), so the skin tone does not jump at
+the edge of the mask. An optional ``warp`` (idle motion) then moves each composited frame.
+
+``MOUTH_REGION`` is measured, not guessed (``benchmarks/mouth_region.py``): 60 training identities (seeds 0-59,
+256x256, head still) drawn at the expressions speech drives; the pixels whose grey level changes (std over the
+frames > 4 grey levels in >= 5 % of identities) lie in x 0.371-0.629, y 0.516-0.703 of the training frame, and the
+ellipse centred at (0.500, 0.603) with half-axes (0.127, 0.089) holds 99 % of them (99.6 % of the change). The
+blend weight is 1 inside that ellipse and falls smoothly to 0 over ``FEATHER`` beyond it, which also covers the jaw
+below the lips. Fractions are of the crop square, which ``avatargen.face.framing`` places like the training frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from avatargen.compose.layout import FaceLayout
+from avatargen.face.detector import Face
+
+Warp = Callable[[np.ndarray, int], np.ndarray]  # frame (H', W', 3) uint8, absolute frame index -> frame
+
+
+@dataclass(frozen=True)
+class MouthRegion:
+    """An ellipse in fractions of the crop square (x right, y down) and the feather beyond it (fraction of the side)."""
+
+    centre: tuple[float, float]
+    half_axes: tuple[float, float]
+    feather: float
+
+
+MOUTH_REGION = MouthRegion(centre=(0.500, 0.603), half_axes=(0.127, 0.089), feather=0.06)
+DEFAULT_MAX_SIDE = 1280
+RING = (0.1, 0.9)  # blend weights between these are the feather ring the colour statistics are taken over
+MIN_RING_PIXELS = 16  # fewer ring pixels inside the picture than this: no colour matching
+GAIN_LIMITS = (0.5, 2.0)  # the per-channel std ratio is held within these (a flat ring must not blow up the gain)
+
+
+def output_size(height: int, width: int, max_side: int) -> tuple[int, int]:
+    """(H', W'): the picture's size scaled down to at most ``max_side`` on its long side, both sides even (H.264)."""
+    scale = min(1.0, max_side / max(height, width))
+    if scale == 1.0:
+        return height - height % 2, width - width % 2
+    return max(2, 2 * round(height * scale / 2)), max(2, 2 * round(width * scale / 2))
+
+
+class ReferenceCompositor:
+    """Built once per render from the reference ``picture`` (H, W, 3) uint8, the crop ``square`` (left, top, side)
+    in its pixels that the model's (S, S) input was cut from, and the ``face`` found in it (None: none detected).
+
+    ``compose(generated, first_frame_index)`` turns (t, S, S, 3) uint8 model frames into (t, H', W', 3) uint8 output
+    frames (``size``); ``warp``, when given, is applied to each composited frame with its absolute frame index.
+    """
+
+    def __init__(
+        self,
+        picture: np.ndarray,
+        square: tuple[int, int, int],
+        model_size: int,
+        face: Face | None = None,
+        max_side: int = DEFAULT_MAX_SIDE,
+        warp: Warp | None = None,
+        region: MouthRegion = MOUTH_REGION,
+    ):
+        height, width = picture.shape[:2]
+        out_h, out_w = output_size(height, width, max_side)
+        self.size = (out_h, out_w)
+        self.model_size = model_size
+        self.warp = warp
+        self._face = face
+        if (out_h, out_w) == (height - height % 2, width - width % 2) and max(height, width) <= max_side:
+            background = picture[:out_h, :out_w]  # no resampling: the picture's own pixels, an odd edge row dropped
+            self._scale = (1.0, 1.0)
+        else:
+            background = np.asarray(Image.fromarray(picture).resize((out_w, out_h), Image.Resampling.LANCZOS))
+            self._scale = (out_w / width, out_h / height)  # (x, y) output pixels per picture pixel
+        self.background = np.ascontiguousarray(background)  # (H', W', 3) uint8
+
+        left, top, side = square
+        # Crop fractions (fx, fy) of every output pixel centre: picture x = (x' + 0.5) / scale_x, fraction = (x - left) / side.
+        fx = ((np.arange(out_w) + 0.5) / self._scale[0] - left) / side  # (W',)
+        fy = ((np.arange(out_h) + 0.5) / self._scale[1] - top) / side  # (H',)
+        weight = _ellipse_weight(fx[None, :], fy[:, None], region)  # (H', W')
+        rows, cols = np.nonzero(weight > 0)
+        if len(rows) == 0:  # the mouth lies outside the picture: nothing is generated into it
+            self._box = None
+            return
+        y0, y1, x0, x1 = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
+        self._box = (int(y0), int(y1), int(x0), int(x1))
+        weight = weight[y0:y1, x0:x1]
+        self._weight = torch.from_numpy(weight).float()[None, :, :, None]  # (1, h, w, 1)
+        self._ring = torch.from_numpy((weight > RING[0]) & (weight < RING[1]))  # (h, w) bool
+        # grid_sample coordinates (align_corners=False): -1 and 1 are the outer edges of the model frame.
+        gx = torch.from_numpy(fx[x0:x1] * 2 - 1).float()  # (w,)
+        gy = torch.from_numpy(fy[y0:y1] * 2 - 1).float()  # (h,)
+        self._grid = torch.stack(torch.broadcast_tensors(gx[None, :], gy[:, None]), dim=-1)[None]  # (1, h, w, 2)
+        patch = torch.from_numpy(self.background[y0:y1, x0:x1].astype(np.float32))  # (h, w, 3)
+        self._patch = patch[None]  # (1, h, w, 3)
+        ring = patch[self._ring]  # (n, 3)
+        self._match_colour = ring.shape[0] >= MIN_RING_PIXELS
+        self._ring_mean, self._ring_std = (ring.mean(dim=0), ring.std(dim=0)) if self._match_colour else (None, None)
+
+    def layout(self) -> FaceLayout | None:
+        """The face found in the reference, in output pixels (None: none was detected)."""
+        if self._face is None:
+            return None
+        sx, sy = self._scale
+        # A uniform scale (the sides are rounded to even pixels: sx and sy differ by well under 1 %).
+        scale = (sx + sy) / 2
+        return FaceLayout.from_face(self._face).moved(scale, (0.5 * scale - 0.5, 0.5 * scale - 0.5))
+
+    def compose(self, generated: np.ndarray, first_frame_index: int) -> np.ndarray:
+        """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth and jaw."""
+        count = generated.shape[0]
+        frames = np.repeat(self.background[None], count, axis=0)  # (t, H', W', 3)
+        if self._box is not None:
+            y0, y1, x0, x1 = self._box
+            frames[:, y0:y1, x0:x1] = self._blend(generated)
+        if self.warp is not None:
+            frames = np.stack([self.warp(frame, first_frame_index + i) for i, frame in enumerate(frames)])
+        return frames
+
+    def _blend(self, generated: np.ndarray) -> np.ndarray:
+        """(t, S, S, 3) uint8 -> (t, h, w, 3) uint8: the mouth box of the output, generated pixels blended in."""
+        video = torch.from_numpy(generated).permute(0, 3, 1, 2).float()  # (t, 3, S, S)
+        grid = self._grid.expand(video.shape[0], -1, -1, -1)  # (t, h, w, 2)
+        sampled = F.grid_sample(video, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        matched = sampled.permute(0, 2, 3, 1)  # (t, h, w, 3)
+        if self._match_colour:
+            ring = matched[:, self._ring]  # (t, n, 3)
+            mean, std = ring.mean(dim=1, keepdim=True), ring.std(dim=1, keepdim=True)  # (t, 1, 3)
+            gain = (self._ring_std / std.clamp_min(1e-3)).clamp(*GAIN_LIMITS)  # (t, 1, 3)
+            matched = (matched - mean[:, :, None]) * gain[:, :, None] + self._ring_mean  # (t, h, w, 3)
+        blended = self._patch + self._weight * (matched - self._patch)  # (t, h, w, 3)
+        return blended.round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+def _ellipse_weight(fx: np.ndarray, fy: np.ndarray, region: MouthRegion) -> np.ndarray:
+    """Blend weight at crop fractions (fx, fy): 1 inside the region's ellipse, a smoothstep to 0 at the ellipse grown
+    by ``feather`` on each half-axis, 0 beyond (broadcast over ``fx`` and ``fy``)."""
+    (cx, cy), (ax, ay), grow = region.centre, region.half_axes, region.feather
+    dx, dy = fx - cx, fy - cy
+    inner = np.sqrt((dx / ax) ** 2 + (dy / ay) ** 2)  # 1 on the inner ellipse
+    outer = np.sqrt((dx / (ax + grow)) ** 2 + (dy / (ay + grow)) ** 2)  # 1 on the outer ellipse
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # Along the ray from the centre: 0 at the inner ellipse, 1 at the outer one.
+        along = (1 - 1 / inner) / (1 / outer - 1 / inner)
+    along = np.where(inner <= 1, 0.0, np.clip(np.nan_to_num(along, nan=1.0), 0.0, 1.0))
+    return (1 - along * along * (3 - 2 * along)).astype(np.float32)
+
+
+class CompositingSink:
+    """A frame sink that composites each (t, S, S, 3) batch of model frames and hands the result to ``sinks``;
+    ``first_frame`` is the absolute index of the first frame it will receive (a resumed render starts past 0)."""
+
+    def __init__(self, compositor: ReferenceCompositor, sinks: list, first_frame: int = 0):
+        self.compositor = compositor
+        self.sinks = sinks
+        self.next_frame = first_frame
+
+    def write(self, frames: np.ndarray) -> None:
+        composed = self.compositor.compose(frames, self.next_frame)
+        self.next_frame += frames.shape[0]
+        for sink in self.sinks:
+            sink.write(composed)
