@@ -24,7 +24,8 @@ from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, Dis
 from avatargen.face.domain import warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
-from avatargen.io.image import load_reference_image
+from avatargen.compose.composite import CompositingSink, ReferenceCompositor
+from avatargen.io.image import Reference, load_reference
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.encoder import Encoder
 from avatargen.io.output_lock import OutputLock, lock_path_for
@@ -139,6 +140,23 @@ def _make_output_folder(output: Path) -> None:
         raise BadInputError(f"cannot write to output folder '{output.parent}' ({problem}); choose a writable folder")
 
 
+def compositor_for(loaded: Reference, config: Config, warp: Any = None) -> ReferenceCompositor | None:
+    """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
+
+    Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
+    found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
+    training-style avatar). A Wan-family model renders at its own resolution and is left alone. ``warp``
+    (frame, absolute index) -> frame moves each composited frame (idle motion)."""
+    if not config.pipeline.composite or config.model.wan is not None:
+        return None
+    height, width = loaded.picture.shape[:2]
+    whole_square = height == width and loaded.crop == (0, 0, width)
+    if loaded.face is None and not (whole_square and config.pipeline.image_fit.value != "face"):
+        return None  # no face found: the model's centre crop, as the warning said
+    return ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face,
+                               max_side=config.output.max_side, warp=warp)  # fmt: skip
+
+
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -184,9 +202,12 @@ def _render(
     o = config.output
     live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
     _check_outputs_spare_inputs(request, config, live)
-    reference = load_reference_image(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
+    loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
+    reference = loaded.square
+    compositor = compositor_for(loaded, config)
     if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
-        warn_if_out_of_domain(reference, f"image '{request.image}'", warn)  # the bundled model knows cartoons only
+        # the bundled model knows cartoons only
+        warn_if_out_of_domain(reference, f"image '{request.image}'", warn, composited=compositor is not None)
     block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
     if request.audio == STREAM:
         source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
@@ -213,7 +234,7 @@ def _render(
             lock.acquire()  # before anything of the output is written or removed; models load after it
     try:
         return _render_locked(request, cfg, config, progress_factory, warn, record_seams, resume, resume_command,
-                              stop, started, live, reference, source, weights, device, parallel)  # fmt: skip
+                              stop, started, live, reference, compositor, source, weights, device, parallel)  # fmt: skip
     finally:
         if lock is not None and lock is not output_lock:
             lock.release()
@@ -222,13 +243,15 @@ def _render(
 def _render_locked(
     request: RenderRequest, cfg: DictConfig, config: Config, progress_factory: Callable[[int, int | None], Any] | None,
     warn: Callable[[str], None], record_seams: bool, resume: bool, resume_command: str, stop: StopRequests,
-    started: float, live: list[Output], reference: Any, source: Any, weights: str, device: torch.device, parallel: Any,
+    started: float, live: list[Output], reference: Any, compositor: ReferenceCompositor | None, source: Any,
+    weights: str, device: torch.device, parallel: Any,
 ) -> dict[str, Any]:  # fmt: skip
     models, pipeline = build_pipeline(config, device, parallel, warn)  # avatargen's models or a Wan-family one
     if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
         return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested))
 
-    size, fps = config.model.image_size, config.model.fps
+    fps = config.model.fps
+    height, width = compositor.size if compositor is not None else (config.model.image_size, config.model.image_size)
     grid = checkpoint_grid(pipeline.schedule, max(1, round(fps * config.output.gop_seconds)))
     file, streamed_audio = request.output_file, request.audio == STREAM
     store: ResumeStore | None = None  # checkpoints for --resume: only a file rendered from a file can be resumed
@@ -251,7 +274,7 @@ def _render_locked(
              "(output.on_publish_failure=drop)")  # fmt: skip
 
     writer = Encoder(
-        file, size, size, fps, None if streamed_audio else request.audio,
+        file, width, height, fps, None if streamed_audio else request.audio,
         crf=config.output.crf, preset=config.output.preset, gop_seconds=config.output.gop_seconds,
         start_frame=start, keyframe_period=grid.period, keyframe_shift=grid.shift,
         outputs=live + ([stdout_output()] if request.output == STREAM else []),
@@ -280,6 +303,8 @@ def _render_locked(
 
             pacer = RealtimePacer(writer, fps, config.output.realtime_buffer_s, on_underrun=underrun)
         sink = pacer if pacer is not None else writer
+        if compositor is not None:  # the model's square frames become the reference picture with their mouth
+            sink = CompositingSink(compositor, [sink], first_frame=start)
         progress_cm = progress_factory(fps, estimate) if progress_factory else None
         run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested))
         if store is not None:

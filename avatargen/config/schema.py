@@ -108,6 +108,9 @@ class PipelineConfig:
     sampling_steps: int = 4  # Euler steps of the A2V flow-matching sampler
     sampling_shift: float = 1.0  # timestep shift (>1 spends more steps at high noise)
     image_fit: ImageFit = ImageFit.face
+    # Reference compositing: the output is the reference picture at its own size with only the generated mouth and
+    # jaw blended in (avatargen/compose/composite.py); false: the model's square frames as they come.
+    composite: bool = True
     audio_block_s: float = 0.5  # audio read granularity in seconds
 
 
@@ -116,6 +119,7 @@ class OutputConfig:
     """The H.264/AAC MP4 encoder."""
 
     crf: int = 20
+    max_side: int = 1280  # pipeline.composite: the output is the picture's size, scaled down to at most this
     preset: str = "veryfast"
     gop_seconds: float = 1.0  # keyframe interval; also the granularity of what survives a kill
     save_config: bool = True  # write the resolved config beside the output as OUT.yaml

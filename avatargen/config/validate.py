@@ -11,6 +11,8 @@ from avatargen.errors import ConfigError
 MAX_THREADS = 1024  # far past any machine's cores; torch segfaults creating ~100,000 threads
 MAX_GOP_SECONDS = 60.0  # x264 rejects keyframe intervals near 2^31 frames; a minute is already a lot to lose on a kill
 
+MIN_MAX_SIDE, MAX_MAX_SIDE = 64, 4096  # a face needs pixels; x264's level limits and memory end past 4K
+
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
 
@@ -64,6 +66,7 @@ def validate_config(config: Config) -> None:
         channels = {m.vae.latent_channels, m.a2v.latent_channels, m.sr.latent_channels}
         _require(len(channels) == 1, "model.vae/a2v/sr latent_channels must all be equal")
     _require(0 <= o.crf <= 51, "output.crf must be in [0, 51]")
+    _require(MIN_MAX_SIDE <= o.max_side <= MAX_MAX_SIDE, f"output.max_side must be in [{MIN_MAX_SIDE}, {MAX_MAX_SIDE}] (pixels of the long side)")
     _require(o.preset in X264_PRESETS, f"output.preset '{o.preset}' is not an x264 preset; valid choices: {', '.join(X264_PRESETS)}")
     _require(0 < o.gop_seconds <= MAX_GOP_SECONDS, f"output.gop_seconds must be in (0, {MAX_GOP_SECONDS:g}] (seconds between keyframes)")
     _require(o.publish_timeout_s > 0, "output.publish_timeout_s must be > 0 (seconds)")

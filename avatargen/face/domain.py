@@ -28,16 +28,19 @@ def looks_like_photo(chip: np.ndarray) -> bool:
     return flat_share(chip) < PHOTO_FLAT_SHARE
 
 
-def photo_warning(name: str) -> str:
-    """The one line printed when the bundled model is given a photograph."""
+def photo_warning(name: str, composited: bool = False) -> str:
+    """The one line printed when the bundled model is given a photograph (``composited``: under reference
+    compositing, where only the mouth and jaw are generated)."""
+    expect = ("the photo stays as it is but for the mouth and jaw, which are drawn in the soft cartoon style it "
+              "learnt" if composited else "expect a soft cartoon-like face in the photo's colours and layout with a "
+              "moving mouth, not the person")  # fmt: skip
     return (f"warning: {name} looks like a photograph; the bundled model (model=tiny) knows only cartoon avatars: "
-            "expect a soft cartoon-like face in the photo's colours and layout with a moving mouth, not the person "
-            f"({MODEL_CARD}, Limits; train on your own data for photos)")  # fmt: skip
+            f"{expect} ({MODEL_CARD}, Limits; train on your own data for photos)")  # fmt: skip
 
 
-def warn_if_out_of_domain(square: np.ndarray, name: str, warn) -> None:
+def warn_if_out_of_domain(square: np.ndarray, name: str, warn, composited: bool = False) -> None:
     """One line to ``warn`` when the framed reference ``square`` (S, S, 3) is a photograph (nothing when the face
-    networks are not installed: framing already said so)."""
+    networks are not installed: framing already said so); ``composited`` as in ``photo_warning``."""
     from avatargen.face.detector import face_networks_installed, shared_detector
 
     if not face_networks_installed():
@@ -45,4 +48,4 @@ def warn_if_out_of_domain(square: np.ndarray, name: str, warn) -> None:
     detector = shared_detector()
     face = detector.find(square)
     if face is not None and looks_like_photo(detector.chip(square, face)):
-        warn(photo_warning(name))
+        warn(photo_warning(name, composited))

@@ -35,7 +35,7 @@ def test_render_writes_a_playable_mp4_with_exact_frames_and_aligned_audio(tmp_pa
     info = probe(out)
     assert (info["video_streams"], info["audio_streams"]) == (1, 1)
     assert (info["video_codec"], info["audio_codec"]) == ("h264", "aac")
-    assert (info["width"], info["height"]) == (256, 256)
+    assert (info["width"], info["height"]) == (300, 300)  # the picture's size: reference compositing (pipeline.composite)
     assert info["frames"] == 75
     assert abs(info["video_duration_s"] - info["audio_duration_s"]) <= 1 / 25 + 1e-3
     assert not list(out.parent.glob("*.partial.mp4"))
@@ -51,7 +51,7 @@ def test_frames_differ_over_time_and_chunks_follow_the_schedule(tmp_path, face_p
     report = json.loads(result.stdout)
     assert (report["frames"], report["chunks"], report["i_chunks"]) == (50, 5, 4)
     frames = decode_frames(out)
-    assert frames.shape == (50, 256, 256, 3)
+    assert frames.shape == (50, 300, 300, 3)  # face_png's size
 
 
 def test_missing_inputs_exit_2_without_traceback_or_output(tmp_path, face_png):

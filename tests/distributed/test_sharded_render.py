@@ -26,7 +26,7 @@ def test_sharded_render_frames_equal_the_single_process_render(tmp_path, face_pn
     assert sorted(p.name for p in sharded.parent.iterdir()) == ["sharded.mp4", "sharded.yaml"]
     assert probe(sharded)["frames"] == 50
     a, b = decode_frames(single), decode_frames(sharded)
-    assert a.shape == b.shape == (50, 256, 256, 3)
+    assert a.shape == b.shape == (50, 300, 300, 3)  # face_png's size (reference compositing)
     # FSDP's all-gather rebuilds every weight bit for bit and both ranks use the same seeded noise: same frames.
     assert np.array_equal(a, b)
 
