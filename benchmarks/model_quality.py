@@ -4,7 +4,9 @@ For each bundled example (an avatar never trained on + a real espeak-ng sentence
   - the generator's ground-truth video for that identity and audio, evaluated;
   - our render (I chunks on), evaluated with its seams;
   - the same render with I chunks off (pipeline=no_interp), evaluated with its seams;
-and a long render (default 5 minutes of concatenated speech) for identity drift. Prints a markdown table.
+then a real photograph (skimage's astronaut, a half-body portrait, whole and as a non-square crop; no ground truth:
+those columns are '-'), and a long render (default 5 minutes of concatenated speech) for identity drift. Prints a
+markdown table.
 
     python benchmarks/model_quality.py [--long-seconds 300] [override ...]
 """
@@ -21,7 +23,9 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
+import skimage.data
 import soundfile as sf
+from PIL import Image
 
 from avatargen.data.examples import write_ground_truth_video
 from avatargen.eval import evaluate_video
@@ -76,6 +80,18 @@ def main() -> None:
                   f"{_num(gt['sharpness'])} / {_num(ours['sharpness'])} | {ours['face_found']:.0%} | {stride} | "
                   f"{_num(ours['seam_ratio'])} | {_num(no_i['seam_ratio'])} | {ours['flicker']:.2f} | {ours['rtf']:.2f} |",
                   flush=True)  # fmt: skip
+        photo = skimage.data.astronaut()
+        for name, picture in (("astronaut 512x512", photo), ("astronaut crop 440x400", photo[20:420, 40:480])):
+            image = tmp / f"{name.split()[1]}.png"
+            Image.fromarray(picture).save(image)
+            audio = EXAMPLES / "speech_1.flac"
+            ours = render(image, audio, tmp / "photo.mp4", args.overrides)
+            no_i = render(image, audio, tmp / "photo_noi.mp4", [*args.overrides, "pipeline.interpolate=false"])
+            stride = ours["seam_period_frames"] if ours["seams_found"] else "none"
+            print(f"| {name} ({ours['width']}x{ours['height']} out) | - | - | {_num(ours['offset_frames'])} | "
+                  f"{_num(ours['sync_confidence'])} ({_num(ours['sync_chance_max'])}) | - / {_num(ours['identity_distance'])} | "
+                  f"- / {_num(ours['sharpness'])} | {ours['face_found']:.0%} | {stride} | {_num(ours['seam_ratio'])} | "
+                  f"{_num(no_i['seam_ratio'])} | {ours['flicker']:.2f} | {ours['rtf']:.2f} |", flush=True)  # fmt: skip
         if args.long_seconds > 0:
             audio = tmp / "long.wav"
             long_audio(audio, args.long_seconds)

@@ -11,8 +11,10 @@ the edge of the mask. An optional ``warp`` (idle motion) then moves each composi
 256x256, head still) drawn at the expressions speech drives; the pixels whose grey level changes (std over the
 frames > 4 grey levels in >= 5 % of identities) lie in x 0.371-0.629, y 0.516-0.703 of the training frame, and the
 ellipse centred at (0.500, 0.603) with half-axes (0.127, 0.089) holds 99 % of them (99.6 % of the change). The
-blend weight is 1 inside that ellipse and falls smoothly to 0 over ``FEATHER`` beyond it, which also covers the jaw
-below the lips. Fractions are of the crop square, which ``avatargen.face.framing`` places like the training frame.
+blend weight is 1 inside that ellipse and falls smoothly to 0 over ``feather`` (0.04 of the side) beyond it, down to
+y 0.732, which covers the jaw under the lips (0.06 put the model's soft chin in place of the reference's sharp one on
+``examples/avatar_1.png``). Fractions are of the crop square, which ``avatargen.face.framing`` places like the
+training frame.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class MouthRegion:
     feather: float
 
 
-MOUTH_REGION = MouthRegion(centre=(0.500, 0.603), half_axes=(0.127, 0.089), feather=0.06)
+MOUTH_REGION = MouthRegion(centre=(0.500, 0.603), half_axes=(0.127, 0.089), feather=0.04)
 DEFAULT_MAX_SIDE = 1280
 RING = (0.1, 0.9)  # blend weights between these are the feather ring the colour statistics are taken over
 MIN_RING_PIXELS = 16  # fewer ring pixels inside the picture than this: no colour matching
