@@ -33,6 +33,7 @@ from avatargen.errors import ConfigError
 _HEAD_BELOW_EYES = 0.16  # ellipse centre
 _HEAD_HALF_WIDTH = 0.62
 _HEAD_HALF_HEIGHT = 0.80
+_FIELD_CELLS = 96  # the head field is computed on a grid of at least this many cells along the box's shorter side
 _RIGID_INSIDE = 0.85  # elliptical radius up to which the head moves as one piece
 _STILL_OUTSIDE = 1.20  # ... and from which nothing moves
 _PIVOT_BELOW_EYES = 0.95  # the roll turns the head about the neck
@@ -123,19 +124,17 @@ class IdleMotion:
             return frame
         top, bottom, left, right = self._box
         crop = torch.from_numpy(np.ascontiguousarray(frame[top:bottom, left:right]))  # (h, w, 3) uint8
-        source, lash = self._source_points(pose, closure)  # (h, w, 2) x, y in crop pixels; (h, w) darkening
-        moved = (source - self._points).abs().amax(dim=-1) > 1e-3  # (h, w)
+        source, lashes = self._source_points(pose, closure)  # (h, w, 2) x, y in crop pixels; lash lines
         h, w = crop.shape[:2]
-        scale = torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])
-        grid = (source * scale - 1.0)[None]  # (1, h, w, 2) in [-1, 1]
+        grid = source.mul_(torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])).sub_(1.0)[None]  # (1, h, w, 2)
         image = crop.permute(2, 0, 1)[None].float()  # (1, 3, h, w)
-        sampled = F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)
-        sampled = sampled[0].permute(1, 2, 0)  # (h, w, 3)
-        if lash is not None:
-            sampled = sampled * (1.0 - lash[..., None])
-        sampled = sampled.round_().clamp_(0, 255).to(torch.uint8)
+        # A pixel whose source is itself comes back as its own value: the unmoved background stays bit-exact.
+        sampled = F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)[0]  # (3, h, w)
+        for rows, cols, darkening in lashes:
+            sampled[:, rows, cols] *= 1.0 - darkening
+        sampled = sampled.add_(0.5).clamp_(0, 255).to(torch.uint8)  # rounded
         out = frame.copy()
-        out[top:bottom, left:right] = torch.where(moved[..., None], sampled, crop).numpy()
+        out[top:bottom, left:right] = sampled.permute(1, 2, 0).numpy()
         return out
 
     def head_pose(self, frame_index: int) -> tuple[float, float, float, float]:
@@ -184,11 +183,17 @@ class IdleMotion:
         if self._box is None:
             return
         top, bottom, left, right = self._box
-        ys, xs = torch.meshgrid(torch.arange(top, bottom, dtype=torch.float32),
-                                torch.arange(left, right, dtype=torch.float32), indexing="ij")  # fmt: skip
+        h, w = bottom - top, right - left
+        self._size = (h, w)
+        # The head field is smooth (affine inside, a falloff over a third of a face width): computed on a coarse
+        # grid through the box's corners and upsampled bilinearly, it is the same to a hundredth of a pixel.
+        stride = max(1, min(h, w) // _FIELD_CELLS)
+        rows, cols = -(-(h - 1) // stride) + 1, -(-(w - 1) // stride) + 1
+        ys, xs = torch.meshgrid(torch.linspace(top, bottom - 1, rows), torch.linspace(left, right - 1, cols),
+                                indexing="ij")  # fmt: skip
         self._origin = torch.tensor([float(left), float(top)])
-        frame_points = torch.stack([xs, ys], dim=-1)  # (h, w, 2) frame pixels
-        self._points = frame_points - self._origin  # (h, w, 2) crop pixels
+        frame_points = torch.stack([xs, ys], dim=-1)  # (rows, cols, 2) frame pixels
+        self._points = frame_points - self._origin  # (rows, cols, 2) crop pixels
         width = self.layout.face_width
         eyes = self.layout.points[:4].mean(axis=0)
         self._head_weight = self._ellipse_weight(frame_points, self._head_centre, _HEAD_HALF_WIDTH * width,
@@ -226,7 +231,7 @@ class IdleMotion:
         centre, _, _, width = eye
         sway = self._amplitude * (_SWAY_X + _SWAY_Y + _ROLL_AT_EYES + _NOD)
         reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW) * width + sway + 2.0
-        h, w = self._points.shape[:2]
+        h, w = self._size
         x, y = float(centre[0]), float(centre[1])
         rows = slice(max(0, int(y - reach)), min(h, int(math.ceil(y + reach)) + 1))
         cols = slice(max(0, int(x - reach)), min(w, int(math.ceil(x + reach)) + 1))
@@ -234,25 +239,29 @@ class IdleMotion:
 
     # ------------------------------------------------------------------ the sampling grid
     def _source_points(self, pose: tuple[float, float, float, float],
-                       closure: float) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+                       closure: float) -> tuple[torch.Tensor, list[tuple[slice, slice, torch.Tensor]]]:  # fmt: skip
         """Where each output pixel of the box samples the input -> (h, w, 2) crop pixels: the inverse head motion,
-        then the eyelids of the unmoved face; and the lash line's darkening (h, w) in [0, 1) (None: no blink)."""
+        then the eyelids of the unmoved face; and per eye window (rows, cols, the lash line's darkening in [0, 1))."""
         dx, dy, roll, nod = pose
-        points = self._points  # (h, w, 2)
-        if any(pose):
-            pivot = torch.tensor(self._pivot, dtype=torch.float32) - self._origin
-            c, s = math.cos(roll), math.sin(roll)
-            undo = torch.tensor([[c, s], [-s, c]], dtype=torch.float32)  # rotation by -roll
-            rigid = (points - pivot - torch.tensor([dx, dy])) @ undo.T + pivot  # (h, w, 2)
-            nod_shift = torch.tensor(nod * self._v, dtype=torch.float32)  # (2,)
-            points = points + self._head_weight[..., None] * (rigid - points) - self._inner_weight[..., None] * nod_shift
-        if closure == 0.0:
-            return points, None
-        points = points.clone()
-        lash = torch.zeros(points.shape[:2])  # (h, w)
-        for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
-            points[rows, cols], lash[rows, cols] = _eyelids(points[rows, cols], eye, closure)
-        return points, lash
+        xs, ys = self._points[..., 0], self._points[..., 1]  # (rows, cols) each: the coarse grid
+        # The rigid inverse R(-roll) (p - pivot - d) + pivot, minus p, is affine in p: (R(-roll) - I) p + offset.
+        c, s = math.cos(roll), math.sin(roll)
+        pivot = self._pivot - self._origin.numpy()
+        offset = pivot - np.array([[c, s], [-s, c]]) @ (pivot + np.array([dx, dy]))
+        nod_x, nod_y = nod * self._v
+        weight, inner = self._head_weight, self._inner_weight
+        source_x = torch.addcmul(xs, weight, xs * (c - 1.0) + ys * s + float(offset[0])).sub_(inner, alpha=nod_x)
+        source_y = torch.addcmul(ys, weight, xs * -s + ys * (c - 1.0) + float(offset[1])).sub_(inner, alpha=nod_y)
+        points = torch.stack([source_x, source_y])  # (2, rows, cols)
+        if points.shape[1:] != self._size:
+            points = F.interpolate(points[None], size=self._size, mode="bilinear", align_corners=True)[0]
+        points = points.permute(1, 2, 0)  # (h, w, 2)
+        lashes = []
+        if closure > 0.0:
+            for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
+                points[rows, cols], darkening = _eyelids(points[rows, cols], eye, closure)
+                lashes.append((rows, cols, darkening))
+        return points, lashes
 
 
 def _eyelids(points: torch.Tensor, eye: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float],
