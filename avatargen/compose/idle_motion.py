@@ -65,7 +65,7 @@ _BLINK_GAP = (0.5, 1.5)  # intervals between onsets: this range times the mean i
 @dataclass(frozen=True)
 class IdleMotionSettings:
     """``head_motion``: sway on/off; ``head_amplitude``: its size in pixels per 100 px of face width (peak of the
-    main sinusoid; the measured 5-95 % range is about 3x it); ``blinks_per_minute``: mean rate, 0 = no blinks;
+    sway; the eval measures a 5-95 % range of about twice it); ``blinks_per_minute``: mean rate, 0 = no blinks;
     ``blink_seconds``: closing + shut + opening."""
 
     head_motion: bool = True
@@ -198,8 +198,9 @@ class IdleMotion:
         eyes = self.layout.points[:4].mean(axis=0)
         self._head_weight = self._ellipse_weight(frame_points, self._head_centre, _HEAD_HALF_WIDTH * width,
                                                  _HEAD_HALF_HEIGHT * width, _RIGID_INSIDE, _STILL_OUTSIDE)  # fmt: skip
-        self._inner_weight = self._ellipse_weight(frame_points, eyes + _INNER_BELOW_EYES * width * self._v,
-                                                  _INNER_HALF_WIDTH * width, _INNER_HALF_HEIGHT * width, 0.5, 1.1)  # fmt: skip
+        inner_centre = eyes + _INNER_BELOW_EYES * width * self._v
+        self._inner_weight = self._ellipse_weight(frame_points, inner_centre, _INNER_HALF_WIDTH * width,
+                                                  _INNER_HALF_HEIGHT * width, 0.5, 1.1)  # fmt: skip
         self._eyes = [self._eye_frame(self.layout.points[0:2]), self._eye_frame(self.layout.points[2:4])]
         self._eye_windows = [self._eye_window(eye) for eye in self._eyes]
 
