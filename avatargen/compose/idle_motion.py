@@ -55,6 +55,9 @@ _LOWER_LID = 0.34  # the lower lid's edge below it
 _SKIN_ABOVE = 0.60  # the skin stretched over the eye starts this far above (below the brow)
 _SKIN_BELOW = 0.62  # the lower lid's skin reaches this far below
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
+_CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
+_SKIN_TOLERANCE = 16.0  # grey levels from it a lid's pixel may differ in full; twice that: the cheek's colour
+_SKIN_FADE = 0.08  # eye widths over which a lid's own pixels give way to that colour
 _MEET = 0.70  # where the lids meet when shut: this fraction of the way from the upper lid to the lower one
 
 # A blink's closure over its duration: closing, shut, opening (fractions of the duration).
@@ -84,6 +87,16 @@ class IdleMotionSettings:
     @property
     def active(self) -> bool:
         return (self.head_motion and self.head_amplitude > 0) or self.blinks_per_minute > 0
+
+
+@dataclass(frozen=True)
+class Lid:
+    """One eye's lids in one frame, over its window of the head box: ``covered`` (eh, ew) 1 where a lid now hides
+    the eye opening, ``lash`` (eh, ew) the lash line's darkening, ``skin`` (3,) the cheek's colour below the eye."""
+
+    covered: torch.Tensor
+    lash: torch.Tensor
+    skin: torch.Tensor
 
 
 class IdleMotion:
@@ -124,14 +137,19 @@ class IdleMotion:
             return frame
         top, bottom, left, right = self._box
         crop = torch.from_numpy(np.ascontiguousarray(frame[top:bottom, left:right]))  # (h, w, 3) uint8
-        source, lashes = self._source_points(pose, closure)  # (h, w, 2) x, y in crop pixels; lash lines
+        source, lashes = self._source_points(frame, pose, closure)  # (h, w, 2) x, y in crop pixels; lash lines
         h, w = crop.shape[:2]
         grid = source.mul_(torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])).sub_(1.0)[None]  # (1, h, w, 2)
         image = crop.permute(2, 0, 1)[None].float()  # (1, 3, h, w)
         # A pixel whose source is itself comes back as its own value: the unmoved background stays bit-exact.
         sampled = F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)[0]  # (3, h, w)
-        for rows, cols, darkening in lashes:
-            sampled[:, rows, cols] *= 1.0 - darkening
+        for rows, cols, lid in lashes:
+            window = sampled[:, rows, cols]  # (3, eh, ew) a view
+            # What the lid covers is skin: where the stretched pixels are not (an iris past a big eye's lid line, a
+            # brow sitting close above), it takes the cheek's colour.
+            unlike_skin = ((window - lid.skin[:, None, None]).abs().amax(dim=0) - _SKIN_TOLERANCE) / _SKIN_TOLERANCE
+            window += (unlike_skin.clamp_(0.0, 1.0) * lid.covered) * (lid.skin[:, None, None] - window)
+            window *= 1.0 - lid.lash
         sampled = sampled.add_(0.5).clamp_(0, 255).to(torch.uint8)  # rounded
         out = frame.copy()
         out[top:bottom, left:right] = sampled.permute(1, 2, 0).numpy()
@@ -239,10 +257,10 @@ class IdleMotion:
         return rows, cols
 
     # ------------------------------------------------------------------ the sampling grid
-    def _source_points(self, pose: tuple[float, float, float, float],
-                       closure: float) -> tuple[torch.Tensor, list[tuple[slice, slice, torch.Tensor]]]:  # fmt: skip
+    def _source_points(self, frame: np.ndarray, pose: tuple[float, float, float, float],
+                       closure: float) -> tuple[torch.Tensor, list[tuple[slice, slice, Lid]]]:  # fmt: skip
         """Where each output pixel of the box samples the input -> (h, w, 2) crop pixels: the inverse head motion,
-        then the eyelids of the unmoved face; and per eye window (rows, cols, the lash line's darkening in [0, 1))."""
+        then the eyelids of the unmoved face; and per eye window (rows, cols, its ``Lid``) when blinking."""
         dx, dy, roll, nod = pose
         xs, ys = self._points[..., 0], self._points[..., 1]  # (rows, cols) each: the coarse grid
         # The rigid inverse R(-roll) (p - pivot - d) + pivot, minus p, is affine in p: (R(-roll) - I) p + offset.
@@ -260,16 +278,16 @@ class IdleMotion:
         lashes = []
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
-                points[rows, cols], darkening = _eyelids(points[rows, cols], eye, closure)
-                lashes.append((rows, cols, darkening))
+                points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure)
+                lashes.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
         return points, lashes
 
 
 def _eyelids(points: torch.Tensor, eye: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float],
-             closure: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; and the
-    darkening (h, w) of the lash line drawn along the closing upper lid's edge (a shut eye shows its lashes, and
-    the skin pulled over it carries none of its own)."""
+             closure: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
+    lids now cover the eye opening (h, w) 0/1; and the darkening (h, w) of the lash line drawn along the closing
+    upper lid's edge (a shut eye shows its lashes, and the skin pulled over it carries none of its own)."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
@@ -290,7 +308,26 @@ def _eyelids(points: torch.Tensor, eye: tuple[torch.Tensor, torch.Tensor, torch.
     thickness = max(_LASH_THICKNESS * width, 0.7)  # pixels
     edge = (t - upper_now) * width / thickness  # (h, w) lash thicknesses below the upper lid's edge
     lash = _LASH_DARKNESS * closure * shape * torch.exp(-edge * edge) * inside  # (h, w)
-    return points + shift[..., None] * down, lash
+    # Within the part of the opening a lid now hides, fading in over _SKIN_FADE from its edges (no seam in a photo).
+    under_upper = torch.minimum(t - upper, upper_now - t)  # (h, w) eye widths inside the band, < 0 outside
+    under_lower = torch.minimum(t - lower_now, lower - t)
+    depth = torch.maximum(under_upper, under_lower).clamp(0.0, _SKIN_FADE) / _SKIN_FADE
+    side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
+    covered = depth * side * closure**2  # (h, w): a lid barely moved keeps its own pixels, a shut one is skin
+    return points + shift[..., None] * down, covered, lash
+
+
+def _cheek_colour(frame: np.ndarray, eye: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float],
+                  origin: np.ndarray) -> torch.Tensor:  # fmt: skip
+    """(3,) the median colour of ``frame``'s skin just below one eye (a pure function of the frame's pixels)."""
+    centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
+    width = eye[3]
+    s, t = np.meshgrid(np.linspace(-0.3, 0.3, 7), np.linspace(*_CHEEK_BAND, 5))  # eye widths
+    where = centre + origin + (s[..., None] * along + t[..., None] * down) * width  # (5, 7, 2) x, y
+    height, frame_width = frame.shape[:2]
+    x = np.clip(np.rint(where[..., 0]).astype(int), 0, frame_width - 1)
+    y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
+    return torch.from_numpy(np.median(frame[y, x].reshape(-1, 3), axis=0).astype(np.float32))
 
 
 def _closure(phase: float) -> float:
