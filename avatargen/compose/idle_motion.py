@@ -12,14 +12,16 @@ falling smoothly to zero towards the neck, the shoulders and the background, whi
 
 Blinks: per eye, from its two corner landmarks, the strip of skin above the eye is stretched down over it, its lower
 edge (the lash line) sliding down to meet the lower lid, which rises a little; the eye between them is covered, not
-squashed. Both fields are composed into one sampling grid (head motion of the eyelid-warped reference) and applied
-with one bilinear ``grid_sample`` inside the head's bounding box.
+squashed; what they hide takes the cheek's colour where the stretched pixels are not skin. Both fields are
+composed into one sampling grid (head motion of the eyelid-warped reference) and applied with one bilinear
+``grid_sample`` inside the head's bounding box.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -86,13 +88,25 @@ class IdleMotionSettings:
 
     @property
     def active(self) -> bool:
+        """False when these settings move nothing (the hook can then be left out)."""
         return (self.head_motion and self.head_amplitude > 0) or self.blinks_per_minute > 0
+
+
+class Eye(NamedTuple):
+    """One eye from its two corner landmarks, in the head box's pixels: its centre, unit vectors along it (to the
+    image's right) and across it (down the face), and its width corner to corner."""
+
+    centre: torch.Tensor  # (2,) x, y
+    along: torch.Tensor  # (2,)
+    down: torch.Tensor  # (2,)
+    width: float
 
 
 @dataclass(frozen=True)
 class Lid:
-    """One eye's lids in one frame, over its window of the head box: ``covered`` (eh, ew) 1 where a lid now hides
-    the eye opening, ``lash`` (eh, ew) the lash line's darkening, ``skin`` (3,) the cheek's colour below the eye."""
+    """One eye's lids in one frame, over its window of the head box: ``covered`` (eh, ew) in [0, 1], how far a
+    pixel the lids now hide may give way to ``skin`` (3,), the cheek's colour below the eye; ``lash`` (eh, ew) the
+    lash line's darkening."""
 
     covered: torch.Tensor
     lash: torch.Tensor
@@ -137,13 +151,13 @@ class IdleMotion:
             return frame
         top, bottom, left, right = self._box
         crop = torch.from_numpy(np.ascontiguousarray(frame[top:bottom, left:right]))  # (h, w, 3) uint8
-        source, lashes = self._source_points(frame, pose, closure)  # (h, w, 2) x, y in crop pixels; lash lines
+        source, lids = self._source_points(frame, pose, closure)  # (h, w, 2) x, y in crop pixels; the lids
         h, w = crop.shape[:2]
         grid = source.mul_(torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])).sub_(1.0)[None]  # (1, h, w, 2)
         image = crop.permute(2, 0, 1)[None].float()  # (1, 3, h, w)
         # A pixel whose source is itself comes back as its own value: the unmoved background stays bit-exact.
         sampled = F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)[0]  # (3, h, w)
-        for rows, cols, lid in lashes:
+        for rows, cols, lid in lids:
             window = sampled[:, rows, cols]  # (3, eh, ew) a view
             # What the lid covers is skin: where the stretched pixels are not (an iris past a big eye's lid line, a
             # brow sitting close above), it takes the cheek's colour.
@@ -232,7 +246,7 @@ class IdleMotion:
         x = ((radius - inside) / (outside - inside)).clamp(0.0, 1.0)
         return 1.0 - x * x * (3.0 - 2.0 * x)
 
-    def _eye_frame(self, corners: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    def _eye_frame(self, corners: np.ndarray) -> Eye:
         """(centre, along, down) in crop pixels and the eye's width, from its two corner landmarks."""
         along = corners[0] - corners[1]
         if along @ self._u < 0:
@@ -242,9 +256,9 @@ class IdleMotion:
         down = np.array([-along[1], along[0]])
         centre = corners.mean(axis=0) - self._origin.numpy()
         as_tensor = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
-        return as_tensor(centre), as_tensor(along), as_tensor(down), width
+        return Eye(as_tensor(centre), as_tensor(along), as_tensor(down), width)
 
-    def _eye_window(self, eye: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]) -> tuple[slice, slice]:
+    def _eye_window(self, eye: Eye) -> tuple[slice, slice]:
         """The rows and columns of the box the eyelid field of ``eye`` can reach, however the head has moved (the
         eyelids move points of the unmoved face, at most the sway's full reach from where they are drawn)."""
         centre, _, _, width = eye
@@ -275,19 +289,18 @@ class IdleMotion:
         if points.shape[1:] != self._size:
             points = F.interpolate(points[None], size=self._size, mode="bilinear", align_corners=True)[0]
         points = points.permute(1, 2, 0)  # (h, w, 2)
-        lashes = []
+        lids = []
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
                 points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure)
-                lashes.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
-        return points, lashes
+                lids.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
+        return points, lids
 
 
-def _eyelids(points: torch.Tensor, eye: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float],
-             closure: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def _eyelids(points: torch.Tensor, eye: Eye, closure: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
-    lids now cover the eye opening (h, w) 0/1; and the darkening (h, w) of the lash line drawn along the closing
-    upper lid's edge (a shut eye shows its lashes, and the skin pulled over it carries none of its own)."""
+    lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); and the darkening (h, w) of the lash
+    line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none)."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
@@ -317,8 +330,7 @@ def _eyelids(points: torch.Tensor, eye: tuple[torch.Tensor, torch.Tensor, torch.
     return points + shift[..., None] * down, covered, lash
 
 
-def _cheek_colour(frame: np.ndarray, eye: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float],
-                  origin: np.ndarray) -> torch.Tensor:  # fmt: skip
+def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:
     """(3,) the median colour of ``frame``'s skin just below one eye (a pure function of the frame's pixels)."""
     centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
     width = eye[3]
