@@ -145,3 +145,14 @@ def test_the_canonical_layout_is_where_the_detector_finds_a_training_face() -> N
     assert np.abs(canonical.points - found.points).max() < 0.03 * 512
     assert abs(canonical.face_width - found.face_width) < 0.05 * 512
     assert np.allclose(canonical.points[:4].mean(axis=0) / 512, EYES_AT, atol=0.002)
+
+
+def test_a_face_at_the_frame_edge_or_beyond_it_warps_without_error() -> None:
+    avatar = _avatar()
+    canonical = FaceLayout.canonical(256)
+    for offset, moves in (((-110.0, -80.0), True), ((120.0, 90.0), True), ((900.0, 900.0), False)):
+        motion = IdleMotion(canonical.moved(1.0, offset), avatar.shape[:2], FPS, SEED)
+        blink = next(i for i in range(500) if motion.eye_closure(i) == 1.0)
+        frames = [motion.warp(avatar, index) for index in (0, 40, blink)]
+        assert all(frame.shape == avatar.shape for frame in frames)
+        assert any(not np.array_equal(frame, avatar) for frame in frames) == moves
