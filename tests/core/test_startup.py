@@ -1,4 +1,5 @@
-"""Start-up cost of a CLI run: nothing a render does may import ``torch._dynamo`` (about a second on these machines).
+"""Start-up cost of a CLI run: a render never imports ``torch._dynamo`` (about a second on these machines), and
+validating a Wan config never imports transformers (several seconds).
 
 Building a model on the meta device used to run its initialisers and sin-cos tables through torch's Python meta
 kernels, whose first call imports ``torch._dynamo``; config validation and the placement pass both paid for it on
@@ -38,3 +39,15 @@ def test_a_render_with_the_shipped_model_never_imports_torch_dynamo(tmp_path: Pa
     report = json.loads(result.stderr.strip().splitlines()[-1])
     assert report["rc"] == 0 and out.stat().st_size > 0, result.stderr
     assert report["dynamo"] == [], f"a render imported {report['dynamo']} (~1 s of start-up)"
+
+
+def test_checking_a_wan_config_does_not_import_transformers() -> None:
+    # `avatargen config model=...` and each `avatargen batch` job row validate against the Wan specs; transformers
+    # (seconds to import) is needed only to build the wav2vec2 audio encoder.
+    code = ("import sys; from avatargen.config.loader import load_config; "
+            "[load_config([f'model={name}']) for name in ('wan_tiny', 'infinitetalk', 'multitalk')]; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers')[:3])")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
