@@ -2,7 +2,9 @@
 
 Each N chunk is one clip of the model's length (``clip_frames``, 81 for InfiniteTalk): its first ``motion_frames``
 (9) frames are the last frames already generated, re-encoded by the VAE and pinned, and the rest (72) are new. The
-first clip's motion frames are the reference image held still. Frames leave per clip, decoded by one VAE stream
+first clip is conditioned as InfiniteTalk does it: on the reference as one given frame (its latent pinned, the I2V
+mask marking only the first frame), so all its 81 frames are shown, the first being the reference through the VAE.
+Frames leave per clip, decoded by one VAE stream
 carried from clip to clip: the decoder sees the first clip's latents, then each later clip's new latents only, as
 one continuous video (four frames per latent frame), so nothing is decoded twice and the decode never holds more
 than one latent frame's activations. Between clips only the motion frames and the decoder's causal past survive,
@@ -59,7 +61,9 @@ class WanPipeline:
         self.models = models
         wan, spec = config.model.wan, models.spec
         self.clip_frames, self.motion_frames = spec.clip_frames, spec.motion_frames
-        self.schedule = ChunkSchedule(self.clip_frames - self.motion_frames, self.motion_frames, False, 0, 0)
+        # The first clip shows all its frames (one given: the reference), each later one its frames after the motion.
+        self.schedule = ChunkSchedule(self.clip_frames - self.motion_frames, self.motion_frames, False, 0, 0,
+                                      first_chunk_frames=self.clip_frames)  # fmt: skip
         context_frames = round(wan.audio_context_s * config.model.fps)
         self.context = WanContextStage(
             spec, models.audio_encoder, models.text_encoder, models.image_encoder, models.vae, models.tokenizer,
@@ -96,7 +100,7 @@ class WanPipeline:
             check_finite(reference.text, "umT5 text encoder", "encoding the prompt")
             check_finite(reference.clip_tokens, "CLIP image encoder", "encoding the reference image")
         audio = AudioTimeline(audio_blocks, self.config.model.sample_rate, self.config.model.fps, self.context.context_frames)
-        motion = reference.image.expand(-1, -1, self.motion_frames, -1, -1)  # (1, 3, m, H, W): the image held still
+        motion = reference.image  # (1, 3, 1, H, W): the first clip's one given frame
         stream: VAEStream | None = None
         skip = 0
         if resume is not None:
@@ -104,7 +108,7 @@ class WanPipeline:
             motion, stream, skip = self._restore(resume, reference)
             stats.frames = stats.resumed_from = resume.frames
             stats.n_chunks = resume.n_chunks
-        for span in audio.spans(self.schedule.n_chunk_frames):
+        for span in audio.spans(self.schedule.n_chunk_frames, self.schedule.first_chunk_frames):
             release = span.end - self.motion_frames - self.context.context_frames  # the next clip's first audio
             if span.index < skip:  # before the resume point: nothing runs, the audio buffer stays bounded
                 if stats.seams is not None and span.start > 0:
@@ -133,21 +137,23 @@ class WanPipeline:
 
     def _clip(self, index: int, start: int, end: int, reference: WanReference, audio: AudioTimeline, motion: Tensor,
               stream: VAEStream | None, sinks: Sequence[FrameSink]) -> tuple[Tensor, VAEStream]:  # fmt: skip
-        """Generate clip ``index`` (timeline frames [start - m, start - m + clip_frames)), send frames [start, end) to
-        the sinks; returns the next clip's motion frames and the decoder stream."""
+        """Generate clip ``index`` (timeline frames [start - g, start - g + clip_frames), ``g`` = the given frames:
+        the reference for the first clip, 1 frame at timeline frame 0; the motion frames for the others), send
+        frames [start, end) to the sinks; returns the next clip's motion frames and the decoder stream."""
         m = self.motion_frames
+        first = stream is None
+        window_start = start if first else start - m
         with self.stats.timed("context"):
-            window_audio = self.context.audio_windows(audio, start - m, start - m + self.clip_frames)  # (1, F, 5, L, C)
+            window_audio = self.context.audio_windows(audio, window_start, window_start + self.clip_frames)  # (1, F, 5, L, C)
             check_finite(window_audio, "wav2vec2 audio encoder", f"in clip {index}")
             with self.models.vae.active() as vae:
-                motion_latents, _ = vae.encode(motion)  # (1, z, 1 + (m - 1) / 4, h, w): a new stream per clip
+                motion_latents, _ = vae.encode(motion)  # (1, z, 1 + (g - 1) / 4, h, w): a new stream per clip
             latent_frames = reference.condition.shape[2]
             noise = self.context.noise(index, (1, motion_latents.shape[1], latent_frames, *motion_latents.shape[3:]))
         with self.stats.timed("a2v"):
             latents = self.sampler.sample(reference, window_audio, motion_latents, noise)  # (1, z, T, h, w)
         check_finite(latents, "Wan DiT", f"in clip {index}")
-        # The decoder stream is one video: the first clip whole (its still frames dropped), then only new latents.
-        first = stream is None
+        # The decoder stream is one video: the first clip whole (its given frame is frame 0), then only new latents.
         new_latents = latents if first else latents[:, :, motion_latents.shape[2] :]
         parts = []
         with self.stats.timed("decode"), self.models.vae.active() as vae:
@@ -157,8 +163,6 @@ class WanPipeline:
         video = torch.cat(parts, dim=2)  # (1, 3, clip_frames or clip_frames - m, H, W): one clip, bounded
         del parts
         check_finite(video, "Wan VAE", f"decoding clip {index}")
-        if first:
-            video = video[:, :, m:]  # the still frames the first clip started from
         if self.config.model.wan.color_correction:
             video = match_colours(video, reference.image)
         with self.stats.timed("publish"):

@@ -26,7 +26,7 @@ class WanReference:
     negative: Tensor  # (1, Ln, D_text) of the negative prompt
     clip_tokens: Tensor  # (1, Li, D_clip) CLIP tokens of the reference image
     condition: Tensor  # (1, 4 + z, T_lat, h, w): the I2V mask and the latent of [image, black frames]
-    image: Tensor  # (1, 3, 1, H, W) in [-1, 1]: the first clip's motion frames (repeated) and the colour reference
+    image: Tensor  # (1, 3, 1, H, W) in [-1, 1]: the first clip's one given frame and the colour reference
 
 
 class WanContextStage:
