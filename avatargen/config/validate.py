@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-from avatargen.config.schema import Config
+from avatargen.config.schema import Config, interpolates
 from avatargen.config.wan import validate_wan_model
 from avatargen.errors import ConfigError
 
@@ -26,7 +26,7 @@ def validate_config(config: Config) -> None:
     _require(p.n_chunk_frames >= 1, "pipeline.n_chunk_frames must be >= 1")
     _require(0 <= p.motion_frames < p.n_chunk_frames, "pipeline.motion_frames must be in [0, pipeline.n_chunk_frames)")
     _require(p.seam_frames >= 0 and p.anchor_frames >= 0, "pipeline.seam_frames and pipeline.anchor_frames must be >= 0")
-    if p.interpolate:
+    if interpolates(config) and m.wan is None:  # a Wan model has its own seam sizes (model.wan.*)
         _require(
             p.seam_frames >= 1 and p.anchor_frames >= 1,
             "pipeline.seam_frames and pipeline.anchor_frames must be >= 1 when pipeline.interpolate=true",
