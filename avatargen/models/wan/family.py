@@ -86,12 +86,3 @@ def family_spec(name: str) -> WanFamilySpec:
     """A named spec (``WAN_FAMILY``); ValueError naming the choices if unknown."""
     return lookup_spec(WAN_FAMILY, name, "Wan model")
 
-
-def __getattr__(name: str) -> Any:
-    """``Wav2Vec2Encoder`` and ``wav2vec2_config`` live in ``models/wan/wav2vec2.py``: importing them from here loads
-    transformers (seconds) only when a Wan model is built, not when a config is validated against the specs."""
-    if name in ("Wav2Vec2Encoder", "wav2vec2_config"):
-        from avatargen.models.wan import wav2vec2
-
-        return getattr(wav2vec2, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
