@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchMode
-from avatargen.batch_state import read_failure, record_failure, failed_record_for, write_atomic, write_manifest
+from avatargen.batch_state import (bad_row_claim, failed_record_for, read_failure, record_failure, write_atomic,
+                                   write_manifest)
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted,
                               ResumeMismatchError)
 from avatargen.io.output_lock import OutputLock
@@ -52,6 +53,11 @@ class Job:
     prompt: str = ""
     overrides: list[str] = field(default_factory=list)
     problem: str | None = None  # a row that cannot run (reported as failed, the others still run)
+    claim: Path | None = None  # what workers lock and mark failed for it: its output, or a bad row's hidden name
+
+    @property
+    def claimed_as(self) -> Path:
+        return self.claim if self.claim is not None else self.output
 
 
 @dataclass
@@ -154,6 +160,8 @@ def read_jobs(jobs_file: Path, out_dir: Path, allow_outside: bool = False) -> li
         if job.problem is None and job.output in seen:
             job.problem = f"output '{job.output}' is also the output of job {seen[job.output]}; give each job its own output"
         seen.setdefault(job.output, job.index)
+    for job in jobs:
+        job.claim = job.output if job.problem is None else bad_row_claim(out_dir, job.index, job.problem)
     return jobs
 
 
@@ -178,7 +186,7 @@ def run_job(
 
     started = time.perf_counter()
     if job.problem is not None:
-        return _result(job, rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT, ran=True)
+        return _result(job, rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True)
     if job.output.is_file():
         return _result(job, rank, "skipped", started)
     try:
@@ -212,33 +220,37 @@ def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: 
                    confine_to: Path | None, retry_before: float | None) -> JobResult | None:  # fmt: skip
     """Run ``job`` if it is this worker's to run; its result, or None while another live worker holds it.
 
-    ``retry_before``: a job failed for good before this time is tried again (``--retry-failed``); None: never."""
+    A row that cannot run is claimed like a job (under its hidden name, ``batch_state.bad_row_claim``), so one
+    worker reports it and the others find it failed. ``retry_before``: a job failed for good before this time is
+    tried again (``--retry-failed``); None: never."""
     started = time.perf_counter()
-    if job.problem is not None or job.output.is_file():
-        return run_job(job, overrides, rank, solo, warn, confine_to)  # a bad row, or finished: nothing to claim
+    finished = lambda: job.problem is None and job.output.is_file()  # noqa: E731
+    if finished():
+        return run_job(job, overrides, rank, solo, warn, confine_to)  # nothing to claim
     failed = _failed_result(job, rank, retry_before)
     if failed is not None:
         return failed
+    claim = job.claimed_as
     try:
-        job.output.parent.mkdir(parents=True, exist_ok=True)
-        lock = OutputLock(job.output)
+        claim.parent.mkdir(parents=True, exist_ok=True)
+        lock = OutputLock(claim)
         claimed = lock.try_acquire()
     except OSError as err:
-        return _result(job, rank, "failed", started, error=f"cannot write to output folder '{job.output.parent}' "
+        return _result(job, rank, "failed", started, error=f"cannot write to output folder '{claim.parent}' "
                        f"({err.strerror}); choose a writable --out-dir", exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True)  # fmt: skip
     if not claimed:
         return None
     try:
-        if job.output.is_file():  # finished by another worker between the look and the claim
+        if finished():  # finished by another worker between the look and the claim
             return _result(job, rank, "skipped", started)
         failed = _failed_result(job, rank, retry_before)
         if failed is not None:
             return failed
-        failed_record_for(job.output).unlink(missing_ok=True)  # a retry
-        resume = resume_folder_for(job.output).is_dir()  # stopped or killed mid-job: continue it
+        failed_record_for(claim).unlink(missing_ok=True)  # a retry
+        resume = job.problem is None and resume_folder_for(job.output).is_dir()  # stopped or killed mid-job: continue it
         result = run_job(job, overrides, rank, solo, warn, confine_to, output_lock=lock, resume=resume)
         if result.status == "failed":
-            record_failure(job.output, result.error or "failed", result.exit_code)
+            record_failure(claim, result.error or "failed", result.exit_code)
         return result
     finally:
         lock.release()
@@ -246,7 +258,7 @@ def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: 
 
 def _failed_result(job: Job, rank: int, retry_before: float | None) -> JobResult | None:
     """The job's recorded failure as a result, unless there is none or it is to be retried."""
-    failure = read_failure(job.output)
+    failure = read_failure(job.claimed_as)
     if failure is None or (retry_before is not None and float(failure.get("time", 0)) < retry_before):
         return None
     return _result(job, rank, "failed", time.perf_counter(), error=str(failure.get("error")),

@@ -7,12 +7,17 @@ Workers share nothing but the out-dir, so the state of a job is its files beside
     OUT.failed.json   failed for good: reason, exit code, worker; not retried unless ``--retry-failed``
     OUT.resume/       stopped or killed mid-job: the next worker to claim it resumes from its last checkpoint
 
+A row of the jobs file that cannot run (not JSON, a missing key, an output outside the out-dir, ...) has no output of
+its own to lock, so it is claimed and failed under a hidden name of the out-dir, ``.bad-row-N-HASH`` (N its job
+number, HASH of its problem): the one worker that claims it reports it, every other finds it failed.
+
 ``batch_jobs.json`` in the out-dir lists every job's output (written by each worker at start), so
 ``avatargen batch status DIR`` also knows the jobs nobody has started.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -27,6 +32,13 @@ from avatargen.io.resume_store import resume_folder_for
 
 MANIFEST_NAME = "batch_jobs.json"
 STATES = ("done", "running", "failed", "pending")
+
+
+def bad_row_claim(out_dir: Path, index: int, problem: str) -> Path:
+    """The name a row that cannot run is locked and failed under (``.bad-row-N-HASH.lock`` / ``.failed.json`` in
+    ``out_dir``); a row whose problem changed is a new claim, so it is reported again."""
+    digest = hashlib.sha1(problem.encode("utf-8")).hexdigest()[:12]
+    return out_dir / f".bad-row-{index}-{digest}.mp4"
 
 
 def failed_record_for(output: Path) -> Path:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
-from avatargen.config.schema import Config
+from avatargen.config.schema import Config, interpolates
 from avatargen.config.wan import validate_wan_model
 from avatargen.errors import ConfigError
 
@@ -27,7 +28,7 @@ def validate_config(config: Config) -> None:
     _require(p.n_chunk_frames >= 1, "pipeline.n_chunk_frames must be >= 1")
     _require(0 <= p.motion_frames < p.n_chunk_frames, "pipeline.motion_frames must be in [0, pipeline.n_chunk_frames)")
     _require(p.seam_frames >= 0 and p.anchor_frames >= 0, "pipeline.seam_frames and pipeline.anchor_frames must be >= 0")
-    if p.interpolate:
+    if interpolates(config) and m.wan is None:  # a Wan model has its own seam sizes (model.wan.*)
         _require(
             p.seam_frames >= 1 and p.anchor_frames >= 1,
             "pipeline.seam_frames and pipeline.anchor_frames must be >= 1 when pipeline.interpolate=true",
@@ -82,9 +83,8 @@ def validate_config(config: Config) -> None:
 def _validate_model_shapes(config: Config) -> None:
     """Every model must be buildable from its keys: heads >= 1, then each model is built on the meta device (no memory,
     no weights), so a shape the architecture rejects fails here, naming its section, not in the middle of loading."""
-    import torch
-
     from avatargen.models import MODEL_CLASSES
+    from avatargen.models.meta import build_on_meta
 
     for name in (f.name for f in dataclasses.fields(config.model)):
         section = getattr(config.model, name)
@@ -92,8 +92,7 @@ def _validate_model_shapes(config: Config) -> None:
             _require(section.heads >= 1, f"model.{name}.heads must be >= 1")
     for name, model_class in MODEL_CLASSES.items():
         try:
-            with torch.device("meta"):
-                model_class(getattr(config.model, name))
+            build_on_meta(partial(model_class, getattr(config.model, name)))
         except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError) as error:
             raise ConfigError(
                 f"model.{name} cannot be built from its config ({error}); fix the model.{name}.* keys, or use "

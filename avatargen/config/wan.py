@@ -53,6 +53,10 @@ class WanModelConfig:
     negative_prompt: str = ""
     audio_context_s: float = 1.0  # audio wav2vec2 hears on each side of a clip (features never span the whole file)
     color_correction: bool = False  # match each clip's colour statistics to the reference image (long videos drift)
+    # I chunks (with pipeline.interpolate=true; off by default for Wan models, docs/models.md), in video frames,
+    # multiples of the VAE's 4-frame latent step: the seam around each clip boundary, anchors on each side of it.
+    seam_frames: int = 8
+    anchor_frames: int = 4
 
 
 def validate_wan_model(model: Any) -> None:
@@ -76,3 +80,13 @@ def validate_wan_model(model: Any) -> None:
     require(wan.lora_scale >= 0, "model.wan.lora_scale must be >= 0")
     require(wan.audio_context_s >= 0, "model.wan.audio_context_s must be >= 0 (seconds)")
     require(bool(wan.dit), "model.wan.dit must name at least one file (the DiT's safetensors)")
+    step = spec.vae.temporal_stride
+    new_frames = spec.clip_frames - spec.motion_frames
+    require(wan.seam_frames >= 2 * step and wan.seam_frames % (2 * step) == 0,
+            f"model.wan.seam_frames ({wan.seam_frames}) must be a positive multiple of {2 * step} (half on each side of "
+            f"a clip boundary, whole {step}-frame latent steps)")  # fmt: skip
+    require(wan.anchor_frames >= step and wan.anchor_frames % step == 0,
+            f"model.wan.anchor_frames ({wan.anchor_frames}) must be a positive multiple of {step} (whole latent steps)")
+    require(wan.seam_frames <= new_frames and wan.seam_frames // 2 + wan.anchor_frames <= new_frames,
+            f"model.wan.seam_frames / 2 + model.wan.anchor_frames ({wan.seam_frames // 2 + wan.anchor_frames}) and "
+            f"seam_frames must be <= the {new_frames} new frames of a clip of model.wan.spec={wan.spec}")  # fmt: skip

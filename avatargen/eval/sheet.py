@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from avatargen.eval.video import analysis_size, probe_video
-from avatargen.io.ffmpeg import ffmpeg_exe
+from avatargen.io.ffmpeg import ffmpeg_exe, local_file
 from avatargen.io.image import load_reference_image
 
 THUMB = 160
@@ -104,7 +104,7 @@ def _decode(video: Path, indices: list[int]) -> dict[int, np.ndarray]:
     w, h = max(2, int(width * scale) // 2 * 2), max(2, int(height * scale) // 2 * 2)
     select = "+".join(f"eq(n\\,{i})" for i in indices)
     proc = subprocess.run(
-        [ffmpeg_exe(), "-v", "error", "-i", str(video), "-map", "0:v:0", "-vf", f"select={select},scale={w}:{h}",
+        [ffmpeg_exe(), "-v", "error", "-i", local_file(video), "-map", "0:v:0", "-vf", f"select={select},scale={w}:{h}",
          "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"],
         stdin=subprocess.DEVNULL, capture_output=True, timeout=600,
     )  # fmt: skip

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from avatargen.errors import BadInputError
-from avatargen.io.ffmpeg import StderrTail, ffmpeg_exe, ffmpeg_reason, start_ffmpeg
+from avatargen.io.ffmpeg import StderrTail, ffmpeg_exe, ffmpeg_reason, local_file, start_ffmpeg
 
 MAX_ANALYSIS_SIDE = 512  # frames larger than this are scaled down: the face detector needs ~80 px faces, not 4K
 _FIX = "give an MP4/MOV/MKV/WebM video file"
@@ -46,7 +46,7 @@ def probe_video(path: str | Path) -> VideoInfo:
     if not path.is_file():
         raise BadInputError(f"video path '{path}' is not a file; {_FIX}")
     proc = subprocess.run(
-        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", str(path)],
+        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", local_file(path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
     )  # fmt: skip
     lines = proc.stderr.decode("utf-8", errors="replace").splitlines()
@@ -82,7 +82,7 @@ def iter_frames(path: str | Path, size: tuple[int, int]) -> Iterator[np.ndarray]
     """
     path = Path(path)
     proc = start_ffmpeg(
-        ["-v", "error", "-i", str(path), "-map", "0:v:0", "-an", "-sn", "-fps_mode", "passthrough",
+        ["-v", "error", "-i", local_file(path), "-map", "0:v:0", "-an", "-sn", "-fps_mode", "passthrough",
          "-vf", f"scale={size[0]}:{size[1]}:flags=area", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"],
         stdout=subprocess.PIPE,
     )  # fmt: skip
@@ -120,7 +120,7 @@ def keyframe_indices(path: str | Path, fps: float) -> list[int]:
     includes a compression "pop" that is not in the content. Returns [] when ffmpeg reports none.
     """
     proc = subprocess.run(
-        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-skip_frame", "nokey", "-i", str(path), "-map", "0:v:0",
+        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-skip_frame", "nokey", "-i", local_file(path), "-map", "0:v:0",
          "-vf", "showinfo", "-fps_mode", "passthrough", "-f", "null", "-"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600,
     )  # fmt: skip

@@ -94,7 +94,7 @@ class A2VDiT(nn.Module):
         patch_dim = p.latent_channels * p.patch_size**2
 
         self.patch_embed = nn.Linear(patch_dim, p.dim)
-        self.spatial_pos = nn.Parameter(sincos_2d(grid, grid, p.dim)[None])  # (1, N, D), learned from sincos init
+        self.spatial_pos = nn.Parameter(torch.empty(1, grid * grid, p.dim))  # (1, N, D), learned; sincos init below
         self.given_embed = nn.Parameter(torch.zeros(p.dim))  # added to tokens of conditioning frames
         self.ref_type_embed = nn.Parameter(torch.zeros(p.dim))  # marks the in-context reference tokens
         self.t_embed = TimestepEmbedder(p.dim)

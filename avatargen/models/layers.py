@@ -31,10 +31,14 @@ def sinusoidal_embedding(positions: Tensor, dim: int, max_period: float = 10000.
 
 
 def sincos_2d(height: int, width: int, dim: int) -> Tensor:
-    """Fixed 2D sin-cos position table (MAE/DiT style), row-major over the grid: ``(height * width, dim)``."""
+    """Fixed 2D sin-cos position table (MAE/DiT style), row-major over the grid: ``(height * width, dim)``.
+
+    Always computed on the CPU, whatever the default device (a meta build included, see models/meta.py): callers
+    ``copy_`` it into the parameter it initialises, wherever that lives."""
     if dim % 4:
         raise ValueError(f"sincos_2d needs dim divisible by 4, got dim={dim}")
-    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")  # (H, W) each
+    cpu = torch.device("cpu")
+    ys, xs = torch.meshgrid(torch.arange(height, device=cpu), torch.arange(width, device=cpu), indexing="ij")  # (H, W)
     emb_y = sinusoidal_embedding(ys.reshape(-1), dim // 2)  # (H*W, dim/2)
     emb_x = sinusoidal_embedding(xs.reshape(-1), dim // 2)  # (H*W, dim/2)
     return torch.cat([emb_y, emb_x], dim=-1)  # (H*W, dim)

@@ -76,7 +76,7 @@ class SRDiT(nn.Module):
 
         # Main stream.
         self.embed = nn.Linear(p.latent_channels * p.patch_size**2, p.dim)
-        self.pos = nn.Parameter(sincos_2d(grid, grid, p.dim)[None])  # (1, N, D), learned from sincos init
+        self.pos = nn.Parameter(torch.empty(1, grid * grid, p.dim))  # (1, N, D), learned; sincos init below
         self.ref_type = nn.Parameter(torch.zeros(p.dim))
         self.blocks = nn.ModuleList(TransformerBlock(p.dim, p.heads, p.mlp_ratio) for _ in range(p.depth))
         self.head_norm = nn.LayerNorm(p.dim)
@@ -84,7 +84,7 @@ class SRDiT(nn.Module):
 
         # Face stream.
         self.face_embed = nn.Linear(p.latent_channels * p.face_patch_size**2, p.dim)
-        self.face_pos = nn.Parameter(sincos_2d(fine_grid, fine_grid, p.dim)[None])  # (1, Nf_full, D)
+        self.face_pos = nn.Parameter(torch.empty(1, fine_grid * fine_grid, p.dim))  # (1, Nf_full, D), sincos init
         self.face_ref_type = nn.Parameter(torch.zeros(p.dim))
         self.face_context = nn.Linear(p.dim, p.dim)  # main-stream features -> face tokens
         self.face_blocks = nn.ModuleList(TransformerBlock(p.dim, p.heads, p.mlp_ratio) for _ in range(p.face_depth))

@@ -47,11 +47,15 @@ class AudioTimeline:
             self.samples_read += block.size
         self._buffer = np.concatenate(chunks) if len(chunks) > 1 else self._buffer
 
-    def spans(self, n_chunk_frames: int) -> Iterator[Span]:
-        """N chunk spans, each yielded once the audio reaches ``lookahead_frames`` past its end (or has ended)."""
+    def spans(self, n_chunk_frames: int, first_chunk_frames: int | None = None) -> Iterator[Span]:
+        """N chunk spans, each yielded once the audio reaches ``lookahead_frames`` past its end (or has ended).
+
+        The first span is ``first_chunk_frames`` long (default ``n_chunk_frames``): a Wan model's first clip has no
+        motion frames, so it shows more new frames than the later ones.
+        """
         start, index = 0, 0
         while True:
-            end = start + n_chunk_frames
+            end = start + ((first_chunk_frames or n_chunk_frames) if index == 0 else n_chunk_frames)
             self._read_until((end + self.lookahead_frames + 1) * self.samples_per_frame)
             total = self.total_frames
             if total is not None:

@@ -39,6 +39,8 @@ class RenderCheckpoint:
             windows[str(index)] = window.start
         if self.state.i_window is not None:
             tensors["i_window"] = self.state.i_window.latents.contiguous()
+        if self.state.shown is not None:
+            tensors["shown"] = self.state.shown.latents.contiguous()
         cache_len = 0
         if self.decoder_cache is not None:
             for k, frames in enumerate(self.decoder_cache.frames):
@@ -48,6 +50,7 @@ class RenderCheckpoint:
             "frames": self.frames, "steps": self.steps, "n_chunks": self.n_chunks, "i_chunks": self.i_chunks,
             "n_windows": windows, "i_start": self.state.i_window.start if self.state.i_window is not None else None,
             "i_index": self.state.i_index, "decoder_cache": cache_len,
+            "shown_start": self.state.shown.start if self.state.shown is not None else None,
         }  # fmt: skip
         return tensors, meta
 
@@ -57,6 +60,7 @@ class RenderCheckpoint:
             n_windows={int(k): LatentWindow(int(start), tensors[f"n_window.{k}"]) for k, start in meta["n_windows"].items()},
             i_window=LatentWindow(int(meta["i_start"]), tensors["i_window"]) if meta["i_start"] is not None else None,
             i_index=int(meta["i_index"]),
+            shown=LatentWindow(int(meta["shown_start"]), tensors["shown"]) if meta.get("shown_start") is not None else None,
         )
         count = int(meta["decoder_cache"])
         cache = DecoderCache(frames=[tensors[f"decoder_cache.{k}"] for k in range(count)]) if count else None
@@ -70,6 +74,7 @@ class RenderCheckpoint:
             i_window=LatentWindow(self.state.i_window.start, self.state.i_window.latents.to(device))
             if self.state.i_window is not None else None,
             i_index=self.state.i_index,
+            shown=LatentWindow(self.state.shown.start, self.state.shown.latents.to(device)) if self.state.shown is not None else None,
         )  # fmt: skip
         cache = DecoderCache(frames=[f.to(device) for f in self.decoder_cache.frames]) if self.decoder_cache else None
         return RenderCheckpoint(self.frames, self.steps, self.n_chunks, self.i_chunks, state, cache)

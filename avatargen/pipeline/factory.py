@@ -25,7 +25,4 @@ def build_pipeline(
     from avatargen.pipeline.wan_pipeline import WanPipeline
 
     models = place_wan_modules(config, device, parallel)
-    if config.pipeline.interpolate:
-        warn(f"note: model={config.model.name}: clips continue from their motion frames; seams are not regenerated "
-             "(no I chunks for Wan models), so pipeline.interpolate does not apply")  # fmt: skip
     return models, WanPipeline(config, models)

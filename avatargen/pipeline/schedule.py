@@ -86,6 +86,7 @@ class ChunkSchedule:
     interpolate: bool
     seam_frames: int
     anchor_frames: int
+    first_chunk_frames: int | None = None  # the first N span's length when it differs (a Wan model's first clip)
 
     @property
     def seam_left(self) -> int:
@@ -99,7 +100,8 @@ class ChunkSchedule:
         """The N spans of a timeline of known length (the streaming path produces them from the audio instead)."""
         start, index = 0, 0
         while start < total_frames:
-            end = min(start + self.n_chunk_frames, total_frames)
+            length = (self.first_chunk_frames or self.n_chunk_frames) if index == 0 else self.n_chunk_frames
+            end = min(start + length, total_frames)
             yield Span(index, start, end, last=end >= total_frames)
             start, index = end, index + 1
 
@@ -150,8 +152,8 @@ class CheckpointGrid:
     """Timeline frames where the rolling state is checkpointed for resume: every ``f > 0`` with
     ``(f + shift) % period == 0``.
 
-    They are ends of N chunk bodies (``shift`` = the seam's left half, or 0 without I chunks), every
-    ``period / n_chunk_frames`` chunks; right after such a body leaves, no I chunk is pending. The MP4 writer forces
+    They are ends of N chunk bodies (``shift`` = the seam's left half, or 0 without I chunks, less the frames the
+    first N chunk has beyond ``n_chunk_frames``), every ``period / n_chunk_frames`` chunks; right after such a body leaves, no I chunk is pending. The MP4 writer forces
     an IDR keyframe at the same frames, so a resumed run can start a new part of the video there.
     """
 
@@ -166,4 +168,5 @@ def checkpoint_grid(schedule: ChunkSchedule, keyframe_interval: int) -> Checkpoi
     """A checkpoint every whole number of N chunks, about one keyframe interval of video apart (at least one chunk)."""
     chunks = max(1, -(-keyframe_interval // schedule.n_chunk_frames))  # ceil
     shift = schedule.seam_left if schedule.interpolate else 0
+    shift -= (schedule.first_chunk_frames or schedule.n_chunk_frames) - schedule.n_chunk_frames
     return CheckpointGrid(chunks * schedule.n_chunk_frames, shift % (chunks * schedule.n_chunk_frames))

@@ -9,10 +9,10 @@ from torch import Tensor
 
 @dataclass
 class LatentWindow:
-    """Low-resolution latents of timeline frames [start, start + T)."""
+    """Low-resolution latents of timeline frames [start, start + T) (for a Wan model's shown frames: pixels)."""
 
     start: int
-    latents: Tensor  # (1, C, T, h, w)
+    latents: Tensor  # (1, C, T, h, w); shown frames (1, 3, T, H, W)
 
     @property
     def end(self) -> int:
@@ -40,6 +40,7 @@ class RollingState:
     n_windows: dict[int, LatentWindow] = field(default_factory=dict)
     i_window: LatentWindow | None = None
     i_index: int = -1
+    shown: LatentWindow | None = None  # a Wan model's last frames shown (its next motion frames, left anchors)
 
     def window(self, source: str, index: int) -> LatentWindow:
         if source == "I":

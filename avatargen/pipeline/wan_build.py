@@ -17,7 +17,8 @@ from avatargen.config.wan import WanModelConfig
 from avatargen.errors import CheckpointError
 from avatargen.models.wan.clip_vision import CLIPVisionTower
 from avatargen.models.wan.dit import WanDiT
-from avatargen.models.wan.family import WanFamilySpec, Wav2Vec2Encoder, family_spec, wav2vec2_config
+from avatargen.models.wan.family import WanFamilySpec, family_spec
+from avatargen.models.wan.wav2vec2 import Wav2Vec2Encoder, wav2vec2_config
 from avatargen.models.wan.umt5 import UMT5Encoder
 from avatargen.models.wan.vae import WanVAE
 from avatargen.modules import Module

@@ -1,13 +1,34 @@
-"""The Wan pipeline: InfiniteTalk's long-video loop on avatargen's schedule, with constant memory.
+"""The Wan pipeline: InfiniteTalk's long-video loop on avatargen's N/I chunk schedule, with constant memory.
 
-Each N chunk is one clip of the model's length (``clip_frames``, 81 for InfiniteTalk): its first ``motion_frames``
-(9) frames are the last frames already generated, re-encoded by the VAE and pinned, and the rest (72) are new. The
-first clip's motion frames are the reference image held still. Frames leave per clip, decoded by one VAE stream
-carried from clip to clip: the decoder sees the first clip's latents, then each later clip's new latents only, as
-one continuous video (four frames per latent frame), so nothing is decoded twice and the decode never holds more
-than one latent frame's activations. Between clips only the motion frames and the decoder's causal past survive,
-so host and device memory do not grow with the duration. No I chunks: seams are continuous by construction (the
-motion frames), and ``pipeline.interpolate`` does not apply.
+**N chunks.** Each N chunk is one clip of the model's length (``clip_frames``, 81 for InfiniteTalk): its first
+``motion_frames`` (9) frames are the last frames of the previous clip, re-encoded by the VAE and pinned, and the rest
+(72) are new. The first clip is conditioned as InfiniteTalk does it: on the reference as one given frame (its latent
+pinned, the I2V mask marking only the first frame), so all its 81 frames are shown, the first being the reference
+through the VAE. Every clip's I2V conditioning is the reference's (mask on frame 0, the latent of [image, black]).
+
+**I chunks** (``pipeline.interpolate=true``; off by default for Wan models, docs/models.md). The schedule is
+``ChunkSchedule``'s: N0 -> N1 -> I0 -> N2 -> I1 -> ... The I chunk of the seam between clips k and k+1 regenerates
+``model.wan.seam_frames`` frames (half each side of the boundary) in a window of its own, with the I2V mask given
+at both ends (Wan's first-last-frame conditioning): at the start the ``anchor_frames + 1`` frames already shown
+before the seam, re-encoded by the VAE as a new stream (as motion frames are); at the end the latents of clip k+1
+for the ``anchor_frames`` frames after the seam, taken as they are. Both ends are pinned at every step and their
+predictions discarded. The clip's frames [end - seam/2, end) are never shown: the next clip's motion frames among
+them are decoded on a fork of the decoder stream (below) and dropped once re-encoded.
+
+**One decoder stream.** Whatever leaves goes through one VAE decode stream carried across the whole video, in
+timeline order: the first clip's latents up to its seam, the seam's regenerated latents, the next clip's latents
+after the seam, and so on. Every piece is whole 4-frame latent steps on the same grid (clip boundaries, seam halves
+and anchors are multiples of 4 frames past frame 0), so the decoder sees one continuous latent video, each latent
+frame exactly once, and its causal cache always holds the past of the frames just shown: a replaced latent (the
+clip's own version of a seam) never enters it. The motion frames inside a seam are decoded by passing the current
+cache to ``decode`` and dropping the cache it returns (decode never changes the past it is given), so the main stream
+is untouched. Nothing is decoded twice for output, and the decode holds one latent frame of activations at a time.
+
+**Memory.** Between steps only the current and next clip's latents, the last seam's latents, the last
+``max(motion_frames, anchor_frames + 1)`` frames shown and the decoder's causal past survive, so host and device
+memory do not grow with the duration. A resume point, after a clip's frames up to its seam have left (no seam
+pending), holds the frames shown, the clip's latents not yet shown and the decoder's past: ``--resume`` replays the
+schedule without running it and continues with the same frames.
 """
 
 from __future__ import annotations
@@ -21,14 +42,16 @@ from einops import rearrange
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
-from avatargen.config.schema import Config
+from avatargen.config.schema import Config, interpolates
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.pipeline import Progress, RenderStats, check_finite
 from avatargen.pipeline.checkpoint import RenderCheckpoint
-from avatargen.pipeline.schedule import CheckpointGrid, ChunkSchedule
+from avatargen.pipeline.schedule import CheckpointGrid, ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.pipeline.wan_build import WanModelSet
+from avatargen.pipeline.wan_latents import packed_latents, packed_window, trimmed
 from avatargen.models.vae import DecoderCache
+from avatargen.models.wan.conditioning import given_latents_mask
 from avatargen.models.wan.vae import VAEStream
 from avatargen.runtime.memory import trim_host_memory
 from avatargen.stages.decode_publish import FrameSink
@@ -52,15 +75,24 @@ def to_uint8(video: Tensor) -> np.ndarray:
 
 
 class WanPipeline:
-    """Context -> clip sampling -> streamed VAE decode -> sinks, one clip per N chunk (see the module docstring)."""
+    """Context -> clip and seam sampling -> streamed VAE decode -> sinks over the N/I schedule (see the module
+    docstring)."""
 
     def __init__(self, config: Config, models: WanModelSet):
         self.config = config
         self.models = models
         wan, spec = config.model.wan, models.spec
         self.clip_frames, self.motion_frames = spec.clip_frames, spec.motion_frames
-        self.schedule = ChunkSchedule(self.clip_frames - self.motion_frames, self.motion_frames, False, 0, 0)
+        self.step = spec.vae.temporal_stride  # video frames per latent frame (after a stream's first)
+        # The first clip shows all its frames (one given: the reference), each later one its frames after the motion.
+        self.schedule = ChunkSchedule(self.clip_frames - self.motion_frames, self.motion_frames, interpolates(config),
+                                      wan.seam_frames, wan.anchor_frames, first_chunk_frames=self.clip_frames)  # fmt: skip
+        # Frames shown that later steps read: the next clip's motion frames, the next seam's left anchor.
+        self.held_frames = max(self.motion_frames, wan.anchor_frames + 1 if self.schedule.interpolate else 0)
+        # Audio frames before a clip's start that later steps still hear (motion frames, the seam window's start).
+        back = max(self.motion_frames, self.schedule.seam_left + wan.anchor_frames + 1 if self.schedule.interpolate else 0)
         context_frames = round(wan.audio_context_s * config.model.fps)
+        self.audio_back = back + context_frames
         self.context = WanContextStage(
             spec, models.audio_encoder, models.text_encoder, models.image_encoder, models.vae, models.tokenizer,
             config.seed, config.model.fps, context_frames,
@@ -84,8 +116,8 @@ class WanPipeline:
     ) -> RenderStats:
         """Render the whole audio stream into ``sinks`` (the same contract as ``Pipeline.render``).
 
-        A resume point (``on_checkpoint``, at the frames of ``checkpoints``) is taken after a clip: the next clip's
-        motion frames and the decoder's causal past, both bounded by one clip.
+        A resume point (``on_checkpoint``, at the frames of ``checkpoints``) is taken after a clip's frames up to
+        its seam (all of them without I chunks) have left: see the module docstring.
         """
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
@@ -96,97 +128,173 @@ class WanPipeline:
             check_finite(reference.text, "umT5 text encoder", "encoding the prompt")
             check_finite(reference.clip_tokens, "CLIP image encoder", "encoding the reference image")
         audio = AudioTimeline(audio_blocks, self.config.model.sample_rate, self.config.model.fps, self.context.context_frames)
-        motion = reference.image.expand(-1, -1, self.motion_frames, -1, -1)  # (1, 3, m, H, W): the image held still
-        stream: VAEStream | None = None
-        skip = 0
+        state, stream, skip = RollingState(), None, 0
         if resume is not None:
             resume = resume.to(self.models.vae.device)
-            motion, stream, skip = self._restore(resume, reference)
+            state, stream, skip = self._restore(resume, reference)
             stats.frames = stats.resumed_from = resume.frames
-            stats.n_chunks = resume.n_chunks
-        for span in audio.spans(self.schedule.n_chunk_frames):
-            release = span.end - self.motion_frames - self.context.context_frames  # the next clip's first audio
-            if span.index < skip:  # before the resume point: nothing runs, the audio buffer stays bounded
-                if stats.seams is not None and span.start > 0:
-                    stats.seams.append(span.start)
-                audio.release_before(release)
+            stats.n_chunks, stats.i_chunks = resume.n_chunks, resume.i_chunks
+        spans = audio.spans(self.schedule.n_chunk_frames, self.schedule.first_chunk_frames)
+        for number, step in enumerate(self.schedule.steps(spans)):
+            if isinstance(step, NChunk):
+                audio.release_before(step.start - self.audio_back)  # no later step hears earlier audio
+            if number < skip:  # before the resume point: nothing runs
+                if isinstance(step, Emit) and stats.seams is not None and step.start > 0:
+                    stats.seams.append(step.start)
                 continue
             if should_stop is not None and should_stop():
                 stats.stopped = True
                 break
-            motion, stream = self._clip(span.index, span.start, span.end, reference, audio, motion, stream, sinks)
-            stats.n_chunks += 1
+            if isinstance(step, NChunk):
+                self._run_n_chunk(step, reference, audio, state, stream)
+                stats.n_chunks += 1
+                continue
+            if isinstance(step, IChunk):
+                self._run_i_chunk(step, reference, audio, state)
+                stats.i_chunks += 1
+                continue
+            stream = self._emit(step, reference, state, stream, sinks)
             if stats.ttff_s is None:
                 stats.ttff_s = time.perf_counter() - started
-            if stats.seams is not None and span.start > 0:
-                stats.seams.append(span.start)
-            stats.frames += span.end - span.start
-            audio.release_before(release)
+            if stats.seams is not None and step.start > 0:
+                stats.seams.append(step.start)
+            stats.frames += step.end - step.start
             trim_host_memory()
             if on_progress:
-                on_progress(Progress(stats.frames, stats.n_chunks, 0, audio.total_frames, time.perf_counter() - started))
+                on_progress(Progress(stats.frames, stats.n_chunks, stats.i_chunks, audio.total_frames, time.perf_counter() - started))
             finished = audio.total_frames is not None and stats.frames >= audio.total_frames
-            if checkpoints is not None and on_checkpoint is not None and checkpoints.contains(stats.frames) and not finished:
-                on_checkpoint(self._checkpoint(span.index, span.end, stats.frames, stats.n_chunks, motion, stream))
+            if step.source == "N" and checkpoints is not None and on_checkpoint is not None and checkpoints.contains(stats.frames) and not finished:
+                on_checkpoint(self._checkpoint(state, stream, stats, number + 1))
         stats.wall_s = time.perf_counter() - started
         return stats
 
-    def _clip(self, index: int, start: int, end: int, reference: WanReference, audio: AudioTimeline, motion: Tensor,
-              stream: VAEStream | None, sinks: Sequence[FrameSink]) -> tuple[Tensor, VAEStream]:  # fmt: skip
-        """Generate clip ``index`` (timeline frames [start - m, start - m + clip_frames)), send frames [start, end) to
-        the sinks; returns the next clip's motion frames and the decoder stream."""
-        m = self.motion_frames
+    # -- generation ------------------------------------------------------------------------------------------------
+
+    def _sample(self, kind: str, index: int, start: int, frames: int, reference: WanReference, audio: AudioTimeline,
+                given: Tensor, end: Tensor | None = None,
+                condition: Callable[[Tensor], Tensor] | None = None) -> Tensor:  # fmt: skip
+        """Latents (1, z, T, h, w) of the window of ``frames`` video frames from timeline frame ``start`` whose first
+        frames are the pixels ``given`` (1, 3, g, H, W) (and last latents ``end``), as InfiniteTalk samples a clip.
+
+        ``condition`` makes the I2V mask and latents from the given frames' latents (default: the reference's)."""
+        seam = kind == "I"
+        where = f"in {'the seam after clip' if seam else 'clip'} {index}"
         with self.stats.timed("context"):
-            window_audio = self.context.audio_windows(audio, start - m, start - m + self.clip_frames)  # (1, F, 5, L, C)
-            check_finite(window_audio, "wav2vec2 audio encoder", f"in clip {index}")
+            window_audio = self.context.audio_windows(audio, start, start + frames)  # (1, frames, 5, L, C)
+            check_finite(window_audio, "wav2vec2 audio encoder", where)
             with self.models.vae.active() as vae:
-                motion_latents, _ = vae.encode(motion)  # (1, z, 1 + (m - 1) / 4, h, w): a new stream per clip
-            latent_frames = reference.condition.shape[2]
-            noise = self.context.noise(index, (1, motion_latents.shape[1], latent_frames, *motion_latents.shape[3:]))
+                given_latents, _ = vae.encode(given)  # (1, z, 1 + (g - 1) / 4, h, w): a new stream per window
+            latent_frames = 1 + (frames - 1) // self.step
+            noise = self.context.noise(index, (1, given_latents.shape[1], latent_frames, *given_latents.shape[3:]), seam=seam)
+            mask_and_given = None if condition is None else condition(given_latents)  # a seam: both ends given
         with self.stats.timed("a2v"):
-            latents = self.sampler.sample(reference, window_audio, motion_latents, noise)  # (1, z, T, h, w)
-        check_finite(latents, "Wan DiT", f"in clip {index}")
-        # The decoder stream is one video: the first clip whole (its still frames dropped), then only new latents.
-        first = stream is None
-        new_latents = latents if first else latents[:, :, motion_latents.shape[2] :]
+            latents = self.sampler.sample(reference, window_audio, given_latents, noise, end=end, condition=mask_and_given)
+        check_finite(latents, "Wan DiT", where)
+        return latents  # (1, z, T, h, w)
+
+    def _run_n_chunk(self, step: NChunk, reference: WanReference, audio: AudioTimeline, state: RollingState,
+                     stream: VAEStream | None) -> None:  # fmt: skip
+        """Clip ``step.index``: the reference as its one given frame (the first clip) or the motion frames."""
+        if step.index == 0:
+            given, start = reference.image, step.start  # (1, 3, 1, H, W): frame 0 is the reference
+        else:
+            given, start = self._motion_frames(step.index - 1, step.start, state, stream, reference), step.start - self.motion_frames
+            state.n_windows.pop(step.index - 1, None)
+        latents = self._sample("N", step.index, start, self.clip_frames, reference, audio, given)
+        state.n_windows[step.index] = packed_window(start, latents, self.step)
+
+    def _motion_frames(self, index: int, end: int, state: RollingState, stream: VAEStream | None,
+                       reference: WanReference) -> Tensor:  # fmt: skip
+        """The last ``motion_frames`` frames of clip ``index`` (ending at ``end``) as the video has them: the frames
+        shown, then (with I chunks) the clip's frames not shown, decoded on a fork of the stream."""
+        shown = state.shown.latents  # (1, 3, held, H, W), up to the frames left so far
+        window = state.n_windows.get(index)
+        if state.shown.end < end and window is not None:
+            unseen = self._decode(packed_latents(window, state.shown.end, end, self.step), stream, reference)[0]
+            shown = torch.cat([shown, unseen[:, :, : end - state.shown.end]], dim=2)  # the fork's past is dropped
+        return shown[:, :, -self.motion_frames :]  # (1, 3, m, H, W)
+
+    def _run_i_chunk(self, step: IChunk, reference: WanReference, audio: AudioTimeline, state: RollingState) -> None:
+        """The seam between clips ``step.index`` and ``step.index + 1``, given on both sides (module docstring)."""
+        wan = self.config.model.wan
+        anchor, seam_start = wan.anchor_frames, step.seam_start
+        seam_end = seam_start + wan.seam_frames  # whole: the last clip's latents go on past the audio's end
+        if state.shown.end != seam_start:
+            raise RuntimeError(f"seam {step.index} starts at frame {seam_start} but frames up to {state.shown.end} have left")
+        left = state.shown.latents[:, :, -(anchor + 1) :]  # (1, 3, anchor + 1, H, W): shown, before the seam
+        right = packed_latents(state.n_windows[step.index + 1], seam_end, seam_end + anchor, self.step)  # (1, z, a/4, h, w)
+        black = reference.condition[:, 4:, -1:]  # (1, z, 1, h, w): the latent of black frames (nothing given)
+        seam_latents = wan.seam_frames // self.step
+
+        def condition(left_latents: Tensor) -> Tensor:  # the I2V mask and latents: given at both ends
+            given = [True] * left_latents.shape[2] + [False] * seam_latents + [True] * right.shape[2]
+            mask = given_latents_mask(given, *left_latents.shape[3:], temporal_stride=self.step).to(left_latents)
+            middle = black.expand(-1, -1, seam_latents, -1, -1)
+            return torch.cat([mask, torch.cat([left_latents, middle, right], dim=2)], dim=1)  # (1, 4 + z, T, h, w)
+
+        start = seam_start - anchor - 1
+        latents = self._sample("I", step.index, start, 1 + 2 * anchor + wan.seam_frames, reference, audio, left,
+                               end=right, condition=condition)  # fmt: skip
+        state.i_window, state.i_index = packed_window(start, latents, self.step), step.index
+
+    # -- output ----------------------------------------------------------------------------------------------------
+
+    def _decode(self, latents: Tensor, stream: VAEStream | None, reference: WanReference) -> tuple[Tensor, VAEStream]:
+        """Latents -> frames (1, 3, t, H, W) through the decoder stream, one latent frame of activations at a time."""
         parts = []
         with self.stats.timed("decode"), self.models.vae.active() as vae:
-            for k in range(new_latents.shape[2]):  # one latent frame of activations at a time
-                video, stream = vae.decode(new_latents[:, :, k : k + 1], stream)  # (1, 3, 1 or 4, H, W)
+            for k in range(latents.shape[2]):
+                video, stream = vae.decode(latents[:, :, k : k + 1], stream)  # (1, 3, 1 or 4, H, W)
                 parts.append(video)
-        video = torch.cat(parts, dim=2)  # (1, 3, clip_frames or clip_frames - m, H, W): one clip, bounded
+        video = torch.cat(parts, dim=2)
         del parts
-        check_finite(video, "Wan VAE", f"decoding clip {index}")
-        if first:
-            video = video[:, :, m:]  # the still frames the first clip started from
+        check_finite(video, "Wan VAE", "decoding")
         if self.config.model.wan.color_correction:
             video = match_colours(video, reference.image)
+        return video, stream
+
+    def _emit(self, step: Emit, reference: WanReference, state: RollingState, stream: VAEStream | None,
+              sinks: Sequence[FrameSink]) -> VAEStream:  # fmt: skip
+        """Frames [step.start, step.end) of an N clip or a seam through the one decoder stream to the sinks."""
+        window = state.i_window if step.source == "I" else state.n_windows[step.index]
+        video, stream = self._decode(packed_latents(window, step.start, step.end, self.step), stream, reference)
+        video = video[:, :, : step.end - step.start]  # whole latent frames; the last one may pass the audio's end
         with self.stats.timed("publish"):
-            frames = to_uint8(video[:, :, : end - start])  # the last clip stops where the audio does
+            frames = to_uint8(video)
             for sink in sinks:
                 sink.write(frames)
-        motion = video[:, :, -m:].clone()  # (1, 3, m, H, W): the next clip starts from the frames just shown
-        return motion, stream
+        shown = video if state.shown is None else torch.cat([state.shown.latents, video], dim=2)
+        state.shown = LatentWindow(step.end - shown.shape[2], shown).keep_last(self.held_frames)
+        if step.source == "I":
+            state.i_window = None
+        else:  # only the clip's frames not shown yet survive (the seam, with I chunks)
+            rest = trimmed(window, step.end, self.step)
+            if rest is None:
+                del state.n_windows[step.index]
+            else:
+                state.n_windows[step.index] = rest
+        return stream
 
     # -- resume points ---------------------------------------------------------------------------------------------
 
-    def _checkpoint(self, index: int, end: int, frames: int, n_chunks: int, motion: Tensor, stream: VAEStream) -> RenderCheckpoint:
-        """The state after clip ``index``: its last frames (the next motion frames) and the decoder's past (its
-        tensors in tree order; the tree's shape is the VAE's, rebuilt on resume)."""
+    def _checkpoint(self, state: RollingState, stream: VAEStream, stats: RenderStats, steps: int) -> RenderCheckpoint:
+        """The state after a clip's frames up to its seam: the frames shown that later steps read, the clip's
+        latents not shown and the decoder's past (its tensors in tree order; the tree's shape is the VAE's, rebuilt
+        on resume)."""
         leaves, _ = pytree.tree_flatten(stream.past)
-        state = RollingState(n_windows={index: LatentWindow(end - self.motion_frames, motion)})
+        point = RollingState(n_windows=dict(state.n_windows), shown=state.shown)
         past = DecoderCache(frames=[leaf for leaf in leaves if leaf is not None])
-        return RenderCheckpoint(frames, index + 1, n_chunks, 0, state, past)
+        return RenderCheckpoint(stats.frames, steps, stats.n_chunks, stats.i_chunks, point, past)
 
-    def _restore(self, resume: RenderCheckpoint, reference: WanReference) -> tuple[Tensor, VAEStream, int]:
-        """(motion frames, decoder stream, clips to skip) from a resume point."""
-        (window,) = resume.state.n_windows.values()
+    def _restore(self, resume: RenderCheckpoint, reference: WanReference) -> tuple[RollingState, VAEStream, int]:
+        """(rolling state, decoder stream, steps to skip) from a resume point."""
+        if resume.state.shown is None:
+            raise ValueError("the resume point holds no shown frames; it was not written by the Wan pipeline")
         latent = reference.condition[:, 4:, :1]  # (1, z, 1, h, w): any latent frame gives the past's tree shape
         with self.models.vae.active() as vae:
             _, template = vae.decode(latent)
         leaves, spec = pytree.tree_flatten(template.past)
         saved = iter(resume.decoder_cache.frames if resume.decoder_cache is not None else [])
         past = pytree.tree_unflatten([None if leaf is None else next(saved) for leaf in leaves], spec)
-        latents = reference.condition.shape[2]
-        seen = latents + (resume.n_chunks - 1) * (latents - 1 - (self.motion_frames - 1) // self.models.spec.vae.temporal_stride)
-        return window.latents, VAEStream(past=past, frames_seen=seen), resume.steps
+        seen = 1 + (resume.frames - 1) // self.step  # latent frames decoded: frame 0 alone, then 4 per latent
+        return resume.state, VAEStream(past=past, frames_seen=seen), resume.steps

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from avatargen.errors import CheckpointError
+from avatargen.models.meta import build_on_meta
 from avatargen.models.structure import init_random, model_blocks
 from avatargen.runtime.offload import (
     BlockStream,
@@ -43,6 +44,8 @@ from avatargen.runtime.offload import (
 from avatargen.runtime.tensor_source import StateDictSource, TensorSource
 
 POLICIES = ("none", "model", "block", "fsdp")
+
+__all__ = ["POLICIES", "PlacementPlan", "RandomInit", "Weights", "build_on_meta", "check_state_dict", "place"]
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,6 @@ class PlacementPlan:
     resident_blocks: int = 2  # block: most blocks of one model on the device at once
     mesh: Any = None  # fsdp: the DeviceMesh
     fsdp_host_offload: bool = False  # fsdp: shards idle in host memory (CPUOffloadPolicy)
-
-
-def build_on_meta(build: Any) -> nn.Module:
-    """``build()`` on the meta device: the structure and shapes, no weight memory (eval mode, no grads)."""
-    with torch.device("meta"):
-        model = build()
-    return model.eval().requires_grad_(False)
 
 
 def check_state_dict(name: str, model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> None:

@@ -26,7 +26,7 @@ class WanReference:
     negative: Tensor  # (1, Ln, D_text) of the negative prompt
     clip_tokens: Tensor  # (1, Li, D_clip) CLIP tokens of the reference image
     condition: Tensor  # (1, 4 + z, T_lat, h, w): the I2V mask and the latent of [image, black frames]
-    image: Tensor  # (1, 3, 1, H, W) in [-1, 1]: the first clip's motion frames (repeated) and the colour reference
+    image: Tensor  # (1, 3, 1, H, W) in [-1, 1]: the first clip's one given frame and the colour reference
 
 
 class WanContextStage:
@@ -80,7 +80,8 @@ class WanContextStage:
             features = wav2vec2_frame_features(wav2vec2, samples, fps=self.fps)  # (1, frames, layers, C)
         return frame_windows(features[0], margin, margin + stop - start)[None]  # (1, F, 5, layers, C)
 
-    def noise(self, index: int, shape: tuple[int, ...]) -> Tensor:
-        """Seeded noise of clip ``index``: a function of (seed, index) only, so resumed and sharded renders agree."""
-        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + index * 2) % 2**63)
+    def noise(self, index: int, shape: tuple[int, ...], seam: bool = False) -> Tensor:
+        """Seeded noise of clip ``index`` (or of the seam after it): a function of (seed, index, seam) only, so
+        resumed and sharded renders agree."""
+        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + index * 2 + int(seam)) % 2**63)
         return torch.randn(shape, generator=generator).to(self.device)

@@ -1,5 +1,5 @@
 """Wan clip sampling as InfiniteTalk runs it: shifted flow-matching timesteps, classifier-free guidance over text and
-audio, Euler updates, the motion frames' latents pinned at every step.
+audio, Euler updates, the given latents (the motion frames; a seam's anchors on both sides) pinned at every step.
 
 Timesteps: ``linspace(1000, 1, steps)`` then 0, each shifted ``t' = 1000 s u / (1 + (s - 1) u)`` with ``u = t / 1000``.
 Guidance (three DiT passes per step; two when ``text_scale == 1``)::
@@ -40,7 +40,8 @@ class Guidance:
 
 
 class WanSamplerStage:
-    """Generates the latents of one clip whose first latent frames (the motion frames) are given."""
+    """Generates the latents of one clip whose first latent frames (the motion frames) are given, or of one seam
+    window whose first and last latent frames (its anchors) are given."""
 
     def __init__(self, dit: Module, steps: int, shift: float, guidance: Guidance):
         self.dit = dit
@@ -49,21 +50,32 @@ class WanSamplerStage:
         self.guidance = guidance
 
     @torch.inference_mode()
-    def sample(self, reference: WanReference, audio: Tensor, motion: Tensor, noise: Tensor) -> Tensor:
-        """Latents (1, z, T, h, w) of the clip; its first ``motion.shape[2]`` latent frames equal ``motion``.
+    def sample(self, reference: WanReference, audio: Tensor, motion: Tensor, noise: Tensor,
+               end: Tensor | None = None, condition: Tensor | None = None) -> Tensor:  # fmt: skip
+        """Latents (1, z, T, h, w) of the clip; its first ``motion.shape[2]`` latent frames equal ``motion`` (and its
+        last ``end.shape[2]`` equal ``end`` when given).
 
-        ``audio`` (1, F, 5, layers, C) per video frame, ``noise`` (1, z, T, h, w).
+        ``audio`` (1, F, 5, layers, C) per video frame, ``noise`` (1, z, T, h, w); ``condition`` (1, 4 + z, T, h, w)
+        the I2V mask and given latents (default: the reference's, the first frame given).
         """
         g = self.guidance
         pinned = motion.shape[2]
+        tail = 0 if end is None else end.shape[2]
+        condition = reference.condition if condition is None else condition
         silence = torch.zeros_like(audio)
         x = noise.clone()
-        x[:, :, :pinned] = motion
+
+        def pin(x: Tensor) -> None:
+            x[:, :, :pinned] = motion
+            if end is not None:
+                x[:, :, x.shape[2] - tail :] = end
+
+        pin(x)
         times = shifted_timesteps(self.steps, self.shift)
         with self.dit.active() as dit:
 
             def run(text: Tensor, sound: Tensor, t: Tensor) -> Tensor:
-                inputs = i2v_input(x, reference.condition[:, :4], reference.condition[:, 4:])  # (1, 36, T, h, w)
+                inputs = i2v_input(x, condition[:, :4], condition[:, 4:])  # (1, 36, T, h, w)
                 return dit(inputs, t, text, reference.clip_tokens, sound)  # (1, z, T, h, w) fp32
 
             for t_now, t_next in zip(times[:-1], times[1:]):
@@ -77,5 +89,5 @@ class WanSamplerStage:
                     uncond = run(reference.negative, silence, t)
                     v = uncond + g.text_scale * (cond - no_text) + g.audio_scale * (no_text - uncond)
                 x = x - v * ((t_now - t_next) / TRAIN_TIMESTEPS)  # (1, z, T, h, w)
-                x[:, :, :pinned] = motion
+                pin(x)
         return x

@@ -1,5 +1,6 @@
 """`model=wan_tiny`: a render stopped by SIGINT continues with --resume from its last clip (the motion frames and the
-VAE decoder's causal past), and the joined video is exactly the uninterrupted one."""
+VAE decoder's causal past; with I chunks also the clip's latents not yet shown), and the joined video is exactly the
+uninterrupted one."""
 
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from tests.ffmpeg_probe import decode_frames, probe
 WAN = ["model=wan_tiny", "output.gop_seconds=0.32", *FAST]  # a keyframe, so a resume point, every 8-frame clip
 
 
-@pytest.mark.slow  # three CLI runs: ~45 s on the shared 2-core machine
-def test_sigint_then_resume_gives_the_uninterrupted_frames(tmp_path, face_png):
+@pytest.mark.slow  # three CLI runs: ~45 s on the shared 2-core machine (tests/pipeline/test_wan_seams.py: in-process)
+@pytest.mark.parametrize("interpolate", ["false", "true"])
+def test_sigint_then_resume_gives_the_uninterrupted_frames(tmp_path, face_png, interpolate):
     audio = write_speechlike_wav(tmp_path / "a.wav", 2.0)
     reference, out = tmp_path / "reference.mp4", tmp_path / "o.mp4"
-    request = ["render", "-i", str(face_png), "-a", str(audio), "-q", *WAN]
+    request = ["render", "-i", str(face_png), "-a", str(audio), "-q", *WAN, f"pipeline.interpolate={interpolate}"]
     assert run_cli(*request, "-o", str(reference)).returncode == 0
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen([sys.executable, "-m", "avatargen", *request, "-o", str(out)], env=env,

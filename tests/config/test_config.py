@@ -92,3 +92,22 @@ def test_values_that_cannot_run_fail_at_load_naming_the_key(overrides, expected)
         load_config(overrides)
     assert expected in str(error.value) and "\n" not in str(error.value)
 
+
+
+def test_i_chunks_default_on_for_avatargens_models_and_off_for_wan_models():
+    from avatargen.config.schema import interpolates
+
+    assert interpolates(to_config(load_config([])))
+    assert not interpolates(to_config(load_config(["model=wan_tiny"])))
+    assert interpolates(to_config(load_config(["model=wan_tiny", "pipeline.interpolate=true"])))
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [("model.wan.anchor_frames=3", "model.wan.anchor_frames"), ("model.wan.seam_frames=4", "model.wan.seam_frames"),
+     ("model.wan.seam_frames=16", "seam_frames")],  # wan_tiny's clips add 8 frames: a 16-frame seam does not fit
+)
+def test_wan_seam_sizes_off_the_latent_grid_or_too_big_for_a_clip_are_refused_naming_the_key(override, named):
+    with pytest.raises(ConfigError) as error:
+        load_config(["model=wan_tiny", override])
+    assert named in str(error.value) and "\n" not in str(error.value)

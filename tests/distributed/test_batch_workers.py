@@ -70,6 +70,22 @@ def test_a_bad_job_fails_once_whatever_the_number_of_workers_and_is_retried_only
     assert [m.group(1) for m in _lines("\n".join(said), _FAILED)] == ["1"]  # retried once, when asked
 
 
+def test_a_row_that_cannot_run_is_reported_by_one_worker_only(tmp_path):
+    jobs = _jobs(tmp_path, [0.4])
+    with jobs.open("a") as rows:  # job 1: not JSON; job 2: no audio
+        rows.write('{"image": "face.png", "audio": \n' + json.dumps({"image": "face.png", "output": "v2.mp4"}) + "\n")
+    out = tmp_path / "out"
+    workers = [_worker(jobs, out) for _ in range(2)]
+    stderrs = [_finish(w) for w in workers]
+    assert [w.returncode for w in workers] == [2, 2], stderrs  # every worker's report holds both bad rows
+    assert sorted(m.group(1) for stderr in stderrs for m in _lines(stderr, _FAILED)) == ["1", "2"], stderrs
+    assert [m.group(1) for stderr in stderrs for m in _lines(stderr, _DONE)] == ["0"]
+    report = json.loads((out / "batch_report.json").read_text())
+    assert "line 2: not valid JSON" in report["jobs"][1]["error"] and "missing audio" in report["jobs"][2]["error"]
+    status = json.loads(run_cli("batch", "status", str(out), "--json").stdout)
+    assert (status["done"], status["running"]) == (1, 0)  # the bad rows' hidden claims are not jobs of their own
+
+
 @pytest.mark.slow
 def test_three_workers_render_every_job_once_and_the_same_frames_as_one_worker(tmp_path):
     jobs = _jobs(tmp_path, [0.9, 0.2, 0.5, 0.3, 0.8, 0.2, 0.6, 0.4, 0.3])  # uneven lengths

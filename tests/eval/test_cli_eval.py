@@ -45,3 +45,19 @@ def test_eval_json_and_sheet_on_a_talking_photo(tmp_path: Path) -> None:
     assert report["offset_frames"] == 0 and report["face_found"] == 1.0 and "curves" not in report
     image = np.asarray(Image.open(sheet))
     assert image.shape[0] > 600 and image.shape[1] > 1000 and image.std() > 20  # a drawn sheet, not a blank
+
+
+def test_eval_measures_a_video_whose_name_ffmpeg_would_read_as_a_protocol(tmp_path: Path) -> None:
+    # A relative name starting with "concat:" is a legal file name; bare, ffmpeg opens the concat protocol on "a|b.mp4"
+    # (two files, neither there) instead of the file itself. With --sheet the thumbnails are decoded too.
+    audio, openness = clips.speech(2.0)
+    clips.write_mp4(tmp_path / "concat:a|b.mp4", clips.talking_frames(openness))
+    clips.write_wav(tmp_path / "talk.wav", audio)
+    result = subprocess.run(
+        [sys.executable, "-m", "avatargen", "eval", "concat:a|b.mp4", "-a", "talk.wav", "--sheet", "sheet.png", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["face_found"] == 1.0 and report["frames"] == 50, report
+    assert np.asarray(Image.open(tmp_path / "sheet.png")).std() > 20  # thumbnails drawn from the same file

@@ -135,9 +135,36 @@ def test_the_state_between_clips_does_not_grow_with_the_duration():
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1"]))
     models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
     sizes = []
-    audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s: 10 clips
+    audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s = 75 frames: 13 + 8 x 8, 9 clips
     on_checkpoint = lambda point: sizes.append(sum(t.numel() * t.element_size() for t in point.tensors()))  # noqa: E731
     stats = WanPipeline(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [_Frames()],
-                                               checkpoints=CheckpointGrid(8, 0), on_checkpoint=on_checkpoint)  # fmt: skip
-    assert stats.n_chunks == 10 and len(sizes) == 9  # a resume point after every clip but the last
-    assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 9
+                                               checkpoints=CheckpointGrid(8, 3), on_checkpoint=on_checkpoint)  # fmt: skip
+    assert stats.n_chunks == 9 and len(sizes) == 8  # a resume point after every clip but the last (frames 13, 21, ...)
+    assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 8
+
+
+def test_the_first_clip_starts_from_the_reference_as_one_given_frame():
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.wan_build import place_wan_modules
+    from avatargen.pipeline.wan_pipeline import WanPipeline, to_uint8
+    from avatargen.runtime.distributed import ParallelContext, world_info
+    from avatargen.stages.context import image_to_tensor
+
+    torch.set_num_threads(1)
+    reference = np.zeros((64, 64, 3), dtype=np.uint8)
+    reference[:], reference[8:40, 20:52] = (200, 90, 60), (40, 160, 210)
+    config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2"]))
+    models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+    sink = _Frames()
+    WanPipeline(config, models).render(reference, [np.sin(np.arange(8000) / 10).astype(np.float32)], [sink])  # 0.5 s
+    video = np.concatenate(sink.frames)
+    assert video.shape[0] == 13  # one clip, every frame of it shown (the given frame is the video's first)
+    with torch.inference_mode(), models.vae.active() as vae:
+        latent, _ = vae.encode(image_to_tensor(reference, torch.device("cpu"))[:, :, None])  # (1, z, 1, 8, 8)
+        round_trip = to_uint8(vae.decode(latent)[0])[0]  # (64, 64, 3): the reference through the VAE
+    assert np.array_equal(video[0], round_trip)
+    # Only that one frame is given: the rest of the clip is generated, not the reference held still.
+    assert all(np.abs(frame.astype(int) - round_trip).mean() > 2.0 for frame in video[1:])

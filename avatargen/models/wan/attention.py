@@ -21,8 +21,10 @@ def _attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return out.transpose(1, 2).flatten(2)  # (B, Lq, H*D)
 
 
-class SelfAttention(nn.Module):
-    """Full self-attention over the video tokens with q/k RMS norm and 3D RoPE."""
+class _NormedQKVAttention(nn.Module):
+    """What both Wan attentions share, under the reference's names: ``q``/``k``/``v``/``o`` projections of ``dim``
+    and RMS norms of the queries and keys over the full width (``norm_q``/``norm_k``), in the reference's order
+    (state-dict keys and the random init's draws follow it)."""
 
     def __init__(self, dim: int, heads: int, eps: float) -> None:
         super().__init__()
@@ -36,26 +38,34 @@ class SelfAttention(nn.Module):
         self.norm_q = RMSNorm(dim, eps)
         self.norm_k = RMSNorm(dim, eps)
 
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, dim) -> (B, L, H, D)."""
+        return x.unflatten(-1, (self.heads, -1))
+
+    def queries(self, x: Tensor) -> Tensor:
+        """``x`` (B, L, dim) -> normed queries (B, L, H, D)."""
+        return self.split_heads(self.norm_q(self.q(x)))
+
+    def keys_values(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """``context`` (B, Lk, dim) -> normed keys and values, (B, Lk, H, D) each."""
+        return self.split_heads(self.norm_k(self.k(context))), self.split_heads(self.v(context))
+
+
+class SelfAttention(_NormedQKVAttention):
+    """Full self-attention over the video tokens with q/k RMS norm and 3D RoPE."""
+
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
         """``x`` (B, L, dim), ``rope`` (cos, sin) each (L, head_dim/2) -> (B, L, dim)."""
-        q = self.norm_q(self.q(x)).unflatten(-1, (self.heads, -1))  # (B, L, H, D)
-        k = self.norm_k(self.k(x)).unflatten(-1, (self.heads, -1))  # (B, L, H, D)
-        v = self.v(x).unflatten(-1, (self.heads, -1))  # (B, L, H, D)
+        q = self.queries(x)  # (B, L, H, D)
+        k, v = self.keys_values(x)  # (B, L, H, D) each
         return self.o(_attend(apply_rope(q, *rope), apply_rope(k, *rope), v))  # (B, L, dim)
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(_NormedQKVAttention):
     """Cross-attention to the text tokens, plus (``with_image``) a second attention to the CLIP image tokens."""
 
     def __init__(self, dim: int, heads: int, eps: float, with_image: bool) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.o = nn.Linear(dim, dim)
-        self.norm_q = RMSNorm(dim, eps)
-        self.norm_k = RMSNorm(dim, eps)
+        super().__init__(dim, heads, eps)
         self.with_image = with_image
         if with_image:
             self.k_img = nn.Linear(dim, dim)
@@ -64,15 +74,13 @@ class CrossAttention(nn.Module):
 
     def forward(self, x: Tensor, text: Tensor, image: Tensor | None) -> Tensor:
         """``x`` (B, L, dim), ``text`` (B, Lt, dim), ``image`` (B, Li, dim) or None -> (B, L, dim)."""
-        q = self.norm_q(self.q(x)).unflatten(-1, (self.heads, -1))  # (B, L, H, D)
-        k = self.norm_k(self.k(text)).unflatten(-1, (self.heads, -1))  # (B, Lt, H, D)
-        v = self.v(text).unflatten(-1, (self.heads, -1))  # (B, Lt, H, D)
-        out = _attend(q, k, v)  # (B, L, dim)
+        q = self.queries(x)  # (B, L, H, D)
+        out = _attend(q, *self.keys_values(text))  # (B, L, dim)
         if self.with_image:
             if image is None:
                 raise ValueError("this Wan DiT is image-to-video: pass the CLIP image tokens (clip_tokens)")
-            k_img = self.norm_k_img(self.k_img(image)).unflatten(-1, (self.heads, -1))  # (B, Li, H, D)
-            v_img = self.v_img(image).unflatten(-1, (self.heads, -1))  # (B, Li, H, D)
+            k_img = self.split_heads(self.norm_k_img(self.k_img(image)))  # (B, Li, H, D)
+            v_img = self.split_heads(self.v_img(image))  # (B, Li, H, D)
             out = out + _attend(q, k_img, v_img)  # (B, L, dim)
         return self.o(out)  # (B, L, dim)
 

@@ -27,6 +27,14 @@ def i2v_mask(latent_frames: int, height: int, width: int, known_frames: int = 1,
     return mask[None, :, :, None, None].expand(1, -1, -1, height, width).contiguous()
 
 
+def given_latents_mask(given: list[bool], height: int, width: int, temporal_stride: int = 4) -> Tensor:
+    """The mask channels ``(1, temporal_stride, len(given), height, width)`` of a window whose latent frames are
+    each wholly given or not (1 on all four channels of a given latent frame): the first and last latent frames of a
+    seam window, with anchors on both sides (Wan's first-last-frame conditioning, FLF2V, marks frames the same way)."""
+    mask = torch.tensor(given, dtype=torch.float32)[None, :].expand(temporal_stride, -1)  # (stride, T)
+    return mask[None, :, :, None, None].expand(1, -1, -1, height, width).contiguous()
+
+
 def i2v_input(noisy: Tensor, mask: Tensor, given_latent: Tensor) -> Tensor:
     """The DiT input: ``noisy`` (B, 16, T, h, w), ``mask`` (1 or B, 4, T, h, w), ``given_latent`` (B, 16, T, h, w)
     -> (B, 36, T, h, w)."""

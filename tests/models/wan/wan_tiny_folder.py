@@ -9,7 +9,8 @@ from safetensors.torch import save_file
 
 from avatargen.config.wan import WAN_DIR
 from avatargen.models.wan import CLIPVisionTower, UMT5Encoder, WanDiT, WanVAE
-from avatargen.models.wan.family import Wav2Vec2Encoder, family_spec, wav2vec2_config
+from avatargen.models.wan.family import family_spec
+from avatargen.models.wan.wav2vec2 import Wav2Vec2Encoder, wav2vec2_config
 
 ADAPTER_PARTS = ("audio_proj.", ".audio_cross_attn.", ".norm_x.")
 

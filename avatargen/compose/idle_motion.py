@@ -1,0 +1,375 @@
+"""Idle motion: the small, continuous sway of a head and the blinks of a person listening or talking, as one warp
+of each composited frame (the compositor's ``warp`` hook).
+
+It is procedural and seeded, not learned. Every frame is a pure function of (seed, frame index): the head follows
+a few seeded sinusoids per degree of freedom with incommensurate periods of several seconds (so it never repeats
+with any chunk length), and blink onsets come from a seeded renewal process with intervals of 0.5-1.5x the mean.
+A frame computed alone, out of order, after a resume or in any chunking gives the same pixels.
+
+Head motion: a small translation, a roll about the neck and a slight nod (the inner face moving down against the
+outline), applied in full inside an ellipse over the head (hair and ears included) placed from the ``FaceLayout``,
+falling smoothly to zero towards the neck, the shoulders and the background, which stay put.
+
+Blinks: per eye, from its two corner landmarks, the strip of skin above the eye is stretched down over it, its lower
+edge (the lash line) sliding down to meet the lower lid, which rises a little; the eye between them is covered, not
+squashed; what they hide takes the cheek's colour where the stretched pixels are not skin. Both fields are
+composed into one sampling grid (head motion of the eyelid-warped reference) and applied with one bilinear
+``grid_sample`` inside the head's bounding box.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from avatargen.compose.layout import FaceLayout
+from avatargen.errors import ConfigError
+
+# The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
+# and down the face (v). Measured on training avatars (hair and ears inside) and skimage's astronaut.
+_HEAD_BELOW_EYES = 0.16  # ellipse centre
+_HEAD_HALF_WIDTH = 0.62
+_HEAD_HALF_HEIGHT = 0.80
+_FIELD_CELLS = 96  # the head field is computed on a grid of at least this many cells along the box's shorter side
+_RIGID_INSIDE = 0.85  # elliptical radius up to which the head moves as one piece
+_STILL_OUTSIDE = 1.20  # ... and from which nothing moves
+_PIVOT_BELOW_EYES = 0.95  # the roll turns the head about the neck
+# The inner face (eyes, nose, mouth) that a nod moves against the outline.
+_INNER_BELOW_EYES = 0.30
+_INNER_HALF_WIDTH = 0.42
+_INNER_HALF_HEIGHT = 0.55
+
+# Shares of the amplitude per degree of freedom (the amplitude is in pixels per 100 px of face width).
+_SWAY_X, _SWAY_Y, _ROLL_AT_EYES, _NOD = 1.0, 0.6, 0.8, 0.5
+_SWAY_TERMS = (1.0, 0.6, 0.35)  # relative weights of each degree's three sinusoids
+_PERIODS_S = (2.5, 9.0)  # their periods are drawn log-uniformly in this range
+
+# The eye, in eye widths (corner to corner) from the eye centre: s along the eye (unit: _EYE_HALF_SPAN widths),
+# t across it (down positive). The lids' heights follow cos(pi s / 2) ** 0.8, the shape of an eye opening.
+_EYE_HALF_SPAN = 0.85  # drawn eyes reach a little past the detector's corners
+_UPPER_LID = 0.50  # the upper lid's edge above the centre line
+_LOWER_LID = 0.34  # the lower lid's edge below it
+_SKIN_ABOVE = 0.60  # the skin stretched over the eye starts this far above (below the brow)
+_SKIN_BELOW = 0.62  # the lower lid's skin reaches this far below
+_LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
+_CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
+_SKIN_TOLERANCE = 16.0  # grey levels from it a lid's pixel may differ in full; twice that: the cheek's colour
+_SKIN_FADE = 0.08  # eye widths over which a lid's own pixels give way to that colour
+_MEET = 0.70  # where the lids meet when shut: this fraction of the way from the upper lid to the lower one
+
+# A blink's closure over its duration: closing, shut, opening (fractions of the duration).
+_CLOSING, _SHUT = 0.30, 0.15
+_BLINK_GAP = (0.5, 1.5)  # intervals between onsets: this range times the mean interval (60 / blinks_per_minute)
+
+
+@dataclass(frozen=True)
+class IdleMotionSettings:
+    """``head_motion``: sway on/off; ``head_amplitude``: its size in pixels per 100 px of face width (peak of the
+    sway; the eval measures a 5-95 % range of about twice it); ``blinks_per_minute``: mean rate, 0 = no blinks;
+    ``blink_seconds``: closing + shut + opening."""
+
+    head_motion: bool = True
+    head_amplitude: float = 1.5
+    blinks_per_minute: float = 15.0
+    blink_seconds: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.head_amplitude <= 10.0:
+            raise ConfigError(f"idle_motion.head_amplitude={self.head_amplitude}: use 0-10 px per 100 px of face width")
+        if not 0.0 <= self.blinks_per_minute <= 60.0:
+            raise ConfigError(f"idle_motion.blinks_per_minute={self.blinks_per_minute}: use 0 (off) to 60")
+        if not 0.05 <= self.blink_seconds <= 1.0:
+            raise ConfigError(f"idle_motion.blink_seconds={self.blink_seconds}: use 0.05-1.0 s")
+
+    @property
+    def active(self) -> bool:
+        """False when these settings move nothing (the hook can then be left out)."""
+        return (self.head_motion and self.head_amplitude > 0) or self.blinks_per_minute > 0
+
+
+class Eye(NamedTuple):
+    """One eye from its two corner landmarks, in the head box's pixels: its centre, unit vectors along it (to the
+    image's right) and across it (down the face), and its width corner to corner."""
+
+    centre: torch.Tensor  # (2,) x, y
+    along: torch.Tensor  # (2,)
+    down: torch.Tensor  # (2,)
+    width: float
+
+
+@dataclass(frozen=True)
+class Lid:
+    """One eye's lids in one frame, over its window of the head box: ``covered`` (eh, ew) in [0, 1], how far a
+    pixel the lids now hide may give way to ``skin`` (3,), the cheek's colour below the eye; ``lash`` (eh, ew) the
+    lash line's darkening."""
+
+    covered: torch.Tensor
+    lash: torch.Tensor
+    skin: torch.Tensor
+
+
+class IdleMotion:
+    """Head sway and blinks for frames of ``frame_size`` (H, W) at ``fps`` whose face is at ``layout``.
+
+    ``warp(frame, frame_index)`` is the compositor's hook. Nothing is carried between calls except a memo of the
+    seeded blink onsets (the same list whatever order frames are asked in).
+    """
+
+    def __init__(self, layout: FaceLayout, frame_size: tuple[int, int], fps: int, seed: int,
+                 settings: IdleMotionSettings = IdleMotionSettings()) -> None:  # fmt: skip
+        self.layout = layout
+        self.frame_size = (int(frame_size[0]), int(frame_size[1]))
+        self.fps = int(fps)
+        self.seed = int(seed)
+        self.settings = settings
+        width = float(layout.face_width)
+        eyes = layout.points[:4].mean(axis=0)
+        along = layout.eye_right - layout.eye_left
+        self._u = along / max(float(np.linalg.norm(along)), 1e-6)  # (2,) along the eyes, to the image's right
+        self._v = np.array([-self._u[1], self._u[0]])  # (2,) down the face
+        self._head_centre = eyes + _HEAD_BELOW_EYES * width * self._v
+        self._pivot = eyes + _PIVOT_BELOW_EYES * width * self._v
+        self._amplitude = settings.head_amplitude * width / 100.0 if settings.head_motion else 0.0
+        self._sway = _sway_terms(self.seed)  # (4, 3, 3) per degree, per term: weight, angular frequency, phase
+        self._onsets = np.zeros(0)
+        self._box = self._head_box()
+        self._grid_setup()
+
+    # ------------------------------------------------------------------ public
+    def warp(self, frame: np.ndarray, frame_index: int) -> np.ndarray:
+        """Frame ``frame_index`` moved: (H, W, 3) uint8 -> (H, W, 3) uint8 (the input itself when nothing moves)."""
+        if frame.shape[:2] != self.frame_size:
+            raise ValueError(f"idle motion was set up for {self.frame_size} frames, got {frame.shape[:2]}")
+        closure = self.eye_closure(frame_index)
+        pose = self.head_pose(frame_index)
+        if self._box is None or (closure == 0.0 and not any(pose)):
+            return frame
+        top, bottom, left, right = self._box
+        crop = torch.from_numpy(np.ascontiguousarray(frame[top:bottom, left:right]))  # (h, w, 3) uint8
+        source, lids = self._source_points(frame, pose, closure)  # (h, w, 2) x, y in crop pixels; the lids
+        h, w = crop.shape[:2]
+        grid = source.mul_(torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])).sub_(1.0)[None]  # (1, h, w, 2)
+        image = crop.permute(2, 0, 1)[None].float()  # (1, 3, h, w)
+        # A pixel whose source is itself comes back as its own value: the unmoved background stays bit-exact.
+        sampled = F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)[0]  # (3, h, w)
+        for rows, cols, lid in lids:
+            window = sampled[:, rows, cols]  # (3, eh, ew) a view
+            # What the lid covers is skin: where the stretched pixels are not (an iris past a big eye's lid line, a
+            # brow sitting close above), it takes the cheek's colour.
+            unlike_skin = ((window - lid.skin[:, None, None]).abs().amax(dim=0) - _SKIN_TOLERANCE) / _SKIN_TOLERANCE
+            window += (unlike_skin.clamp_(0.0, 1.0) * lid.covered) * (lid.skin[:, None, None] - window)
+            window *= 1.0 - lid.lash
+        sampled = sampled.add_(0.5).clamp_(0, 255).to(torch.uint8)  # rounded
+        out = frame.copy()
+        out[top:bottom, left:right] = sampled.permute(1, 2, 0).numpy()
+        return out
+
+    def head_pose(self, frame_index: int) -> tuple[float, float, float, float]:
+        """(dx, dy, roll radians, nod) of frame ``frame_index``: pixels, positive right / down / clockwise / down."""
+        if self._amplitude == 0.0:
+            return (0.0, 0.0, 0.0, 0.0)
+        t = frame_index / self.fps
+        weight, omega, phase = self._sway[..., 0], self._sway[..., 1], self._sway[..., 2]  # (4, 3) each
+        wave = (weight * np.sin(omega * t + phase)).sum(axis=1)  # (4,) in about [-1, 1]
+        reach = max(float(np.linalg.norm(self._pivot - self.layout.points[:4].mean(axis=0))), 1.0)
+        a = self._amplitude
+        return (float(a * _SWAY_X * wave[0]), float(a * _SWAY_Y * wave[1]), float(a * _ROLL_AT_EYES * wave[2] / reach),
+                float(a * _NOD * wave[3]))
+
+    def eye_closure(self, frame_index: int) -> float:
+        """How shut the eyes are in frame ``frame_index``: 0 open .. 1 shut."""
+        if self.settings.blinks_per_minute <= 0:
+            return 0.0
+        t = frame_index / self.fps
+        duration = self.settings.blink_seconds
+        onsets = self.blink_onsets(t + duration)
+        recent = onsets[(onsets <= t) & (onsets > t - duration)]
+        return max((_closure((t - onset) / duration) for onset in recent), default=0.0)
+
+    def blink_onsets(self, until_s: float) -> np.ndarray:
+        """Every blink onset (seconds) up to ``until_s``: the first part of one seeded sequence."""
+        while not len(self._onsets) or self._onsets[-1] < until_s:
+            self._onsets = _onsets(self.seed, self.settings.blinks_per_minute, 2 * len(self._onsets) + 64)
+        return self._onsets[self._onsets <= until_s]
+
+    # ------------------------------------------------------------------ geometry
+    def _head_box(self) -> tuple[int, int, int, int] | None:
+        """(top, bottom, left, right) of the pixels the head field can move, clipped to the frame; None: none."""
+        width = self.layout.face_width
+        a, b = _HEAD_HALF_WIDTH * width * _STILL_OUTSIDE, _HEAD_HALF_HEIGHT * width * _STILL_OUTSIDE
+        half_x = math.hypot(a * self._u[0], b * self._v[0]) + 2
+        half_y = math.hypot(a * self._u[1], b * self._v[1]) + 2
+        cx, cy = self._head_centre
+        height, frame_width = self.frame_size
+        top, bottom = max(0, int(math.floor(cy - half_y))), min(height, int(math.ceil(cy + half_y)) + 1)
+        left, right = max(0, int(math.floor(cx - half_x))), min(frame_width, int(math.ceil(cx + half_x)) + 1)
+        return (top, bottom, left, right) if bottom > top + 1 and right > left + 1 else None
+
+    def _grid_setup(self) -> None:
+        """The per-pixel constants of the box: coordinates, head and inner-face weights, per-eye frames."""
+        if self._box is None:
+            return
+        top, bottom, left, right = self._box
+        h, w = bottom - top, right - left
+        self._size = (h, w)
+        # The head field is smooth (affine inside, a falloff over a third of a face width): computed on a coarse
+        # grid through the box's corners and upsampled bilinearly, it is the same to a hundredth of a pixel.
+        stride = max(1, min(h, w) // _FIELD_CELLS)
+        rows, cols = -(-(h - 1) // stride) + 1, -(-(w - 1) // stride) + 1
+        ys, xs = torch.meshgrid(torch.linspace(top, bottom - 1, rows), torch.linspace(left, right - 1, cols),
+                                indexing="ij")  # fmt: skip
+        self._origin = torch.tensor([float(left), float(top)])
+        frame_points = torch.stack([xs, ys], dim=-1)  # (rows, cols, 2) frame pixels
+        self._points = frame_points - self._origin  # (rows, cols, 2) crop pixels
+        width = self.layout.face_width
+        eyes = self.layout.points[:4].mean(axis=0)
+        self._head_weight = self._ellipse_weight(frame_points, self._head_centre, _HEAD_HALF_WIDTH * width,
+                                                 _HEAD_HALF_HEIGHT * width, _RIGID_INSIDE, _STILL_OUTSIDE)  # fmt: skip
+        inner_centre = eyes + _INNER_BELOW_EYES * width * self._v
+        self._inner_weight = self._ellipse_weight(frame_points, inner_centre, _INNER_HALF_WIDTH * width,
+                                                  _INNER_HALF_HEIGHT * width, 0.5, 1.1)  # fmt: skip
+        self._eyes = [self._eye_frame(self.layout.points[0:2]), self._eye_frame(self.layout.points[2:4])]
+        self._eye_windows = [self._eye_window(eye) for eye in self._eyes]
+
+    def _ellipse_weight(self, points: torch.Tensor, centre: np.ndarray, half_u: float, half_v: float,
+                        inside: float, outside: float) -> torch.Tensor:  # fmt: skip
+        """1 within ``inside`` of the ellipse's radius, smoothly 0 from ``outside`` -> (h, w)."""
+        offset = points - torch.tensor(centre, dtype=torch.float32)  # (h, w, 2)
+        u = offset @ torch.tensor(self._u, dtype=torch.float32)
+        v = offset @ torch.tensor(self._v, dtype=torch.float32)
+        radius = torch.sqrt((u / half_u) ** 2 + (v / half_v) ** 2)  # (h, w)
+        x = ((radius - inside) / (outside - inside)).clamp(0.0, 1.0)
+        return 1.0 - x * x * (3.0 - 2.0 * x)
+
+    def _eye_frame(self, corners: np.ndarray) -> Eye:
+        """(centre, along, down) in crop pixels and the eye's width, from its two corner landmarks."""
+        along = corners[0] - corners[1]
+        if along @ self._u < 0:
+            along = -along
+        width = max(float(np.linalg.norm(along)), 1.0)
+        along = along / width
+        down = np.array([-along[1], along[0]])
+        centre = corners.mean(axis=0) - self._origin.numpy()
+        as_tensor = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+        return Eye(as_tensor(centre), as_tensor(along), as_tensor(down), width)
+
+    def _eye_window(self, eye: Eye) -> tuple[slice, slice]:
+        """The rows and columns of the box the eyelid field of ``eye`` can reach, however the head has moved (the
+        eyelids move points of the unmoved face, at most the sway's full reach from where they are drawn)."""
+        centre, _, _, width = eye
+        sway = self._amplitude * (_SWAY_X + _SWAY_Y + _ROLL_AT_EYES + _NOD)
+        reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW) * width + sway + 2.0
+        h, w = self._size
+        x, y = float(centre[0]), float(centre[1])
+        rows = slice(max(0, int(y - reach)), min(h, int(math.ceil(y + reach)) + 1))
+        cols = slice(max(0, int(x - reach)), min(w, int(math.ceil(x + reach)) + 1))
+        return rows, cols
+
+    # ------------------------------------------------------------------ the sampling grid
+    def _source_points(self, frame: np.ndarray, pose: tuple[float, float, float, float],
+                       closure: float) -> tuple[torch.Tensor, list[tuple[slice, slice, Lid]]]:  # fmt: skip
+        """Where each output pixel of the box samples the input -> (h, w, 2) crop pixels: the inverse head motion,
+        then the eyelids of the unmoved face; and per eye window (rows, cols, its ``Lid``) when blinking."""
+        dx, dy, roll, nod = pose
+        xs, ys = self._points[..., 0], self._points[..., 1]  # (rows, cols) each: the coarse grid
+        # The rigid inverse R(-roll) (p - pivot - d) + pivot, minus p, is affine in p: (R(-roll) - I) p + offset.
+        c, s = math.cos(roll), math.sin(roll)
+        pivot = self._pivot - self._origin.numpy()
+        offset = pivot - np.array([[c, s], [-s, c]]) @ (pivot + np.array([dx, dy]))
+        nod_x, nod_y = nod * self._v
+        weight, inner = self._head_weight, self._inner_weight
+        source_x = torch.addcmul(xs, weight, xs * (c - 1.0) + ys * s + float(offset[0])).sub_(inner, alpha=nod_x)
+        source_y = torch.addcmul(ys, weight, xs * -s + ys * (c - 1.0) + float(offset[1])).sub_(inner, alpha=nod_y)
+        points = torch.stack([source_x, source_y])  # (2, rows, cols)
+        if points.shape[1:] != self._size:
+            points = F.interpolate(points[None], size=self._size, mode="bilinear", align_corners=True)[0]
+        points = points.permute(1, 2, 0)  # (h, w, 2)
+        lids = []
+        if closure > 0.0:
+            for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
+                points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure)
+                lids.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
+        return points, lids
+
+
+def _eyelids(points: torch.Tensor, eye: Eye, closure: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
+    lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); and the darkening (h, w) of the lash
+    line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none)."""
+    centre, along, down, width = eye
+    offset = points - centre  # (h, w, 2)
+    s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
+    t = (offset @ down) / width  # (h, w) eye widths, down positive
+    shape = torch.cos(0.5 * math.pi * s.clamp(-1.0, 1.0)).clamp_min(0.0) ** 0.5  # (h, w): 0 at and past the corners
+    upper, lower = -_UPPER_LID * shape, _LOWER_LID * shape
+    meet = upper + _MEET * (lower - upper)
+    upper_now = upper + closure * (meet - upper)  # where the upper lid's edge is drawn
+    lower_now = lower + closure * (meet - lower)
+    top, bottom = -_SKIN_ABOVE, _SKIN_BELOW
+    source = t.clone()
+    above = (t >= top) & (t <= upper_now)  # skin stretched down over the eye
+    source = torch.where(above, top + (t - top) * (upper - top) / (upper_now - top), source)
+    below = (t >= lower_now) & (t <= bottom)  # the lower lid pushed up
+    source = torch.where(below, bottom - (bottom - t) * (bottom - lower) / (bottom - lower_now), source)
+    inside = s.abs() < 1.0
+    shift = torch.where(inside, source - t, torch.zeros_like(t)) * width  # (h, w) pixels along ``down``
+    thickness = max(_LASH_THICKNESS * width, 0.7)  # pixels
+    edge = (t - upper_now) * width / thickness  # (h, w) lash thicknesses below the upper lid's edge
+    lash = _LASH_DARKNESS * closure * shape * torch.exp(-edge * edge) * inside  # (h, w)
+    # Within the part of the opening a lid now hides, fading in over _SKIN_FADE from its edges (no seam in a photo).
+    under_upper = torch.minimum(t - upper, upper_now - t)  # (h, w) eye widths inside the band, < 0 outside
+    under_lower = torch.minimum(t - lower_now, lower - t)
+    depth = torch.maximum(under_upper, under_lower).clamp(0.0, _SKIN_FADE) / _SKIN_FADE
+    side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
+    covered = depth * side * closure**2  # (h, w): a lid barely moved keeps its own pixels, a shut one is skin
+    return points + shift[..., None] * down, covered, lash
+
+
+def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:
+    """(3,) the median colour of ``frame``'s skin just below one eye (a pure function of the frame's pixels)."""
+    centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
+    width = eye[3]
+    s, t = np.meshgrid(np.linspace(-0.3, 0.3, 7), np.linspace(*_CHEEK_BAND, 5))  # eye widths
+    where = centre + origin + (s[..., None] * along + t[..., None] * down) * width  # (5, 7, 2) x, y
+    height, frame_width = frame.shape[:2]
+    x = np.clip(np.rint(where[..., 0]).astype(int), 0, frame_width - 1)
+    y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
+    return torch.from_numpy(np.median(frame[y, x].reshape(-1, 3), axis=0).astype(np.float32))
+
+
+def _closure(phase: float) -> float:
+    """Eye closure at ``phase`` (0..1) of a blink: a smooth close, a moment shut, a slower smooth open."""
+    if phase < _CLOSING:
+        x = phase / _CLOSING
+    elif phase < _CLOSING + _SHUT:
+        return 1.0
+    else:
+        x = (1.0 - phase) / (1.0 - _CLOSING - _SHUT)
+    x = min(max(x, 0.0), 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def _sway_terms(seed: int) -> np.ndarray:
+    """(4, 3, 3): for dx, dy, roll and nod, three sinusoids as (weight, angular frequency, phase); the weights of a
+    degree sum to 1, so each moves within [-1, 1]."""
+    rng = np.random.default_rng([seed, 0x1D1E])
+    periods = np.exp(rng.uniform(*np.log(_PERIODS_S), size=(4, 3)))  # (4, 3) seconds
+    weights = np.broadcast_to(np.asarray(_SWAY_TERMS) / sum(_SWAY_TERMS), (4, 3))
+    phases = rng.uniform(0.0, 2 * math.pi, size=(4, 3))
+    return np.stack([weights, 2 * math.pi / periods, phases], axis=-1)
+
+
+def _onsets(seed: int, blinks_per_minute: float, count: int) -> np.ndarray:
+    """The first ``count`` blink onsets (seconds) of ``seed``'s sequence (the same prefix for any ``count``)."""
+    mean = 60.0 / blinks_per_minute
+    rng = np.random.default_rng([seed, 0xB11C])
+    first = rng.uniform(0.2, 1.0) * mean
+    gaps = np.empty(count)
+    for block in range(0, count, 64):  # blocks of one stream: a longer sequence extends a shorter one
+        gaps[block : block + 64] = rng.uniform(*_BLINK_GAP, size=64)[: count - block] * mean
+    return first + np.concatenate([[0.0], np.cumsum(gaps[:-1])])

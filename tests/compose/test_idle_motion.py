@@ -1,0 +1,158 @@
+"""Idle motion: a still reference sways by a few pixels and blinks every few seconds, as the project's own face
+track measures it, while the background and the body stay exactly as they were."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from avatargen.compose.idle_motion import IdleMotion, IdleMotionSettings
+from avatargen.compose.layout import FaceLayout
+from avatargen.data.examples import HELDOUT_SEEDS_START
+from avatargen.data.identity import identity_from_seed
+from avatargen.data.render import FaceRenderer
+from avatargen.errors import ConfigError
+
+pytest.importorskip("dlib", reason="the face track needs avatargen[eval]")
+
+from avatargen.eval.face_track import FaceTracker  # noqa: E402
+from avatargen.eval.motion import measure_blinks, measure_head_motion  # noqa: E402
+from avatargen.face.detector import shared_detector  # noqa: E402
+from avatargen.face.framing import EYES_AT  # noqa: E402
+from tests.eval import clips  # noqa: E402
+
+FPS = 25
+SECONDS = 10
+SEED = 7
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as a render with ``runtime.threads=1`` runs (two on a shared 2-core machine thrash)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _avatar() -> np.ndarray:
+    """A held-out training-style avatar, neutral pose, 256x256."""
+    return FaceRenderer(identity_from_seed(HELDOUT_SEEDS_START + 1), 256).render()[0]
+
+
+def _motion(frame: np.ndarray, settings: IdleMotionSettings = IdleMotionSettings()) -> IdleMotion:
+    layout = FaceLayout.from_face(shared_detector().find(frame))
+    return IdleMotion(layout, frame.shape[:2], FPS, SEED, settings)
+
+
+def _tracked(frames, crop: tuple[slice, slice] = (slice(None), slice(None))) -> dict[str, np.ndarray]:
+    tracker = FaceTracker(shared_detector(), embed_every=10**9)
+    for index, frame in enumerate(frames):
+        tracker.update(index, np.ascontiguousarray(frame[crop]))
+    return tracker.track.arrays()
+
+
+def test_a_training_avatar_sways_by_a_few_pixels_and_blinks_every_few_seconds() -> None:
+    avatar = _avatar()
+    motion = _motion(avatar)
+    track = _tracked(motion.warp(avatar, i) for i in range(SECONDS * FPS))
+    head, blinks = measure_head_motion(track["centre"], FPS), measure_blinks(track["eyes"], FPS)
+    assert track["detected"].all()  # the face is found in every frame, shut eyes included
+    assert 1.5 <= head["head_range_px"] <= 8.0, head
+    assert 8 <= blinks["blinks_per_min"] <= 30, blinks
+
+
+def test_a_photograph_sways_continuously_and_blinks_at_its_own_resolution() -> None:
+    photo = clips.astronaut()  # 512x512, a half-body portrait
+    motion = _motion(photo)
+    around_face = (slice(0, 256), slice(97, 353))  # the tracker reads a 256x256 window of the full-size frames
+    track = _tracked((motion.warp(photo, i) for i in range(SECONDS * FPS)), around_face)
+    head, blinks = measure_head_motion(track["centre"], FPS), measure_blinks(track["eyes"], FPS)
+    steps = np.linalg.norm(np.diff(track["centre"], axis=0), axis=1)
+    assert track["detected"].all()
+    assert 1.0 <= head["head_range_px"] <= 8.0, head
+    assert 0.02 <= head["head_motion_px"] and steps.max() < 2.0, (head, steps.max())  # moving, never jumping
+    assert 8 <= blinks["blinks_per_min"] <= 30, blinks
+
+
+def test_the_background_and_the_body_never_move() -> None:
+    photo = clips.astronaut()
+    avatar = _avatar()
+    for frame, still in ((photo, (slice(300, None), slice(None))), (photo, (slice(None), slice(0, 140))),
+                         (avatar, (slice(0, 30), slice(0, 30))), (avatar, (slice(0, 30), slice(226, None))),
+                         (avatar, (slice(246, None), slice(None)))):  # fmt: skip
+        motion = _motion(frame)
+        blinking = [i for i in range(FPS * 10) if motion.eye_closure(i) > 0.5][:4]
+        for index in [0, 31, 77, 163, *blinking]:
+            moved = motion.warp(frame, index)
+            assert np.array_equal(moved[still], frame[still])
+        assert not np.array_equal(moved, frame)
+
+
+def test_any_frame_computed_alone_equals_the_same_frame_in_sequence() -> None:
+    avatar = _avatar()
+    in_order = _motion(avatar)
+    blink = next(i for i in range(FPS * 10) if in_order.eye_closure(i) > 0.5)
+    sequence = {i: in_order.warp(avatar, i) for i in range(blink - 20, blink + 20)}
+    sequence[100_000] = in_order.warp(avatar, 100_000)
+    alone = _motion(avatar)  # a fresh one, asked for frames out of order, a far one first (a resumed render)
+    for index in [100_000, blink + 19, blink, blink - 20, blink + 3]:
+        assert np.array_equal(alone.warp(avatar, index), sequence[index])
+
+
+def test_blinks_come_at_irregular_intervals_unrelated_to_any_chunk_length() -> None:
+    onsets = _motion(_avatar()).blink_onsets(300.0)
+    gaps = np.diff(onsets)
+    assert 60 <= len(onsets) <= 90  # 15 a minute
+    assert gaps.min() >= 1.5 and gaps.max() <= 8.0 and gaps.std() > 0.15 * gaps.mean()
+    for chunk_s in (0.64, 0.96, 1.28, 2.0, 3.2, 4.0):  # no chunk grid sees blinks at one phase of its chunks
+        phase_lock = abs(np.exp(2j * np.pi * onsets / chunk_s).mean())
+        assert phase_lock < 0.35, (chunk_s, phase_lock)
+
+
+def test_the_head_moves_smoothly_from_frame_to_frame() -> None:
+    motion = _motion(_avatar())
+    poses = np.array([motion.head_pose(i) for i in range(60 * FPS)])  # (T, 4): dx, dy, roll, nod
+    width = motion.layout.face_width
+    assert np.abs(np.diff(poses[:, :2], axis=0)).max() < 0.01 * width  # under a pixel per frame
+    assert np.ptp(poses[:, 0]) > 0.01 * width and np.ptp(poses[:, 2]) > 0  # yet it does move, and turns
+
+
+def test_idle_motion_off_gives_every_frame_back_unchanged() -> None:
+    avatar = _avatar()
+    off = _motion(avatar, IdleMotionSettings(head_motion=False, blinks_per_minute=0))
+    assert all(off.warp(avatar, i) is avatar for i in range(0, 500, 7))
+    blinks_only = _motion(avatar, IdleMotionSettings(head_motion=False))
+    shut = blinks_only.warp(avatar, next(i for i in range(500) if blinks_only.eye_closure(i) == 1.0))
+    changed_rows = np.flatnonzero((shut != avatar).any(axis=(1, 2)))
+    eyes_y = blinks_only.layout.points[:4, 1].mean()
+    assert len(changed_rows) and np.abs(changed_rows - eyes_y).max() < 0.3 * blinks_only.layout.face_width
+
+
+def test_settings_out_of_range_name_the_setting() -> None:
+    with pytest.raises(ConfigError, match="blinks_per_minute"):
+        IdleMotionSettings(blinks_per_minute=-1)
+    with pytest.raises(ConfigError, match="head_amplitude"):
+        IdleMotionSettings(head_amplitude=50)
+    with pytest.raises(ConfigError, match="blink_seconds"):
+        IdleMotionSettings(blink_seconds=0.0)
+
+
+def test_the_canonical_layout_is_where_the_detector_finds_a_training_face() -> None:
+    canonical = FaceLayout.canonical(512)
+    found = FaceLayout.from_face(shared_detector().find(_avatar())).moved(2.0, (0.0, 0.0))
+    assert np.abs(canonical.points - found.points).max() < 0.03 * 512
+    assert abs(canonical.face_width - found.face_width) < 0.05 * 512
+    assert np.allclose(canonical.points[:4].mean(axis=0) / 512, EYES_AT, atol=0.002)
+
+
+def test_a_face_at_the_frame_edge_or_beyond_it_warps_without_error() -> None:
+    avatar = _avatar()
+    canonical = FaceLayout.canonical(256)
+    for offset, moves in (((-110.0, -80.0), True), ((120.0, 90.0), True), ((900.0, 900.0), False)):
+        motion = IdleMotion(canonical.moved(1.0, offset), avatar.shape[:2], FPS, SEED)
+        blink = next(i for i in range(500) if motion.eye_closure(i) == 1.0)
+        frames = [motion.warp(avatar, index) for index in (0, 40, blink)]
+        assert all(frame.shape == avatar.shape for frame in frames)
+        assert any(not np.array_equal(frame, avatar) for frame in frames) == moves
