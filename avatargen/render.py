@@ -18,13 +18,14 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig
 
+from avatargen.compose.composite import CompositingSink, ReferenceCompositor, Warp
+from avatargen.compose.layout import FaceLayout
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, PublishFailure, WeightsSource
 from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
-from avatargen.compose.composite import CompositingSink, ReferenceCompositor
 from avatargen.io.image import Reference, load_reference
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.encoder import Encoder
@@ -140,21 +141,28 @@ def _make_output_folder(output: Path) -> None:
         raise BadInputError(f"cannot write to output folder '{output.parent}' ({problem}); choose a writable folder")
 
 
-def compositor_for(loaded: Reference, config: Config, warp: Any = None) -> ReferenceCompositor | None:
+def compositor_for(
+    loaded: Reference, config: Config, make_warp: Callable[[FaceLayout, tuple[int, int]], Warp] | None = None
+) -> ReferenceCompositor | None:
     """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
 
     Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
     found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
-    training-style avatar). A Wan-family model renders at its own resolution and is left alone. ``warp``
-    (frame, absolute index) -> frame moves each composited frame (idle motion)."""
+    training-style avatar). A Wan-family model renders at its own resolution and is left alone. ``make_warp``
+    (the face's layout and the frame size (H', W') in output pixels -> a warp of each composited frame, e.g. idle
+    motion) is called once when a face was detected."""
     if not config.pipeline.composite or config.model.wan is not None:
         return None
     height, width = loaded.picture.shape[:2]
     whole_square = height == width and loaded.crop == (0, 0, width)
     if loaded.face is None and not (whole_square and config.pipeline.image_fit.value != "face"):
         return None  # no face found: the model's centre crop, as the warning said
-    return ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face,
-                               max_side=config.output.max_side, warp=warp)  # fmt: skip
+    compositor = ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face,
+                                     max_side=config.output.max_side)  # fmt: skip
+    layout = compositor.layout()
+    if make_warp is not None and layout is not None:
+        compositor.warp = make_warp(layout, compositor.size)
+    return compositor
 
 
 def _write_text_atomic(path: Path, text: str) -> None:

@@ -62,7 +62,8 @@ class ReferenceCompositor:
     in its pixels that the model's (S, S) input was cut from, and the ``face`` found in it (None: none detected).
 
     ``compose(generated, first_frame_index)`` turns (t, S, S, 3) uint8 model frames into (t, H', W', 3) uint8 output
-    frames (``size``); ``warp``, when given, is applied to each composited frame with its absolute frame index.
+    frames (``size``); ``warp``, when given, is applied to each composited frame with its absolute frame index. It may
+    also be set after construction, once ``layout()`` and ``size`` have placed it (idle motion needs both).
     """
 
     def __init__(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from avatargen.compose.composite import MOUTH_REGION, ReferenceCompositor, output_size
 from avatargen.data import FacePose, FaceRenderer, identity_from_seed
@@ -95,3 +96,23 @@ def test_the_mask_holds_the_mouth_of_training_identities_at_its_widest():
         neutral = FaceRenderer(identity_from_seed(seed), 256).render(FacePose())[0]
         moved = np.abs(frame.astype(int) - neutral.astype(int)).max(axis=2) > 8  # what talking changed
         assert weight[moved].min() > 0.5, seed  # inside the mask, not at its feathered edge
+
+
+def test_idle_motion_plugs_into_the_warp_hook_at_the_output_size():
+    from avatargen.compose.idle_motion import IdleMotion
+    from avatargen.face.framing import frame_face
+    from tests.eval import clips
+
+    photo = clips.astronaut()[20:420, 40:480]  # (400, 440, 3)
+    framing = frame_face(photo, lambda line: None)
+    compositor = ReferenceCompositor(photo, framing.square, S, framing.face)
+    layout = compositor.layout()
+    assert layout is not None
+    compositor.warp = IdleMotion(layout, compositor.size, 25, seed=0).warp
+    generated = np.asarray(Image.fromarray(framing.crop).resize((S, S)))[None]  # (1, S, S, 3): the model's input
+    first, later = compositor.compose(generated, 0)[0], compositor.compose(generated, 60)[0]
+    assert first.shape == later.shape == (400, 440, 3)
+    eyes = layout.points[:4].mean(axis=0).astype(int)  # (x, y)
+    head = (slice(eyes[1] - 40, eyes[1] + 10), slice(eyes[0] - 60, eyes[0] + 60))  # above the mouth mask
+    assert np.abs(first[head].astype(int) - later[head].astype(int)).mean() > 0.5  # the head moved between frames
+    assert np.array_equal(first[-40:], later[-40:])  # the body at the bottom of the picture did not
