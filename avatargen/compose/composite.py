@@ -136,7 +136,7 @@ class ReferenceCompositor:
 
     def _blend(self, generated: np.ndarray) -> np.ndarray:
         """(t, S, S, 3) uint8 -> (t, h, w, 3) uint8: the mouth box of the output, generated pixels blended in."""
-        video = torch.from_numpy(generated).permute(0, 3, 1, 2).float()  # (t, 3, S, S)
+        video = torch.tensor(generated).permute(0, 3, 1, 2).float()  # (t, 3, S, S); a copy: frames may be read-only
         grid = self._grid.expand(video.shape[0], -1, -1, -1)  # (t, h, w, 2)
         sampled = F.grid_sample(video, grid, mode="bilinear", padding_mode="border", align_corners=False)
         matched = sampled.permute(0, 2, 3, 1)  # (t, h, w, 3)
