@@ -8,12 +8,15 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from avatargen.errors import BadInputError
+
+if TYPE_CHECKING:
+    from avatargen.face.detector import Face
 
 MIN_SIDE = 32  # below this there are too few pixels for a face
 MAX_PIXELS = 64_000_000  # pixels decoded, or in the padded square: ~200 MB of RGB, a 48 MP phone photo fits
@@ -26,12 +29,12 @@ _FIX = "give a PNG, JPEG or WebP image"
 class Reference:
     """A loaded reference: the model's ``square`` input (size, size, 3) uint8, the ``picture`` it was cut from
     (H, W, 3) uint8 RGB, upright, ``crop`` (left, top, side) in the picture's pixels (it may reach past its edges),
-    and ``face``, the ``avatargen.face.detector.Face`` found in the picture (None: not searched or not found)."""
+    and ``face``, the face found in the picture (None: not searched or not found)."""
 
     square: np.ndarray
     picture: np.ndarray
     crop: tuple[int, int, int]
-    face: Any = None
+    face: Face | None = None
 
 
 def load_reference_image(
