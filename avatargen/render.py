@@ -18,10 +18,12 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig
 
-from avatargen.compose.composite import CompositingSink, ReferenceCompositor, Warp
+from avatargen.compose.composite import CompositingSink, ReferenceCompositor
+from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, PublishFailure, WeightsSource
+from avatargen.config.validate import idle_motion_settings
 from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
@@ -141,16 +143,14 @@ def _make_output_folder(output: Path) -> None:
         raise BadInputError(f"cannot write to output folder '{output.parent}' ({problem}); choose a writable folder")
 
 
-def compositor_for(
-    loaded: Reference, config: Config, make_warp: Callable[[FaceLayout, tuple[int, int]], Warp] | None = None
-) -> ReferenceCompositor | None:
+def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | None:
     """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
 
     Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
     found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
-    training-style avatar). A Wan-family model renders at its own resolution and is left alone. ``make_warp``
-    (the face's layout and the frame size (H', W') in output pixels -> a warp of each composited frame, e.g. idle
-    motion) is called once when a face was detected."""
+    training-style avatar). A Wan-family model renders at its own resolution and is left alone. Idle motion
+    (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
+    layout when a whole square image had none detected."""
     if not config.pipeline.composite or config.model.wan is not None:
         return None
     height, width = loaded.picture.shape[:2]
@@ -159,9 +159,10 @@ def compositor_for(
         return None  # no face found: the model's centre crop, as the warning said
     compositor = ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face,
                                      max_side=config.output.max_side)  # fmt: skip
-    layout = compositor.layout()
-    if make_warp is not None and layout is not None:
-        compositor.warp = make_warp(layout, compositor.size)
+    settings = idle_motion_settings(config)
+    if settings.active:
+        layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
+        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp
     return compositor
 
 

@@ -80,11 +80,11 @@ class IdleMotionSettings:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.head_amplitude <= 10.0:
-            raise ConfigError(f"idle_motion.head_amplitude={self.head_amplitude}: use 0-10 px per 100 px of face width")
+            raise ConfigError(f"pipeline.idle_motion.head_amplitude={self.head_amplitude}: use 0-10 px per 100 px of face width")
         if not 0.0 <= self.blinks_per_minute <= 60.0:
-            raise ConfigError(f"idle_motion.blinks_per_minute={self.blinks_per_minute}: use 0 (off) to 60")
+            raise ConfigError(f"pipeline.idle_motion.blinks_per_minute={self.blinks_per_minute}: use 0 (off) to 60")
         if not 0.05 <= self.blink_seconds <= 1.0:
-            raise ConfigError(f"idle_motion.blink_seconds={self.blink_seconds}: use 0.05-1.0 s")
+            raise ConfigError(f"pipeline.idle_motion.blink_seconds={self.blink_seconds}: use 0.05-1.0 s")
 
     @property
     def active(self) -> bool:
@@ -137,7 +137,7 @@ class IdleMotion:
         self._amplitude = settings.head_amplitude * width / 100.0 if settings.head_motion else 0.0
         self._sway = _sway_terms(self.seed)  # (4, 3, 3) per degree, per term: weight, angular frequency, phase
         self._onsets = np.zeros(0)
-        self._box = self._head_box()
+        self._box = self.moving_box()
         self._grid_setup()
 
     # ------------------------------------------------------------------ public
@@ -198,7 +198,7 @@ class IdleMotion:
         return self._onsets[self._onsets <= until_s]
 
     # ------------------------------------------------------------------ geometry
-    def _head_box(self) -> tuple[int, int, int, int] | None:
+    def moving_box(self) -> tuple[int, int, int, int] | None:
         """(top, bottom, left, right) of the pixels the head field can move, clipped to the frame; None: none."""
         width = self.layout.face_width
         a, b = _HEAD_HALF_WIDTH * width * _STILL_OUTSIDE, _HEAD_HALF_HEIGHT * width * _STILL_OUTSIDE

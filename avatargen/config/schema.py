@@ -97,6 +97,16 @@ class ModelConfig:
 
 
 @dataclass
+class IdleMotionConfig:
+    """Procedural head sway and blinks over composited frames (avatargen/compose/idle_motion.py; docs/model-card.md)."""
+
+    head_motion: bool = True  # the head sways (in the image plane); the body and background stay put
+    head_amplitude: float = 3.0  # peak sway in pixels per 100 px of face width (0-10)
+    blinks_per_minute: float = 15.0  # mean rate, seeded irregular intervals; 0 = no blinks (0-60)
+    blink_seconds: float = 0.2  # closing + shut + opening (0.05-1.0)
+
+
+@dataclass
 class PipelineConfig:
     """The chunk schedule and sampling (see docs/architecture.md for the timeline diagram)."""
 
@@ -111,6 +121,7 @@ class PipelineConfig:
     # Reference compositing: the output is the reference picture at its own size with only the generated mouth and
     # jaw blended in (avatargen/compose/composite.py); false: the model's square frames as they come.
     composite: bool = True
+    idle_motion: IdleMotionConfig = field(default_factory=IdleMotionConfig)  # moves composited frames only
     audio_block_s: float = 0.5  # audio read granularity in seconds
 
 

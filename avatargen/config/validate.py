@@ -7,6 +7,7 @@ from functools import partial
 
 from avatargen.config.schema import Config, interpolates
 from avatargen.config.wan import validate_wan_model
+from avatargen.compose.idle_motion import IdleMotionSettings
 from avatargen.errors import ConfigError
 
 MAX_THREADS = 1024  # far past any machine's cores; torch segfaults creating ~100,000 threads
@@ -41,6 +42,7 @@ def validate_config(config: Config) -> None:
     _require(p.sampling_steps >= 1, "pipeline.sampling_steps must be >= 1")
     _require(p.sampling_shift > 0, "pipeline.sampling_shift must be > 0")
     _require(p.audio_block_s > 0, "pipeline.audio_block_s must be > 0")
+    idle_motion_settings(config)  # ConfigError naming the pipeline.idle_motion key out of range
 
     _require(m.fps >= 1, "model.fps must be >= 1")
     _require(m.sample_rate >= 1 and m.sample_rate % m.fps == 0,
@@ -98,3 +100,8 @@ def _validate_model_shapes(config: Config) -> None:
                 f"model.{name} cannot be built from its config ({error}); fix the model.{name}.* keys, or use "
                 "the model config its checkpoint was trained with"
             ) from None
+
+
+def idle_motion_settings(config: Config) -> IdleMotionSettings:
+    """``pipeline.idle_motion`` as the settings the idle motion runs with (ConfigError naming a key out of range)."""
+    return IdleMotionSettings(**dataclasses.asdict(config.pipeline.idle_motion))

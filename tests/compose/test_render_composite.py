@@ -1,4 +1,5 @@
-"""`avatargen render` of a photograph with reference compositing: the photo's size, its own pixels, a moving mouth."""
+"""`avatargen render` of a photograph with reference compositing: the photo's size, its own pixels, a moving mouth
+and, by default, idle motion that moves the head and leaves the body and background alone."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import soundfile as sf
 from scipy.ndimage import binary_dilation
 
 from avatargen.compose.composite import ReferenceCompositor
+from avatargen.compose.idle_motion import IdleMotion, IdleMotionSettings
 from avatargen.io.encoder import Encoder
 from avatargen.io.image import load_reference
 from avatargen.pipeline.build import shipped_checkpoint
@@ -40,10 +42,10 @@ def short_speech(tmp_path_factory):
 
 
 @pytest.mark.skipif(not shipped_checkpoint("tiny").exists(), reason="no shipped checkpoint")
-def test_a_photo_renders_at_its_size_with_only_the_mouth_moving(tmp_path, speech):
+def test_a_photo_renders_at_its_size_with_only_the_face_moving(tmp_path, speech):
     photo = clips.write_png(tmp_path / "portrait.png", clips.astronaut()[20:420, 40:480])  # 440x400, off-centre face
     out = tmp_path / "out.mp4"
-    result = run_cli("render", "-i", str(photo), "-a", str(speech), "-o", str(out), "-q", "runtime.threads=1")
+    result = run_cli("render", "-i", str(photo), "-a", str(speech), "-o", str(out), "-q", "runtime.threads=1")  # idle motion on
     assert result.returncode == 0, result.stderr
     assert (probe(out)["width"], probe(out)["height"]) == (440, 400)
     frames = decode_frames(out).astype(np.float64)  # (T, 400, 440, 3)
@@ -53,7 +55,10 @@ def test_a_photo_renders_at_its_size_with_only_the_mouth_moving(tmp_path, speech
     weight = np.zeros(compositor.size, np.float32)
     y0, y1, x0, x1 = compositor._box
     weight[y0:y1, x0:x1] = compositor._weight[0, :, :, 0].numpy()
-    outside = ~binary_dilation(weight > 0, iterations=MACROBLOCK)
+    top, bottom, left, right = IdleMotion(compositor.layout(), compositor.size, 25, 0, IdleMotionSettings()).moving_box()
+    head = np.zeros(compositor.size, bool)
+    head[top:bottom, left:right] = True
+    outside = ~binary_dilation((weight > 0) | head, iterations=MACROBLOCK)
     still = tmp_path / "still.mp4"
     with Encoder(still, 440, 400, 25, None) as encoder:
         encoder.write(np.repeat(compositor.background[None], 10, axis=0))
@@ -61,6 +66,8 @@ def test_a_photo_renders_at_its_size_with_only_the_mouth_moving(tmp_path, speech
     assert np.abs(frames[:10] - still_frames)[:, outside].mean() < OUTSIDE_MEAN_TOLERANCE  # the photo's own pixels
     assert frames[:, outside].std(axis=0).mean() < 0.5  # background and body stand still
     assert frames[:, weight >= 0.99].std(axis=0).mean() > 3.0  # the mouth moves with the speech
+    eyes = slice(int(compositor.layout().eye_left[1]) - 10, int(compositor.layout().eye_left[1]) + 10)
+    assert frames[:, eyes, left:right].std(axis=0).mean() > 1.0  # ... and the head with idle motion
 
 
 def test_composite_false_gives_the_model_square(tmp_path, short_speech):

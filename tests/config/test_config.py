@@ -85,13 +85,13 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
         (["model.text_encoder.max_tokens=1"], "model.text_encoder.max_tokens must be >= 2"),
         (["output.gop_seconds=1e9"], "output.gop_seconds must be in (0, 60]"),
         (["runtime.threads=100000"], "runtime.threads must be in [0, 1024]"),
+        (["pipeline.idle_motion.blinks_per_minute=200"], "pipeline.idle_motion.blinks_per_minute=200.0: use 0 (off) to 60"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_run_fail_at_load_naming_the_key(overrides, expected):
     with pytest.raises(ConfigError) as error:
         load_config(overrides)
     assert expected in str(error.value) and "\n" not in str(error.value)
-
 
 
 def test_i_chunks_default_on_for_avatargens_models_and_off_for_wan_models():
