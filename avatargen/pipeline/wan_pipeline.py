@@ -26,7 +26,8 @@ is untouched. Nothing is decoded twice for output, and the decode holds one late
 
 **Memory.** Between steps only the current and next clip's latents, the last seam's latents, the last
 ``max(motion_frames, anchor_frames + 1)`` frames shown and the decoder's causal past survive, so host and device
-memory do not grow with the duration. A resume point, after a clip's frames up to its seam have left (no seam
+memory do not grow with the duration. Large host allocations are mapped one by one (``map_large_allocations``), so the activations a
+step frees go back to the OS at once and the peak is the live tensors', not glibc's heap after its worst segment. A resume point, after a clip's frames up to its seam have left (no seam
 pending), holds the frames shown, the clip's latents not yet shown and the decoder's past: ``--resume`` replays the
 schedule without running it and continues with the same frames.
 """
@@ -53,7 +54,7 @@ from avatargen.pipeline.wan_latents import packed_latents, packed_window, trimme
 from avatargen.models.vae import DecoderCache
 from avatargen.models.wan.conditioning import given_latents_mask
 from avatargen.models.wan.vae import VAEStream
-from avatargen.runtime.memory import trim_host_memory
+from avatargen.runtime.memory import map_large_allocations, trim_host_memory
 from avatargen.stages.decode_publish import FrameSink
 from avatargen.stages.wan_context import WanContextStage, WanReference
 from avatargen.stages.wan_sampler import Guidance, WanSamplerStage
@@ -120,6 +121,7 @@ class WanPipeline:
         its seam (all of them without I chunks) have left: see the module docstring.
         """
         started = time.perf_counter()
+        map_large_allocations()  # freed tensors leave at once: the peak does not depend on the duration
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
         wan = self.config.model.wan
         with self.stats.timed("init"):
