@@ -67,7 +67,7 @@ def render(
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
     audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM [default: 1].", show_default=False),
-    prompt: str = typer.Option("", "--prompt", "-p", help="Text / scene prompt (style, expression).", show_default="none"),
+    prompt: str = typer.Option("", "--prompt", "-p", help="Text prompt for Wan-family models (scene, style); the bundled model shows no visible style (docs/model-card.md, Prompts).", show_default="none"),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
