@@ -68,7 +68,8 @@ def mouth_crop_box(result: dict) -> tuple[int, int, int, int] | None:
     width, height = result["analysed_at"]
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     half_w, half_h = MOUTH_GROWTH * (x1 - x0) / 2, MOUTH_GROWTH * (y1 - y0) / 2
-    box = (int(max(0, cx - half_w)), int(max(0, cy - half_h)), int(min(width, cx + half_w)), int(min(height, cy + half_h)))
+    box = (int(max(0, cx - half_w)), int(max(0, cy - half_h)),
+           int(min(width, cx + half_w)), int(min(height, cy + half_h)))  # fmt: skip
     return box if box[2] > box[0] and box[3] > box[1] else None
 
 
