@@ -67,7 +67,7 @@ def render(
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
     audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM [default: 1].", show_default=False),
-    prompt: str = typer.Option("", "--prompt", "-p", help="Text / scene prompt (style, expression).", show_default="none"),
+    prompt: str = typer.Option("", "--prompt", "-p", help="Text prompt for Wan-family models (scene, style); the bundled model shows no visible style (docs/model-card.md, Prompts).", show_default="none"),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
@@ -169,6 +169,7 @@ def eval_command(
     reference: Optional[Path] = typer.Option(None, "--reference", "-r", help="Reference image: identity and sharpness are measured against its face (default: the video's first face, drift only)."),
     seams: str = typer.Option("", "--seams", help="Comma-separated frame indices of known chunk seams, e.g. 14,30,46 (seams are also searched for without them).", show_default="none"),
     sheet: Optional[Path] = typer.Option(None, "--sheet", help="Also draw a contact sheet and a plot of sync, identity and seams over time to this PNG.", show_default=False),
+    mouth_sheet: Optional[Path] = typer.Option(None, "--mouth-sheet", help="Also draw the mouths of the 10 loudest syllables, cropped and enlarged 2x, to this PNG.", show_default=False),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
 ) -> None:
@@ -185,13 +186,19 @@ def eval_command(
             seam_list = [int(s) for s in seams.split(",") if s.strip()] or None
         except ValueError:
             raise BadInputError(f"--seams '{seams}' must be comma-separated frame numbers, e.g. 14,30,46") from None
-        result = evaluate_video(video, audio, reference=reference, seams=seam_list, curves=sheet is not None)
+        wants_curves = sheet is not None or mouth_sheet is not None
+        result = evaluate_video(video, audio, reference=reference, seams=seam_list, curves=wants_curves)
         if sheet is not None:
             from avatargen.eval.sheet import write_sheet
 
             write_sheet(sheet, video, result, reference)
-            del result["curves"]
             result["sheet"] = str(sheet)
+        if mouth_sheet is not None:
+            from avatargen.eval.sheet import write_mouth_sheet
+
+            write_mouth_sheet(mouth_sheet, video, result)
+            result["mouth_sheet"] = str(mouth_sheet)
+        result.pop("curves", None)
         print(json.dumps(result) if json_out else format_report(result))
 
     _run(action, debug)

@@ -34,10 +34,10 @@ def test_eval_json_and_sheet_on_a_talking_photo(tmp_path: Path) -> None:
     video = clips.write_mp4(tmp_path / "talk.mp4", clips.talking_frames(openness))
     wav = clips.write_wav(tmp_path / "talk.wav", audio)
     reference = clips.write_png(tmp_path / "ref.png", clips.astronaut())
-    sheet = tmp_path / "sheet.png"
+    sheet, mouths = tmp_path / "sheet.png", tmp_path / "mouths.png"
     result = subprocess.run(
         [sys.executable, "-m", "avatargen", "eval", str(video), "-a", str(wav), "-r", str(reference),
-         "--sheet", str(sheet), "--json"],
+         "--sheet", str(sheet), "--mouth-sheet", str(mouths), "--json"],
         capture_output=True, text=True, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -45,6 +45,14 @@ def test_eval_json_and_sheet_on_a_talking_photo(tmp_path: Path) -> None:
     assert report["offset_frames"] == 0 and report["face_found"] == 1.0 and "curves" not in report
     image = np.asarray(Image.open(sheet))
     assert image.shape[0] > 600 and image.shape[1] > 1000 and image.std() > 20  # a drawn sheet, not a blank
+    # The mouth sheet: ten crops of the loudest syllables, each showing the clip's dark mouth cavity wide open.
+    crops = np.asarray(Image.open(mouths).convert("RGB")).astype(int)
+    x0, y0, x1, y1 = report["mouth_box"]
+    crop_w = 2 * int(1.6 * (x1 - x0))
+    assert abs(crops.shape[1] - (10 * (crop_w + 4) + 4)) <= 10 * 4, (crops.shape, report["mouth_box"])
+    cavity = (crops[..., 0] - crops[..., 1] > 30) & (crops[..., 1] < 45)  # the drawn mouth's (70, 20, 25)
+    per_crop = [cavity[:, 4 + i * (crop_w + 4) : 4 + i * (crop_w + 4) + crop_w].sum() for i in range(10)]
+    assert min(per_crop) > 0.3 * max(per_crop) > 0, per_crop  # every crop an open mouth, not a closed one
 
 
 def test_eval_measures_a_video_whose_name_ffmpeg_would_read_as_a_protocol(tmp_path: Path) -> None:
