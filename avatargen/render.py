@@ -162,7 +162,7 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     settings = idle_motion_settings(config)
     if settings.active:
         layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
-        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp
+        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place
     return compositor
 
 
