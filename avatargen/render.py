@@ -162,7 +162,7 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     settings = idle_motion_settings(config)
     if settings.active:
         layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
-        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp
+        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place
     return compositor
 
 
@@ -380,6 +380,9 @@ def _render_locked(
     wall = time.perf_counter() - started
     duration = stats.frames / config.model.fps
     stage_s = dict(stats.stage_s)
+    if isinstance(sink, CompositingSink):  # publish held the compositing: reported apart from the encoder's pipe
+        stage_s["composite"], stage_s["idle_motion"] = sink.paste_s, sink.move_s
+        stage_s["publish"] -= sink.paste_s + sink.move_s
     stage_s["encode_finish"] = time.perf_counter() - encode_started
     ttff = (writer.first_frame_time - started) if writer.first_frame_time else None
     return {

@@ -19,6 +19,7 @@ training frame.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -125,13 +126,24 @@ class ReferenceCompositor:
 
     def compose(self, generated: np.ndarray, first_frame_index: int) -> np.ndarray:
         """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth and jaw."""
+        return self.move(self.paste(generated), first_frame_index)
+
+    def paste(self, generated: np.ndarray) -> np.ndarray:
+        """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth, before ``warp``."""
         count = generated.shape[0]
         frames = np.repeat(self.background[None], count, axis=0)  # (t, H', W', 3)
         if self._box is not None:
             y0, y1, x0, x1 = self._box
             frames[:, y0:y1, x0:x1] = self._blend(generated)
+        return frames
+
+    def move(self, frames: np.ndarray, first_frame_index: int) -> np.ndarray:
+        """``warp`` (when set) applied to each of the (t, H', W', 3) composited ``frames``, in place."""
         if self.warp is not None:
-            frames = np.stack([self.warp(frame, first_frame_index + i) for i, frame in enumerate(frames)])
+            for i, frame in enumerate(frames):
+                moved = self.warp(frame, first_frame_index + i)
+                if moved is not frame:  # a frame nothing moved comes back as itself
+                    frame[...] = moved
         return frames
 
     def _blend(self, generated: np.ndarray) -> np.ndarray:
@@ -165,15 +177,25 @@ def _ellipse_weight(fx: np.ndarray, fy: np.ndarray, region: MouthRegion) -> np.n
 
 class CompositingSink:
     """A frame sink that composites each (t, S, S, 3) batch of model frames and hands the result to ``sinks``;
-    ``first_frame`` is the absolute index of the first frame it will receive (a resumed render starts past 0)."""
+    ``first_frame`` is the absolute index of the first frame it will receive (a resumed render starts past 0).
+
+    ``paste_s`` and ``move_s`` add up the seconds spent blending the mouth in and in ``warp`` (idle motion); the
+    render reports them apart from the sinks' own writes."""
 
     def __init__(self, compositor: ReferenceCompositor, sinks: list, first_frame: int = 0):
         self.compositor = compositor
         self.sinks = sinks
         self.next_frame = first_frame
+        self.paste_s = 0.0
+        self.move_s = 0.0
 
     def write(self, frames: np.ndarray) -> None:
-        composed = self.compositor.compose(frames, self.next_frame)
+        started = time.perf_counter()
+        composed = self.compositor.paste(frames)
+        pasted = time.perf_counter()
+        composed = self.compositor.move(composed, self.next_frame)
+        self.paste_s += pasted - started
+        self.move_s += time.perf_counter() - pasted
         self.next_frame += frames.shape[0]
         for sink in self.sinks:
             sink.write(composed)

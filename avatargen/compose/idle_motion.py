@@ -141,13 +141,22 @@ class IdleMotion:
         self._grid_setup()
 
     # ------------------------------------------------------------------ public
-    def warp(self, frame: np.ndarray, frame_index: int) -> np.ndarray:
-        """Frame ``frame_index`` moved: (H, W, 3) uint8 -> (H, W, 3) uint8 (the input itself when nothing moves)."""
+    def warp_in_place(self, frame: np.ndarray, frame_index: int) -> np.ndarray:
+        """``warp`` writing the moved pixels into ``frame`` itself (a writable composited frame) and returning it."""
+        return self.warp(frame, frame_index, out=frame)
+
+    def warp(self, frame: np.ndarray, frame_index: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Frame ``frame_index`` moved: (H, W, 3) uint8 -> (H, W, 3) uint8 (the input itself when nothing moves).
+
+        ``out``: where to write the moved frame (``frame`` itself for in place); None: a new array."""
         if frame.shape[:2] != self.frame_size:
             raise ValueError(f"idle motion was set up for {self.frame_size} frames, got {frame.shape[:2]}")
         closure = self.eye_closure(frame_index)
         pose = self.head_pose(frame_index)
         if self._box is None or (closure == 0.0 and not any(pose)):
+            if out is not None and out is not frame:
+                out[...] = frame
+                return out
             return frame
         top, bottom, left, right = self._box
         crop = torch.from_numpy(np.ascontiguousarray(frame[top:bottom, left:right]))  # (h, w, 3) uint8
@@ -165,7 +174,10 @@ class IdleMotion:
             window += (unlike_skin.clamp_(0.0, 1.0) * lid.covered) * (lid.skin[:, None, None] - window)
             window *= 1.0 - lid.lash
         sampled = sampled.add_(0.5).clamp_(0, 255).to(torch.uint8)  # rounded
-        out = frame.copy()
+        if out is None:
+            out = frame.copy()
+        elif out is not frame:
+            out[...] = frame
         out[top:bottom, left:right] = sampled.permute(1, 2, 0).numpy()
         return out
 

@@ -101,6 +101,16 @@ def test_any_frame_computed_alone_equals_the_same_frame_in_sequence() -> None:
         assert np.array_equal(alone.warp(avatar, index), sequence[index])
 
 
+def test_a_frame_warped_in_place_has_the_pixels_of_a_copied_warp() -> None:
+    avatar = _avatar()
+    motion = _motion(avatar)
+    blink = next(i for i in range(FPS * 10) if motion.eye_closure(i) > 0.5)
+    for index in (3, blink):
+        frame = avatar.copy()
+        assert motion.warp_in_place(frame, index) is frame
+        assert np.array_equal(frame, motion.warp(avatar, index)) and not np.array_equal(frame, avatar)
+
+
 def test_blinks_come_at_irregular_intervals_unrelated_to_any_chunk_length() -> None:
     onsets = _motion(_avatar()).blink_onsets(300.0)
     gaps = np.diff(onsets)

@@ -3,6 +3,8 @@ and, by default, idle motion that moves the head and leaves the body and backgro
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -45,8 +47,10 @@ def short_speech(tmp_path_factory):
 def test_a_photo_renders_at_its_size_with_only_the_face_moving(tmp_path, speech):
     photo = clips.write_png(tmp_path / "portrait.png", clips.astronaut()[20:420, 40:480])  # 440x400, off-centre face
     out = tmp_path / "out.mp4"
-    result = run_cli("render", "-i", str(photo), "-a", str(speech), "-o", str(out), "-q", "runtime.threads=1")  # idle motion on
+    result = run_cli("render", "-i", str(photo), "-a", str(speech), "-o", str(out), "-q", "--json", "runtime.threads=1")  # idle motion on
     assert result.returncode == 0, result.stderr
+    stages = json.loads(result.stdout)["stage_s"]  # compositing and idle motion timed apart from the encoder's pipe
+    assert stages["composite"] > 0 and stages["idle_motion"] > 0 and stages["publish"] >= 0
     assert (probe(out)["width"], probe(out)["height"]) == (440, 400)
     frames = decode_frames(out).astype(np.float64)  # (T, 400, 440, 3)
 
