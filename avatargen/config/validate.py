@@ -13,6 +13,8 @@ from avatargen.errors import ConfigError
 MAX_THREADS = 1024  # far past any machine's cores; torch segfaults creating ~100,000 threads
 MAX_GOP_SECONDS = 60.0  # x264 rejects keyframe intervals near 2^31 frames; a minute is already a lot to lose on a kill
 
+MAX_LAYERS = 256  # depth-like keys of the native models: far past any CPU model, and a meta build stays instant
+DEPTH_KEYS = ("depth", "face_depth", "layers", "blocks_per_level")
 MIN_MAX_SIDE, MAX_MAX_SIDE = 64, 4096  # a face needs pixels; x264's level limits and memory end past 4K
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
@@ -92,6 +94,10 @@ def _validate_model_shapes(config: Config) -> None:
         section = getattr(config.model, name)
         if dataclasses.is_dataclass(section) and isinstance(getattr(section, "heads", None), int):
             _require(section.heads >= 1, f"model.{name}.heads must be >= 1")
+        for key in DEPTH_KEYS:
+            value = getattr(section, key, None) if dataclasses.is_dataclass(section) else None
+            if isinstance(value, int):
+                _require(0 <= value <= MAX_LAYERS, f"model.{name}.{key} must be in [0, {MAX_LAYERS}]")
     for name, model_class in MODEL_CLASSES.items():
         try:
             build_on_meta(partial(model_class, getattr(config.model, name)))

@@ -24,7 +24,7 @@ from avatargen.models.layers import (
     modulate,
     patchify,
     sinusoidal_embedding,
-    sincos_2d,
+    init_sincos_2d,
     unpatchify,
 )
 
@@ -116,8 +116,7 @@ class A2VDiT(nn.Module):
         # DiT init: xavier linears, small normal embeddings; then adaLN-Zero (every AdaLNZero.proj and the final
         # head back to zero) so each block starts as the identity and the model predicts v = 0.
         grid = self.params.latent_size // self.params.patch_size
-        with torch.no_grad():
-            self.spatial_pos.copy_(sincos_2d(grid, grid, self.params.dim)[None])
+        init_sincos_2d(self.spatial_pos, grid, grid)
         init_linear_xavier(self)
         nn.init.normal_(self.t_embed.mlp[0].weight, std=0.02)
         nn.init.normal_(self.t_embed.mlp[2].weight, std=0.02)

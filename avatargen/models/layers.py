@@ -44,6 +44,17 @@ def sincos_2d(height: int, width: int, dim: int) -> Tensor:
     return torch.cat([emb_y, emb_x], dim=-1)  # (H*W, dim)
 
 
+def init_sincos_2d(param: Tensor, height: int, width: int) -> None:
+    """Fill ``param`` (1, height * width, dim) with ``sincos_2d``; on a meta tensor only the shape is checked (the
+    table would be computed on the CPU for nothing: a meta build must cost no memory whatever the grid)."""
+    dim = param.shape[-1]
+    if dim % 4:
+        raise ValueError(f"sincos_2d needs dim divisible by 4, got dim={dim}")
+    if not param.is_meta:
+        with torch.no_grad():
+            param.copy_(sincos_2d(height, width, dim)[None])
+
+
 class TimestepEmbedder(nn.Module):
     """Scalar flow time ``t`` in [0, 1] -> conditioning vector (sinusoid of ``1000 t`` followed by an MLP)."""
 

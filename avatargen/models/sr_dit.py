@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from avatargen.models.layers import TransformerBlock, init_linear_xavier, patchify, sincos_2d, unpatchify
+from avatargen.models.layers import TransformerBlock, init_linear_xavier, init_sincos_2d, patchify, unpatchify
 
 
 @dataclass
@@ -101,9 +101,8 @@ class SRDiT(nn.Module):
         """The model's own init on top of each layer's default (also run after a meta-device build)."""
         p = self.params
         grid, fine_grid = p.high_size // p.patch_size, p.high_size // p.face_patch_size
-        with torch.no_grad():
-            self.pos.copy_(sincos_2d(grid, grid, p.dim)[None])
-            self.face_pos.copy_(sincos_2d(fine_grid, fine_grid, p.dim)[None])
+        init_sincos_2d(self.pos, grid, grid)
+        init_sincos_2d(self.face_pos, fine_grid, fine_grid)
         init_linear_xavier(self)
         nn.init.normal_(self.ref_type, std=0.02)
         nn.init.normal_(self.face_ref_type, std=0.02)

@@ -85,6 +85,7 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
         (["model.text_encoder.max_tokens=1"], "model.text_encoder.max_tokens must be >= 2"),
         (["output.gop_seconds=1e9"], "output.gop_seconds must be in (0, 60]"),
         (["runtime.threads=100000"], "runtime.threads must be in [0, 1024]"),
+        (["model.a2v.depth=1000000000"], "model.a2v.depth must be in [0, 256]"),  # a meta build of 1e9 blocks never ends
         (["pipeline.idle_motion.blinks_per_minute=200"], "pipeline.idle_motion.blinks_per_minute=200.0: use 0 (off) to 60"),
     ],
 )  # fmt: skip
