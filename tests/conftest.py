@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,16 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             queue.append(child)
     return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant at once (the encoder included: ffmpeg runs in its own process group), as a
+    power cut would; processes already gone are skipped."""
+    for target in [pid, *descendants(pid)]:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def run_cli(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:

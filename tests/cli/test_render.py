@@ -6,14 +6,13 @@ import pytest
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import yaml
 
-from tests.conftest import FAST, REPO, descendants, run_cli, write_speechlike_wav
+from tests.conftest import FAST, REPO, kill_tree, run_cli, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
 
 
@@ -98,12 +97,7 @@ def test_sigkill_mid_render_leaves_a_playable_partial_file(tmp_path, face_png):
             assert process.poll() is None, "the render ended before it could be killed"
             time.sleep(0.2)
     finally:
-        # Kill everything at once, the encoder included (ffmpeg runs in its own process group), as a power cut would.
-        for pid in [process.pid, *descendants(process.pid)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_tree(process.pid)  # everything at once, the encoder included, as a power cut would
         process.wait()
     assert not out.exists(), "a killed render must not leave a file under the output name"
     info = probe(partial)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import FAST, REPO, descendants, run_cli, write_speechlike_wav
+from tests.conftest import FAST, REPO, kill_tree, run_cli, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
 
 SECONDS = 5.0
@@ -46,6 +46,14 @@ def _wait_for_checkpoints(process: subprocess.Popen, out: Path, count: int) -> N
         assert process.poll() is None, "the render ended before it could be stopped"
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def _interrupt_after_a_checkpoint(face: Path, audio: Path, out: Path) -> None:
+    """Start a render of ``out``, SIGINT it once its first resume checkpoint is on disk, and let it exit."""
+    process = _start(face, audio, out)
+    _wait_for_checkpoints(process, out, 1)
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=120)
 
 
 def _resume(face: Path, audio: Path, out: Path) -> None:
@@ -90,11 +98,7 @@ def test_sigkill_then_resume_twice_is_exact(tmp_path, inputs):
     for checkpoints in (1, 2):  # kill the first run, then kill the resumed run too
         process = _start(face, audio, out, *(["--resume"] if checkpoints > 1 else []))
         _wait_for_checkpoints(process, out, checkpoints)
-        for pid in [process.pid, *descendants(process.pid)]:  # everything at once, ffmpeg included
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_tree(process.pid)  # everything at once, ffmpeg included
         process.communicate()
         assert not out.exists()
     _resume(face, audio, out)
@@ -104,10 +108,7 @@ def test_sigkill_then_resume_twice_is_exact(tmp_path, inputs):
 def test_resume_with_other_inputs_or_config_is_refused(tmp_path, inputs):
     face, audio, _ = inputs
     out = tmp_path / "o.mp4"
-    process = _start(face, audio, out)
-    _wait_for_checkpoints(process, out, 1)
-    process.send_signal(signal.SIGINT)
-    process.communicate(timeout=120)
+    _interrupt_after_a_checkpoint(face, audio, out)
     other = write_speechlike_wav(tmp_path / "other.wav", 4.0)
     result = run_cli("render", "-i", str(face), "-a", str(other), "-o", str(out), "-q", *FAST, "seed=3", "--resume")
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -130,10 +131,7 @@ def test_a_decoder_killed_during_a_resumed_render_keeps_every_part_and_resume_is
 
     face, audio, reference = inputs
     out = tmp_path / "o.mp4"
-    first = _start(face, audio, out)
-    _wait_for_checkpoints(first, out, 1)
-    first.send_signal(signal.SIGINT)
-    first.communicate(timeout=120)
+    _interrupt_after_a_checkpoint(face, audio, out)
     resumed = _start(face, audio, out, "--resume")
     partial = out.with_name("o.partial.mp4")
     deadline = time.monotonic() + 120

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from avatargen.batch import run_batch
-from tests.conftest import FAST, REPO, descendants, run_cli, write_face_png, write_speechlike_wav
+from tests.conftest import FAST, REPO, kill_tree, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
 
 _DONE = re.compile(r"job (\d+) ok: .*?(?:, resumed from frame (\d+))?$")
@@ -115,11 +115,7 @@ def test_a_worker_killed_mid_job_is_resumed_by_another_from_its_last_checkpoint(
     while not (out / "v1.mp4").exists():  # the second took job 1, and now waits for job 0
         assert second.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    for pid in [first.pid, *descendants(first.pid)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tree(first.pid)
     first.communicate()
     stderr = _finish(second)
     assert second.returncode == 0, stderr
