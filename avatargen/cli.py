@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Callable, List, Optional
 
 import typer
 
-from avatargen.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, ConfigError, PublishError
+from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, ConfigError, PublishError,
+                              RenderInterrupted)
 
 EXIT_CODES = (
     "Exit codes: 0 ok; 2 bad input or bad config; 3 a live output failed (output.on_publish_failure=stop); "
@@ -42,6 +44,12 @@ def _run(action: Callable[[], None], debug: bool) -> None:
     try:
         action()
     except AvatarGenError as error:
+        if isinstance(error, RenderInterrupted):
+            # The render stopped on a signal and its work is closed: the process is on its way out with 130/143. A
+            # further Ctrl-C now would raise KeyboardInterrupt inside this handler and kill the process by SIGINT
+            # instead (SIGKILL still ends it).
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
         if debug:
             traceback.print_exc()
         _fail(str(error))

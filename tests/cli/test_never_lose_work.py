@@ -179,6 +179,21 @@ def test_a_second_ctrl_c_leaves_a_partial_whose_audio_ends_with_its_video(tmp_pa
     assert info["frames"] > 0 and info["audio_duration_s"] <= info["video_duration_s"] + 1 / 25, info
 
 
+
+def test_ctrl_c_while_an_interrupted_render_exits_keeps_its_exit_code(tmp_path):
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
+    out = tmp_path / "o.mp4"
+    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
+    _wait_for(lambda: _checkpoints(out) >= 1, process, "its first checkpoint")
+    process.send_signal(signal.SIGINT)
+    for line in process.stderr:  # the render has stopped and says so: the process is on its way out
+        if line.startswith("error: interrupted"):
+            break
+    while process.poll() is None:  # a user still pressing Ctrl-C
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.002)
+    assert process.returncode == 130
+
 # --- 7. one line and the documented exit code ------------------------------------------------------------------
 
 
