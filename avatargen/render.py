@@ -256,8 +256,11 @@ def _render_locked(
     weights: str, device: torch.device, parallel: Any,
 ) -> dict[str, Any]:  # fmt: skip
     models, pipeline = build_pipeline(config, device, parallel, warn)  # avatargen's models or a Wan-family one
+    # Compositing reads only the mouth region of the model's frames: only that part is decoded.
+    decode_only = {"read_box": compositor.model_box()} if compositor is not None else {}
     if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
-        return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested))
+        return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested),
+                                  **decode_only)  # fmt: skip
 
     fps = config.model.fps
     height, width = compositor.size if compositor is not None else (config.model.image_size, config.model.image_size)
@@ -315,7 +318,7 @@ def _render_locked(
         if compositor is not None:  # the model's square frames become the reference picture with their mouth
             sink = CompositingSink(compositor, [sink], first_frame=start)
         progress_cm = progress_factory(fps, estimate) if progress_factory else None
-        run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested))
+        run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested), **decode_only)
         if store is not None:
             run.update(checkpoints=grid, on_checkpoint=checkpoint_saver(store))
         models.monitor.reset()  # the modules outlive a render (batch reuses them); their placement costs do not

@@ -115,6 +115,19 @@ class ReferenceCompositor:
         self._match_colour = ring.shape[0] >= MIN_RING_PIXELS
         self._ring_mean, self._ring_std = (ring.mean(dim=0), ring.std(dim=0)) if self._match_colour else (None, None)
 
+    def model_box(self) -> tuple[int, int, int, int] | None:
+        """(y0, y1, x0, x1), end exclusive: the model-frame pixels ``compose`` reads (None: none, the mouth lies
+        outside the picture). The decoder need not produce any other (``Pipeline.render``'s ``read_box``)."""
+        if self._box is None:
+            return None
+        side = self.model_size
+        # align_corners=False: grid g samples pixel coordinate ((g + 1) * side - 1) / 2, bilinear from its floor and
+        # the pixel after it; the border padding clamps both into the frame.
+        pixel = ((self._grid + 1) * side - 1) / 2  # (1, h, w, 2): (x, y)
+        low = pixel.flatten(0, 2).amin(dim=0).floor().long().clamp(0, side - 1)  # (2,)
+        high = (pixel.flatten(0, 2).amax(dim=0).floor().long() + 2).clamp(1, side)  # (2,)
+        return int(low[1]), int(high[1]), int(low[0]), int(high[0])
+
     def layout(self) -> FaceLayout | None:
         """The face found in the reference, in output pixels (None: none was detected)."""
         if self._face is None:

@@ -7,11 +7,14 @@ from typing import Any
 from avatargen.io.null_sink import NullSink
 
 
-def render_as_follower(pipeline: Any, reference: Any, source: Any, prompt: str, should_stop: Any) -> dict[str, Any]:
+def render_as_follower(
+    pipeline: Any, reference: Any, source: Any, prompt: str, should_stop: Any, **render_options: Any
+) -> dict[str, Any]:
     """A non-primary rank of a sharded render: the same steps and collectives as rank 0, frames into a NullSink, the
-    user's output path never touched. Returns a small report (the primary's is the real one)."""
+    user's output path never touched; ``render_options`` are the primary's that shape the work (``read_box``).
+    Returns a small report (the primary's is the real one)."""
     try:
-        stats = pipeline.render(reference, source, [NullSink()], prompt, should_stop=should_stop)
+        stats = pipeline.render(reference, source, [NullSink()], prompt, should_stop=should_stop, **render_options)
     finally:
         source.close()
     duration = stats.frames / pipeline.config.model.fps

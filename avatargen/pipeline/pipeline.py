@@ -24,6 +24,7 @@ from avatargen.pipeline.schedule import CheckpointGrid, ChunkSchedule, Emit, ICh
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.runtime.memory import trim_host_memory
 from avatargen.stages import A2VStage, ContextGenStage, DecodeAndPublishStage, FrameSink, ReferenceContext, SRStage
+from avatargen.stages.decode_publish import DecodeRegion
 
 
 @dataclass
@@ -103,6 +104,7 @@ class Pipeline:
         checkpoints: CheckpointGrid | None = None,
         on_checkpoint: Callable[[RenderCheckpoint], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        read_box: tuple[int, int, int, int] | None = None,
     ) -> RenderStats:
         """Render the whole audio stream into ``sinks``; returns timing and counts.
 
@@ -111,6 +113,8 @@ class Pipeline:
         ``on_checkpoint`` receives the state at every frame of ``checkpoints`` (the tensors are not copied: save them
         before returning). ``should_stop`` is asked between steps (never inside one): when it says so the render
         returns early with ``stopped`` set, every frame it emitted already handed to the sinks.
+        ``read_box`` (y0, y1, x0, x1), in model-frame pixels, is all the sinks read of each frame (None: the whole
+        frame): only that part, and a margin around it, is decoded; the frames' other pixels are zero.
         """
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
@@ -122,12 +126,13 @@ class Pipeline:
         audio = AudioTimeline(
             audio_blocks, self.config.model.sample_rate, self.config.model.fps, self.context.context_frames
         )
-        publisher = DecodeAndPublishStage(self.models.vae, sinks)
+        publisher = DecodeAndPublishStage(self.models.vae, sinks, region=self._decode_region(read_box))
         state = RollingState()
         skip = 0
         if resume is not None:
             resume = resume.to(self.models.a2v.device)  # read on the CPU; joined with activations on the device
-            state, publisher.cache, skip = resume.state, resume.decoder_cache, resume.steps
+            state, skip = resume.state, resume.steps
+            publisher.resume_from(resume.decoder_cache, self.config.model.sr.high_size)
             stats.frames = stats.resumed_from = resume.frames
             stats.n_chunks, stats.i_chunks = resume.n_chunks, resume.i_chunks
         for number, step in enumerate(self.schedule.steps(audio.spans(self.schedule.n_chunk_frames))):
@@ -158,6 +163,12 @@ class Pipeline:
                     on_checkpoint(RenderCheckpoint(stats.frames, number + 1, stats.n_chunks, stats.i_chunks, state, publisher.cache))
         stats.wall_s = time.perf_counter() - started
         return stats
+
+    def _decode_region(self, read_box: tuple[int, int, int, int] | None) -> DecodeRegion | None:
+        if read_box is None:
+            return None
+        latent_size = self.config.model.sr.high_size
+        return DecodeRegion.around(read_box, self.config.model.image_size // latent_size, latent_size)
 
     def _replay(self, step: NChunk | IChunk | Emit, audio: AudioTimeline, stats: RenderStats) -> None:
         """A step before the resume point: run nothing, only keep the audio buffer bounded and the seams recorded."""

@@ -22,6 +22,7 @@ from avatargen.models import (
     VAEParams,
     tokenize,
 )
+from avatargen.models.vae import CausalConv3d
 
 PARAM_CLASSES = [AudioEncoderParams, TextEncoderParams, VAEParams, A2VDiTParams, SRDiTParams]
 
@@ -152,6 +153,18 @@ def test_vae_streaming_decode_equals_one_shot_decode() -> None:
             chunks.append(video)
             start += size
     torch.testing.assert_close(torch.cat(chunks, dim=2), whole, atol=1e-5, rtol=0)
+
+
+def test_causal_conv_equals_the_conv3d_its_weights_come_from() -> None:
+    # The layer keeps a Conv3d's weights (checkpoints load unchanged) but runs them as 2D convs per time tap.
+    layer = CausalConv3d(6, 5, temporal_kernel=3)
+    x, past = torch.randn(2, 6, 4, 7, 9), torch.randn(2, 6, 2, 7, 9)
+    with torch.no_grad():
+        out, cache = layer(x, past)
+        expected = layer.conv(torch.cat([past, x], dim=2))  # (2, 5, 4, 7, 9)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cache, x[:, :, -2:])
+    assert set(layer.state_dict()) == {"conv.weight", "conv.bias"}
 
 
 def test_vae_decoder_cache_is_bounded() -> None:
