@@ -365,7 +365,7 @@ def run_batch(
     confine = None if allow_outside else out_dir
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_manifest(out_dir, [job.output for job in jobs])  # for `avatargen batch status`
+        write_manifest(out_dir, [job.claim for job in jobs])  # for `avatargen batch status` (a bad row: its claim)
     except OSError as err:
         raise BadInputError(f"cannot write to --out-dir '{out_dir}' ({err.strerror}); choose a writable folder") from None
     if spread or world.world_size == 1:  # one worker among any number: claims jobs through their locks

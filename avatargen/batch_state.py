@@ -79,7 +79,22 @@ class JobState:
     resumable: bool = False  # pending or running with resume state: the next claim continues it
 
 
+def bad_row_number(claim: Path) -> int | None:
+    """N of a ``bad_row_claim`` name (``.bad-row-N-HASH.mp4``), or None for a job's own output."""
+    parts = claim.name.split("-")
+    if claim.name.startswith(".bad-row-") and len(parts) == 4 and parts[2].isdigit():
+        return int(parts[2])
+    return None
+
+
 def job_state(output: Path) -> JobState:
+    row = bad_row_number(output)
+    if row is not None:  # a row that cannot run: failed once claimed, pending (not yet tried) before
+        failure = read_failure(output)
+        label = f"(job {row}: its row of the jobs file cannot run)"
+        if failure is None:
+            return JobState(label, "pending")
+        return JobState(label, "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error")))
     if output.is_file():
         return JobState(str(output), "done")
     if is_locked(output):

@@ -83,7 +83,10 @@ def test_a_row_that_cannot_run_is_reported_by_one_worker_only(tmp_path):
     report = json.loads((out / "batch_report.json").read_text())
     assert "line 2: not valid JSON" in report["jobs"][1]["error"] and "missing audio" in report["jobs"][2]["error"]
     status = json.loads(run_cli("batch", "status", str(out), "--json").stdout)
-    assert (status["done"], status["running"]) == (1, 0)  # the bad rows' hidden claims are not jobs of their own
+    assert (status["done"], status["failed"], status["running"], status["pending"]) == (1, 2, 0, 0)
+    bad = [j for j in status["jobs"] if j["state"] == "failed"]
+    assert [j["output"] for j in bad] == ["(job 1: its row of the jobs file cannot run)", "(job 2: its row of the jobs file cannot run)"]
+    assert "not valid JSON" in bad[0]["error"] and "missing audio" in bad[1]["error"]
 
 
 @pytest.mark.slow
