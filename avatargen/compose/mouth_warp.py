@@ -34,7 +34,7 @@ from avatargen.compose.layout import FaceLayout
 MODEL_MOUTH_BOX = (0.38, 0.53, 0.62, 0.70)  # x0, y0, x1, y1
 MODEL_SKIN_BANDS = ((0.50, 0.53), (0.70, 0.73))  # rows whose median grey is the skin level
 CAVITY_LEVEL = (0.65, 0.45)  # grey / skin grey: not cavity above the first, cavity in full below the second
-CLOSED_AREA = 0.0005  # the dark area (fraction of the frame) a closed model mouth shows: its lip line, shadows
+CLOSED_AREA = 0.0007  # the dark area (fraction of the frame) a closed mouth shows: its lip line, shadows
 CAVITY_WIDTH = 0.10  # nominal width of an open mouth's cavity (fraction of the side): area / width = opening height
 
 # The mouth on the reference, in eye spans (outer eye corner to outer eye corner) from the landmarks. Measured on
@@ -104,7 +104,7 @@ class MouthWarp:
         along = layout.eye_right - layout.eye_left
         u = along / max(float(np.linalg.norm(along)), 1e-6)  # (2,) along the mouth, to the image's right
         v = np.array([-u[1], u[0]])  # (2,) down the face
-        self._span, self._u, self._v = span, u, v
+        self.span, self._u, self._v = span, u, v  # output pixels from outer eye corner to outer eye corner
         self.lip_centre = layout.nose + LIP_BELOW_NOSE * span * v  # (2,) x, y: the middle of the lip line
         self.box = self._moving_box(height, width)
         if self.box is None:
@@ -194,7 +194,7 @@ class MouthWarp:
 
     def _moving_box(self, height: int, width: int) -> tuple[int, int, int, int] | None:
         """(top, bottom, left, right) of the output pixels the warp can change, clipped to the frame; None: none."""
-        span, u, v = self._span, self._u, self._v
+        span, u, v = self.span, self._u, self._v
         corners = [self.lip_centre + span * (a * u + b * v)
                    for a in (-JAW_HALF_WIDTH, JAW_HALF_WIDTH) for b in (-LIP_BELOW_NOSE, JAW_STILL_BELOW)]  # fmt: skip
         xs, ys = [c[0] for c in corners], [c[1] for c in corners]
