@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,8 +48,8 @@ JAW_HALF_WIDTH = 0.62  # ... then the moving part widens to this half-width towa
 JAW_FULL_BELOW = 0.30  # down to this far below the lip line the jaw moves in full ...
 JAW_STILL_BELOW = 0.80  # ... and from this far below it nothing moves (the neck, the collar)
 LOWER_SHARE = 0.8  # of the opening: the lower lip and jaw move down by this share, the upper lip up by the rest
-OPENING_GAIN = 1.6  # output opening over the model's (a photographed mouth opens wider than the drawn one)
-MAX_OPENING_SPANS = 0.30  # the opening is held below this (a broken model frame must not tear the chin off)
+OPENING_GAIN = 1.6  # output opening over the model's, at the model-to-output scale, for small openings ...
+MAX_OPENING_SPANS = 0.30  # ... saturating (tanh) towards this: a broken model frame must not tear the chin off
 EDGE_SPANS = 0.025  # the interior's edge is feathered over this (at least a pixel) under the lips
 CAVITY_SHADE = 0.3  # the cavity's tone: the reference's lip colour times this ...
 CAVITY_LIGHTS = (0.7, 1.3)  # ... times this, from the model's darkest cavity pixels to its skin level (tongue, depth)
@@ -58,17 +59,27 @@ MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the ref
 _GREY = torch.tensor([0.299, 0.587, 0.114])
 
 
-def mouth_opening(generated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """How open the mouths of (t, S, S, 3) uint8 model frames are -> (t,) opening height in model pixels (0: closed)
-    and (t, 2) the cavity's centre (x, y) in model pixels (the box's centre where there is no cavity)."""
+class MouthReading(NamedTuple):
+    """What ``mouth_opening`` read from (t,) model frames, in model pixels and grey levels."""
+
+    opening: np.ndarray  # (t,) height of the dark cavity (0: closed)
+    centre: np.ndarray  # (t, 2) x, y of the cavity's centre (the box's centre where there is none)
+    skin: np.ndarray  # (t,) the skin's grey level around the mouth box
+    cavity: np.ndarray  # (t,) the 10th percentile of the box's grey levels: its darkest
+
+
+def mouth_opening(generated: np.ndarray) -> MouthReading:
+    """How open the mouths of (t, S, S, 3) uint8 model frames are (see the module docstring)."""
     count, side = generated.shape[0], generated.shape[1]
     x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
-    grey = torch.tensor(generated).float() @ _GREY  # (t, S, S); a copy: frames may be read-only
-    bands = [grey[:, int(a * side) : int(b * side), x0:x1].reshape(count, -1) for a, b in MODEL_SKIN_BANDS]
-    skin = torch.cat(bands, dim=1).median(dim=1).values[:, None, None]  # (t, 1, 1)
-    box = grey[:, y0:y1, x0:x1]  # (t, h, w)
+    top, bottom = int(MODEL_SKIN_BANDS[0][0] * side), int(MODEL_SKIN_BANDS[1][1] * side)
+    grey = torch.tensor(generated[:, top:bottom, x0:x1]).float() @ _GREY  # (t, rows, w); a copy: frames may be read-only
+    bands = [grey[:, int(a * side) - top : int(b * side) - top].reshape(count, -1) for a, b in MODEL_SKIN_BANDS]
+    skin = torch.cat(bands, dim=1).median(dim=1).values  # (t,)
+    box = grey[:, y0 - top : y1 - top]  # (t, h, w)
     high, low = CAVITY_LEVEL
-    cavity = ((high * skin - box) / ((high - low) * skin).clamp_min(1.0)).clamp(0.0, 1.0)  # (t, h, w)
+    level = skin[:, None, None]
+    cavity = ((high * level - box) / ((high - low) * level).clamp_min(1.0)).clamp(0.0, 1.0)  # (t, h, w)
     area = cavity.sum(dim=(1, 2))  # (t,) model pixels
     opening = (area - CLOSED_AREA * side * side).clamp_min(0.0) / (CAVITY_WIDTH * side)  # (t,)
     ys = torch.arange(y0, y1, dtype=torch.float32)[None, :, None]
@@ -77,7 +88,8 @@ def mouth_opening(generated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     centre = torch.stack([(cavity * xs).sum(dim=(1, 2)) / mass, (cavity * ys).sum(dim=(1, 2)) / mass], dim=1)  # (t, 2)
     default = torch.tensor([(x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2])
     centre = torch.where((area > 1.0)[:, None], centre, default)
-    return opening.numpy(), centre.numpy()
+    darkest = torch.quantile(box.reshape(count, -1), 0.1, dim=1)  # (t,)
+    return MouthReading(opening.numpy(), centre.numpy(), skin.numpy(), darkest.numpy())
 
 
 @dataclass(frozen=True)
@@ -134,11 +146,11 @@ class MouthWarp:
         self._max_opening = MAX_OPENING_SPANS * span
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
 
-    def openings(self, generated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and (t, 2) the model cavity
-        centres (``mouth_opening``)."""
-        opening, centre = mouth_opening(generated)
-        return np.minimum(opening * OPENING_GAIN * self._output_per_model, self._max_opening), centre
+    def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
+        """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them."""
+        reading = mouth_opening(generated)
+        linear = reading.opening * OPENING_GAIN * self._output_per_model
+        return self._max_opening * np.tanh(linear / self._max_opening), reading
 
     def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
         """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
@@ -146,14 +158,17 @@ class MouthWarp:
         if self.box is None:
             return frames
         top, bottom, left, right = self.box
-        openings, centres = self.openings(generated)
+        openings, reading = self.openings(generated)
         for i in np.nonzero(openings >= MIN_OPENING_PX)[0]:
-            frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), centres[i])
+            levels = (float(reading.skin[i]), float(reading.cavity[i]))
+            frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), reading.centre[i],
+                                                                 levels)  # fmt: skip
         return frames
 
-    def _open_mouth(self, generated: np.ndarray, opening: float, cavity_centre: np.ndarray) -> np.ndarray:
+    def _open_mouth(self, generated: np.ndarray, opening: float, cavity_centre: np.ndarray,
+                    levels: tuple[float, float]) -> np.ndarray:  # fmt: skip
         """The box with the lips parted by ``opening`` output pixels and the interior of ``generated`` (S, S, 3)
-        between them -> (h, w, 3) uint8."""
+        between them (``levels``: its skin and cavity grey) -> (h, w, 3) uint8."""
         down, up = LOWER_SHARE * opening, (1.0 - LOWER_SHARE) * opening
         below = self._below  # (h, w)
         lower = below >= 0.5 * (down - up) * self._lip_profile  # (h, w): the lower lip's side of the gap
@@ -163,22 +178,33 @@ class MouthWarp:
         moved = self._pixels + (source - below)[..., None] * torch.tensor(self._v, dtype=torch.float32)  # (h, w, 2)
         warped = self._sample(self._patch, moved - self._pixels[0, 0], mode="bicubic")  # (3, h, w)
         inside = _smoothstep(depth / self._edge)  # (h, w)
-        if float(inside.max()) <= 0.0:
+        rows, cols = torch.nonzero(inside.amax(dim=1) > 0)[:, 0], torch.nonzero(inside.amax(dim=0) > 0)[:, 0]
+        if len(rows) == 0:
             return _to_uint8(warped)
-        interior = self._interior(generated, 0.5 * (down - up), cavity_centre)  # (3, h, w)
-        return _to_uint8(warped + inside * (interior - warped))
+        gap = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))  # the gap's bounding box
+        interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)  # (3, gh, gw)
+        warped[:, gap[0], gap[1]] += inside[gap] * (interior - warped[:, gap[0], gap[1]])
+        return _to_uint8(warped)
 
-    def _interior(self, generated: np.ndarray, gap_below: float, cavity_centre: np.ndarray) -> torch.Tensor:
-        """The generated frame's mouth interior over the box, its cavity centre on the gap's, in a dark tone of the
-        reference's lips -> (3, h, w) float."""
+    def _interior(self, generated: np.ndarray, pixels: torch.Tensor, gap_below: float, cavity_centre: np.ndarray,
+                  levels: tuple[float, float]) -> torch.Tensor:  # fmt: skip
+        """The generated frame's mouth interior at output ``pixels`` (h, w, 2), its cavity centre on the gap's, in a
+        dark tone of the reference's lips (``levels``: the model frame's skin and cavity grey) -> (3, h, w) float."""
         (sx, sy), (ox, oy) = self.to_model.scale, self.to_model.offset
         gap = self.lip_centre + gap_below * self._v  # (2,) output pixels
         shift = np.asarray(cavity_centre) - np.array([sx * gap[0] + ox, sy * gap[1] + oy])  # model pixels
-        model_points = self._pixels * torch.tensor([sx, sy]) + torch.tensor([ox + shift[0], oy + shift[1]])
-        image = torch.tensor(generated).float().permute(2, 0, 1)[None]  # (1, 3, S, S)
-        sampled = self._sample(image, model_points.float(), mode="bilinear")  # (3, h, w)
+        scale, offset = np.array([sx, sy]), np.array([ox, oy]) + shift
+        points = pixels * torch.tensor(scale, dtype=torch.float32) + torch.tensor(offset, dtype=torch.float32)
+        # Only the part of the model frame the points reach is converted (affine: its corners bound it).
+        side = generated.shape[0]
+        corners = np.stack([pixels[0, 0].numpy(), pixels[-1, -1].numpy()]) * scale + offset  # (2, 2) x, y
+        (x0, y0), (x1, y1) = np.floor(corners.min(axis=0)).astype(int), np.ceil(corners.max(axis=0)).astype(int) + 1
+        x0, y0 = min(max(x0, 0), side - 2), min(max(y0, 0), side - 2)
+        x1, y1 = max(min(x1, side), x0 + 2), max(min(y1, side), y0 + 2)
+        image = torch.tensor(generated[y0:y1, x0:x1]).float().permute(2, 0, 1)[None]  # (1, 3, y1 - y0, x1 - x0)
+        sampled = self._sample(image, points - torch.tensor([float(x0), float(y0)]), mode="bilinear")  # (3, h, w)
         grey = sampled.permute(1, 2, 0) @ _GREY  # (h, w)
-        skin, cavity = _model_levels(image[0])
+        skin, cavity = levels
         shade = ((grey - cavity) / max(skin - cavity, 1.0)).clamp(0.0, 1.0)  # (h, w)
         low, high = CAVITY_LIGHTS
         dark = self._cavity_tone[:, None, None] * (low + (high - low) * shade)  # (3, h, w)
@@ -201,16 +227,6 @@ class MouthWarp:
         top, bottom = max(0, int(math.floor(min(ys))) - 2), min(height, int(math.ceil(max(ys))) + 3)
         left, right = max(0, int(math.floor(min(xs))) - 2), min(width, int(math.ceil(max(xs))) + 3)
         return (top, bottom, left, right) if bottom > top + 1 and right > left + 1 else None
-
-
-def _model_levels(image: torch.Tensor) -> tuple[float, float]:
-    """(skin grey, cavity grey) of one (3, S, S) float model frame: the median of the skin bands around its mouth box
-    and the 10th percentile of the box."""
-    side = image.shape[1]
-    x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
-    grey = image.permute(1, 2, 0) @ _GREY  # (S, S)
-    skin = torch.cat([grey[int(a * side) : int(b * side), x0:x1].reshape(-1) for a, b in MODEL_SKIN_BANDS]).median()
-    return float(skin), float(torch.quantile(grey[y0:y1, x0:x1].reshape(-1), 0.1))
 
 
 def _smoothstep(x: torch.Tensor) -> torch.Tensor:

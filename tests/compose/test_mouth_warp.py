@@ -43,7 +43,7 @@ def _lower_lip_bottom(frame: np.ndarray, column: int, lip_line: int, skin_row: i
 def test_a_closed_generated_mouth_leaves_the_reference_as_it_is(warp_setup):
     reference, compositor = warp_setup
     closed = np.stack([_frame(), _frame(mouth_open=0.02)])  # the model's shut mouth (and a barely parted one)
-    assert (mouth_opening(closed)[0] == 0).all()
+    assert (mouth_opening(closed).opening == 0).all()
     out = compositor.compose(closed, 0)
     assert np.array_equal(out[0], reference) and np.abs(out[1].astype(int) - reference).max() <= 1
 
@@ -69,10 +69,19 @@ def test_an_open_generated_mouth_moves_the_reference_lower_lip_down_with_a_dark_
 
 
 def test_the_opening_follows_the_generated_mouth_and_depends_on_nothing_else():
-    openings, _ = mouth_opening(np.stack([_frame(mouth_open=a) for a in (0.0, 0.3, 0.6, 1.0)]))
+    openings = mouth_opening(np.stack([_frame(mouth_open=a) for a in (0.0, 0.3, 0.6, 1.0)])).opening
     assert openings[0] == 0 and (np.diff(openings) > 0).all()  # wider in the model frame: wider in the output
-    alone = [mouth_opening(_frame(mouth_open=a)[None])[0][0] for a in (0.6, 1.0)]
+    alone = [mouth_opening(_frame(mouth_open=a)[None]).opening[0] for a in (0.6, 1.0)]
     assert np.allclose(alone, openings[2:])  # each frame a function of itself: chunking and resume cannot change it
+
+
+def test_frames_composited_in_any_batches_are_the_same_pixels(warp_setup):
+    _, compositor = warp_setup
+    frames = np.stack([_frame(mouth_open=a) for a in (0.0, 0.8, 0.4, 1.0, 0.1)])
+    whole = compositor.compose(frames, 0)
+    parts = np.concatenate([compositor.compose(frames[:2], 0), compositor.compose(frames[2:], 2)])
+    assert np.array_equal(whole, parts)  # no state across frames: a resumed render continues bit-exact
+    assert not np.array_equal(whole[1], whole[0])
 
 
 def test_a_photograph_keeps_its_own_lip_and_chin_pixels_and_its_collar():
