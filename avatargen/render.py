@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from avatargen.compose.composite import CompositingSink, ReferenceCompositor
 from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
-from avatargen.compose.mouth_warp import ModelMapping, MouthWarp
+from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource
 from avatargen.config.validate import idle_motion_settings
@@ -163,8 +163,11 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
                                      max_side=config.output.max_side)  # fmt: skip
     layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
     mode = config.pipeline.mouth
-    if mode == MouthMode.warp or (mode == MouthMode.auto and square_is_photo(loaded.square)):
-        compositor.mouth = MouthWarp(compositor.background, layout, ModelMapping(*compositor.model_pixel_mapping())).paste
+    photo = mode != MouthMode.blend and square_is_photo(loaded.square)
+    if mode == MouthMode.warp or (mode == MouthMode.auto and photo):
+        cue = MouthCue.colour if photo else MouthCue.dark  # how the bundled model draws an open mouth on each
+        mapping = ModelMapping(*compositor.model_pixel_mapping())
+        compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue).paste
     settings = idle_motion_settings(config)
     if settings.active:
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place

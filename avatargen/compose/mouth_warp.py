@@ -1,10 +1,13 @@
 """``MouthWarp`` (``pipeline.mouth=warp``): the reference's own lips, chin and skin move; only the mouth's interior
 comes from the generated frame.
 
-Per generated model frame, ``mouth_opening`` reads how open its mouth is: the dark cavity inside the model's mouth
-box (pixels darker than the skin around it), as an area over a nominal cavity width, less the dark line of the
-model's closed mouth. That is a pure function of the frame (no smoothing, no state: sync keeps offset 0 and a
-resumed render the same pixels).
+Per generated model frame, ``mouth_opening`` reads how open its mouth is, as an area inside the model's mouth box
+over a nominal cavity width, less what the model's closed mouth shows. What counts depends on how the bundled model
+draws the reference's kind (``MouthCue``): on a cartoon avatar an open mouth is a dark cavity between lips that are
+always red (pixels darker than the skin around them: correlation with loudness 0.73 on ``examples/avatar_1.png``,
+where the colour cue reads 0.31); on a photograph it is a smear of colours unlike the skin, seldom dark (pixels
+whose colour, grey taken out, departs from the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
+pure function of the frame (no smoothing, no state: sync keeps offset 0 and a resumed render the same pixels).
 
 ``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed from the face's
 five landmarks (``FaceLayout``: eye corners and nose base, in output pixels): the lip line lies ``LIP_BELOW_NOSE``
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import NamedTuple
 
 import numpy as np
@@ -34,8 +38,11 @@ from avatargen.compose.layout import FaceLayout
 # there: composite.MOUTH_REGION spans x 0.37-0.63, y 0.51-0.70) and the skin bands just above and below it.
 MODEL_MOUTH_BOX = (0.38, 0.53, 0.62, 0.70)  # x0, y0, x1, y1
 MODEL_SKIN_BANDS = ((0.50, 0.53), (0.70, 0.73))  # rows whose median grey is the skin level
-CAVITY_LEVEL = (0.65, 0.45)  # grey / skin grey: not cavity above the first, cavity in full below the second
-CLOSED_AREA = 0.0007  # the dark area (fraction of the frame) a closed mouth shows: its lip line, shadows
+CAVITY_LEVEL = (0.65, 0.45)  # MouthCue.dark: grey / skin grey: not cavity above the first, in full below the second
+COLOUR_DEPARTURE = (20.0, 40.0)  # MouthCue.colour: colour distance from the skin's (grey levels), none .. in full
+# The area (fraction of the frame) a closed mouth shows, either cue: a drawn lip line and shadows; the model's
+# photo mouths in pauses (90th percentile 0.00067 over the pauses of 30 s of speech on the astronaut).
+CLOSED_AREA = 0.0007
 CAVITY_WIDTH = 0.10  # nominal width of an open mouth's cavity (fraction of the side): area / width = opening height
 
 # The mouth on the reference, in eye spans (outer eye corner to outer eye corner) from the landmarks. Measured on
@@ -59,6 +66,13 @@ MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the ref
 _GREY = torch.tensor([0.299, 0.587, 0.114])
 
 
+class MouthCue(Enum):
+    """What in a model frame shows its mouth open (see the module docstring)."""
+
+    dark = "dark"  # a dark cavity: the bundled model's cartoon avatars
+    colour = "colour"  # colours unlike the skin: the bundled model's photographs
+
+
 class MouthReading(NamedTuple):
     """What ``mouth_opening`` read from (t,) model frames, in model pixels and grey levels."""
 
@@ -68,18 +82,26 @@ class MouthReading(NamedTuple):
     cavity: np.ndarray  # (t,) the 10th percentile of the box's grey levels: its darkest
 
 
-def mouth_opening(generated: np.ndarray) -> MouthReading:
-    """How open the mouths of (t, S, S, 3) uint8 model frames are (see the module docstring)."""
+def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark) -> MouthReading:
+    """How open the mouths of (t, S, S, 3) uint8 model frames are, read by ``cue`` (see the module docstring)."""
     count, side = generated.shape[0], generated.shape[1]
     x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
     top, bottom = int(MODEL_SKIN_BANDS[0][0] * side), int(MODEL_SKIN_BANDS[1][1] * side)
-    grey = torch.tensor(generated[:, top:bottom, x0:x1]).float() @ _GREY  # (t, rows, w); a copy: frames may be read-only
-    bands = [grey[:, int(a * side) - top : int(b * side) - top].reshape(count, -1) for a, b in MODEL_SKIN_BANDS]
-    skin = torch.cat(bands, dim=1).median(dim=1).values  # (t,)
+    colour = torch.tensor(generated[:, top:bottom, x0:x1]).float()  # (t, rows, w, 3); a copy: frames may be read-only
+    grey = colour @ _GREY  # (t, rows, w)
+    bands = [slice(int(a * side) - top, int(b * side) - top) for a, b in MODEL_SKIN_BANDS]
+    skin = torch.cat([grey[:, rows].reshape(count, -1) for rows in bands], dim=1).median(dim=1).values  # (t,)
     box = grey[:, y0 - top : y1 - top]  # (t, h, w)
-    high, low = CAVITY_LEVEL
-    level = skin[:, None, None]
-    cavity = ((high * level - box) / ((high - low) * level).clamp_min(1.0)).clamp(0.0, 1.0)  # (t, h, w)
+    if cue == MouthCue.dark:
+        high, low = CAVITY_LEVEL
+        level = skin[:, None, None]
+        cavity = ((high * level - box) / ((high - low) * level).clamp_min(1.0)).clamp(0.0, 1.0)  # (t, h, w)
+    else:
+        hue = colour - grey[..., None]  # (t, rows, w, 3): colour with its grey taken out
+        skin_hue = torch.cat([hue[:, rows].reshape(count, -1, 3) for rows in bands], dim=1).median(dim=1).values  # (t, 3)
+        departure = (hue[:, y0 - top : y1 - top] - skin_hue[:, None, None]).norm(dim=-1)  # (t, h, w)
+        start, full = COLOUR_DEPARTURE
+        cavity = ((departure - start) / (full - start)).clamp(0.0, 1.0)  # (t, h, w)
     area = cavity.sum(dim=(1, 2))  # (t,) model pixels
     opening = (area - CLOSED_AREA * side * side).clamp_min(0.0) / (CAVITY_WIDTH * side)  # (t,)
     ys = torch.arange(y0, y1, dtype=torch.float32)[None, :, None]
@@ -103,14 +125,17 @@ class ModelMapping:
 
 class MouthWarp:
     """The mouth of ``background`` (H', W', 3) uint8, the output-sized reference, whose face is at ``layout`` (output
-    pixels), moved by the generated model frames; ``to_model`` maps output pixels to model pixels.
+    pixels), moved by the generated model frames; ``to_model`` maps output pixels to model pixels; ``cue`` is how
+    their opening is read (``MouthCue.colour`` for a photograph).
 
     ``paste(generated, frames)`` writes into the (t, H', W', 3) ``frames`` (the reference) the mouth of each
     (t, S, S, 3) generated frame. Nothing is carried between calls.
     """
 
-    def __init__(self, background: np.ndarray, layout: FaceLayout, to_model: ModelMapping):
+    def __init__(self, background: np.ndarray, layout: FaceLayout, to_model: ModelMapping,
+                 cue: MouthCue = MouthCue.dark):  # fmt: skip
         self.to_model = to_model
+        self.cue = cue
         height, width = background.shape[:2]
         span = max(float(np.linalg.norm(layout.points[0] - layout.points[2])), 1.0)  # outer corner to outer corner
         along = layout.eye_right - layout.eye_left
@@ -148,7 +173,7 @@ class MouthWarp:
 
     def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
         """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them."""
-        reading = mouth_opening(generated)
+        reading = mouth_opening(generated, self.cue)
         linear = reading.opening * OPENING_GAIN * self._output_per_model
         return self._max_opening * np.tanh(linear / self._max_opening), reading
 

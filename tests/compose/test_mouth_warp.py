@@ -8,7 +8,7 @@ import pytest
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.layout import FaceLayout
-from avatargen.compose.mouth_warp import JAW_STILL_BELOW, LOWER_SHARE, ModelMapping, MouthWarp, mouth_opening
+from avatargen.compose.mouth_warp import JAW_STILL_BELOW, LOWER_SHARE, ModelMapping, MouthCue, MouthWarp, mouth_opening
 from avatargen.data import FacePose, FaceRenderer, identity_from_seed
 from tests.conftest import REPO, run_cli
 
@@ -73,6 +73,14 @@ def test_the_opening_follows_the_generated_mouth_and_depends_on_nothing_else():
     assert openings[0] == 0 and (np.diff(openings) > 0).all()  # wider in the model frame: wider in the output
     alone = [mouth_opening(_frame(mouth_open=a)[None]).opening[0] for a in (0.6, 1.0)]
     assert np.allclose(alone, openings[2:])  # each frame a function of itself: chunking and resume cannot change it
+
+
+def test_on_a_photograph_a_coloured_smear_reads_open_and_plain_skin_closed():
+    skin = np.full((2, S, S, 3), (214, 172, 152), np.uint8)  # the astronaut's skin tone, no mouth drawn
+    skin[1, int(0.57 * S) : int(0.63 * S), int(0.44 * S) : int(0.56 * S)] = (150, 120, 190)  # a bluish smear, not dark
+    assert mouth_opening(skin, MouthCue.dark).opening.tolist() == [0.0, 0.0]  # no cavity: the dark cue misses it
+    shut, smeared = mouth_opening(skin, MouthCue.colour).opening
+    assert shut == 0.0 and smeared > 2.0  # model pixels
 
 
 def test_frames_composited_in_any_batches_are_the_same_pixels(warp_setup):
