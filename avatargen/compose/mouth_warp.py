@@ -48,15 +48,18 @@ CAVITY_WIDTH = 0.10  # nominal width of an open mouth's cavity (fraction of the 
 # The mouth on the reference, in eye spans (outer eye corner to outer eye corner) from the landmarks. Measured on
 # skimage's astronaut (lip line 13.5 px below the nose base, span 60 px: 0.225; mouth half-width 0.33) and
 # examples/avatar_1.png (0.25; 0.32).
-LIP_BELOW_NOSE = 0.24
+LIP_BELOW_NOSE = 0.24  # where the lip line is looked for first ...
+LIP_SEARCH = (-0.14, 0.22)  # ... then the lips themselves, this far above and below it: the band of rows whose
+# colour departs most from the cheeks' (at least half the strongest departure; joined across gaps of LIP_GAP rows),
+# its middle the lip line; no row departing by LIP_DEPARTURE grey levels: the first guess
+LIP_DEPARTURE, LIP_GAP = 25.0, 3
 MOUTH_HALF_WIDTH = 0.34
 LOWER_LIP_DEPTH = 0.12  # the lower lip: this far below the lip line it moves with the lip line's profile ...
 JAW_HALF_WIDTH = 0.62  # ... then the moving part widens to this half-width towards the chin
 JAW_FULL_BELOW = 0.30  # down to this far below the lip line the jaw moves in full ...
 JAW_STILL_BELOW = 0.80  # ... and from this far below it nothing moves (the neck, the collar)
 LOWER_SHARE = 0.8  # of the opening: the lower lip and jaw move down by this share, the upper lip up by the rest
-OPENING_GAIN = 1.6  # output opening over the model's, at the model-to-output scale, for small openings ...
-MAX_OPENING_SPANS = 0.30  # ... saturating (tanh) towards this: a broken model frame must not tear the chin off
+MAX_OPENING_SPANS = 0.30  # the opening (eye spans) saturates towards this: a broken model frame must not tear the chin off
 EDGE_SPANS = 0.025  # the interior's edge is feathered over this (at least a pixel) under the lips
 CAVITY_SHADE = 0.3  # the cavity's tone: the reference's lip colour times this ...
 CAVITY_LIGHTS = (0.7, 1.3)  # ... times this, from the model's darkest cavity pixels to its skin level (tongue, depth)
@@ -71,6 +74,13 @@ class MouthCue(Enum):
 
     dark = "dark"  # a dark cavity: the bundled model's cartoon avatars
     colour = "colour"  # colours unlike the skin: the bundled model's photographs
+
+
+# Output opening over the model's, at the model-to-output scale, for small openings, saturating (tanh) towards
+# MAX_OPENING_SPANS. Chosen by the eval's sync confidence on 30 s of speech (docs/model-card.md): on avatar_1 the dark
+# cue at gain 1.6 / 2.5 / 3.5 read 0.71 / 0.75 / 0.76 (identity 0.144-0.149, unchanged); the colour cue reads larger
+# areas than the dark one, and at 1.6 the astronaut read 0.71 (the dark cue there: 0.45 / 0.53 / 0.58).
+OPENING_GAIN = {"dark": 3.5, "colour": 1.6}
 
 
 class MouthReading(NamedTuple):
@@ -142,7 +152,7 @@ class MouthWarp:
         u = along / max(float(np.linalg.norm(along)), 1e-6)  # (2,) along the mouth, to the image's right
         v = np.array([-u[1], u[0]])  # (2,) down the face
         self.span, self._u, self._v = span, u, v  # output pixels from outer eye corner to outer eye corner
-        self.lip_centre = layout.nose + LIP_BELOW_NOSE * span * v  # (2,) x, y: the middle of the lip line
+        self.lip_centre = _lip_line(background, layout.nose + LIP_BELOW_NOSE * span * v, u, v, span)  # (2,) x, y
         self.box = self._moving_box(height, width)
         if self.box is None:
             return
@@ -174,7 +184,7 @@ class MouthWarp:
     def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
         """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them."""
         reading = mouth_opening(generated, self.cue)
-        linear = reading.opening * OPENING_GAIN * self._output_per_model
+        linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
         return self._max_opening * np.tanh(linear / self._max_opening), reading
 
     def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
@@ -252,6 +262,33 @@ class MouthWarp:
         top, bottom = max(0, int(math.floor(min(ys))) - 2), min(height, int(math.ceil(max(ys))) + 3)
         left, right = max(0, int(math.floor(min(xs))) - 2), min(width, int(math.ceil(max(xs))) + 3)
         return (top, bottom, left, right) if bottom > top + 1 and right > left + 1 else None
+
+
+def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarray, span: float) -> np.ndarray:
+    """The middle of the lip line (x, y) of ``picture``: the middle of the band of rows near ``guess`` whose centre
+    columns depart most in colour from the cheeks beside the mouth (closed lips: where they meet; a smile: the
+    lower edge of its upper teeth, about); ``guess`` itself where nothing there departs. ``u``, ``v``: along the mouth and down the face; ``span``: the eye
+    span in pixels."""
+    height, width = picture.shape[:2]
+
+    def colours(along: np.ndarray, down: np.ndarray) -> np.ndarray:  # spans from the guess -> (..., 3) float
+        where = guess + (along[..., None] * u + down[..., None] * v) * span
+        x = np.clip(np.rint(where[..., 0]).astype(int), 0, width - 1)
+        y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
+        return picture[y, x].astype(np.float64)
+
+    rows = np.arange(LIP_SEARCH[0] * span, LIP_SEARCH[1] * span + 1.0) / span  # spans, one pixel apart
+    beside = np.meshgrid(np.r_[-0.6:-0.45:4j, 0.45:0.6:4j], np.linspace(-0.05, 0.2, 6))
+    cheeks = np.median(colours(*beside).reshape(-1, 3), axis=0)  # (3,)
+    departure = np.linalg.norm(colours(*np.meshgrid(np.linspace(-0.12, 0.12, 7), rows)) - cheeks, axis=-1).mean(axis=1)
+    strongest = int(np.argmax(departure))
+    if departure[strongest] < LIP_DEPARTURE:
+        return guess
+    # The lips: the rows departing at least half as much as the strongest, joined across gaps of up to LIP_GAP rows.
+    strong = np.nonzero(departure >= 0.5 * departure[strongest])[0]
+    group = np.split(strong, np.nonzero(np.diff(strong) > LIP_GAP + 1)[0] + 1)
+    lips = next(rows_ for rows_ in group if strongest in rows_)
+    return guess + 0.5 * (rows[lips[0]] + rows[lips[-1]]) * span * v
 
 
 def _smoothstep(x: torch.Tensor) -> torch.Tensor:
