@@ -140,5 +140,5 @@ def test_a_bad_mouth_mode_is_refused_in_one_line(tmp_path):
                      "-o", str(tmp_path / "out.mp4"), "pipeline.mouth=lips")  # fmt: skip
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pipeline.mouth" in lines[0] and "blend, warp, auto" in lines[0]
+    assert len(lines) == 1 and "pipeline.mouth" in lines[0] and "blend, warp" in lines[0]
     assert not (tmp_path / "out.mp4").exists()
