@@ -19,7 +19,8 @@ import torch
 from PIL import Image
 
 from avatargen.compose.composite import ReferenceCompositor
-from avatargen.compose.mouth_warp import ModelMapping, MouthWarp
+from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
+from avatargen.face.domain import square_is_photo
 from avatargen.data import FacePose, FaceRenderer, identity_from_seed
 from avatargen.face.framing import frame_face
 
@@ -45,7 +46,8 @@ def main() -> None:
     for name, picture in _pictures().items():
         framing = frame_face(picture, lambda line: None)
         compositor = ReferenceCompositor(picture, framing.square, 256, framing.face)
-        warp = MouthWarp(compositor.background, compositor.layout(), ModelMapping(*compositor.model_pixel_mapping()))
+        cue = MouthCue.colour if square_is_photo(framing.crop) else MouthCue.dark  # as a render chooses it
+        warp = MouthWarp(compositor.background, compositor.layout(), ModelMapping(*compositor.model_pixel_mapping()), cue)
         for state, frame in frames.items():
             generated = np.repeat(frame[None], 4, axis=0)
             cost = {}
