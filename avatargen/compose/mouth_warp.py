@@ -4,14 +4,16 @@ comes from the generated frame.
 Per generated model frame, ``mouth_opening`` reads how open its mouth is, as an area inside the model's mouth box
 over a nominal cavity width, less what the model's closed mouth shows. What counts depends on how the bundled model
 draws the reference's kind (``MouthCue``): on a cartoon avatar an open mouth is a dark cavity between lips that are
-always red (pixels darker than the skin around them: correlation with loudness 0.73 on ``examples/avatar_1.png``,
-where the colour cue reads 0.31); on a photograph it is a smear of colours unlike the skin, seldom dark (pixels
-whose colour, grey taken out, departs from the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
+always red (pixels darker than the skin around them: over 30 s of speech the reading follows loudness with
+correlation 0.73 on the model's frames of ``examples/avatar_1.png``, where the colour cue reads 0.31); on a
+photograph it is a smear of colours unlike the skin, seldom dark (pixels whose colour, grey taken out, departs from
+the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
 pure function of the frame (no smoothing, no state: sync keeps offset 0 and a resumed render the same pixels).
 
 ``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed from the face's
-five landmarks (``FaceLayout``: eye corners and nose base, in output pixels): the lip line lies ``LIP_BELOW_NOSE``
-eye spans below the nose, the mouth ``MOUTH_HALF_WIDTH`` spans to each side. Below the lip line the lower lip and
+five landmarks (``FaceLayout``: eye corners and nose base, in output pixels): the lip line is looked for about
+``LIP_BELOW_NOSE`` eye spans below the nose and found on the reference's own lips (``_lip_line``), the mouth
+``MOUTH_HALF_WIDTH`` spans to each side. Below the lip line the lower lip and
 jaw move down by ``LOWER_SHARE`` of the opening, in full at the lip centre, falling smoothly to nothing at the mouth
 corners; further down the moving part widens to the jaw and fades out below the chin; above it the upper lip rises
 by the rest, fading out at the nose. One bicubic ``grid_sample`` of the reference gives the moved pixels. The gap
@@ -78,8 +80,8 @@ class MouthCue(Enum):
 
 # Output opening over the model's, at the model-to-output scale, for small openings, saturating (tanh) towards
 # MAX_OPENING_SPANS. Chosen by the eval's sync confidence on 30 s of speech (docs/model-card.md): on avatar_1 the dark
-# cue at gain 1.6 / 2.5 / 3.5 read 0.71 / 0.75 / 0.76 (identity 0.144-0.149, unchanged); the colour cue reads larger
-# areas than the dark one, and at 1.6 the astronaut read 0.71 (the dark cue there: 0.45 / 0.53 / 0.58).
+# cue at gain 1.6 (a hard cap then) / 2.5 / 3.5 read 0.71 / 0.75 / 0.76, identity 0.144-0.149 throughout; the colour
+# cue reads larger areas, and on the astronaut at 1.6 / 2.2 read 0.68 / 0.73 for identity p95 0.31 / 0.35.
 OPENING_GAIN = {"dark": 3.5, "colour": 1.6}
 
 
@@ -267,8 +269,8 @@ class MouthWarp:
 def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarray, span: float) -> np.ndarray:
     """The middle of the lip line (x, y) of ``picture``: the middle of the band of rows near ``guess`` whose centre
     columns depart most in colour from the cheeks beside the mouth (closed lips: where they meet; a smile: the
-    lower edge of its upper teeth, about); ``guess`` itself where nothing there departs. ``u``, ``v``: along the mouth and down the face; ``span``: the eye
-    span in pixels."""
+    lower edge of its upper teeth, about); ``guess`` itself where nothing there departs. ``u``, ``v``: along the
+    mouth and down the face; ``span``: the eye span in pixels."""
     height, width = picture.shape[:2]
 
     def colours(along: np.ndarray, down: np.ndarray) -> np.ndarray:  # spans from the guess -> (..., 3) float
