@@ -21,11 +21,12 @@ from omegaconf import DictConfig
 from avatargen.compose.composite import CompositingSink, ReferenceCompositor
 from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
+from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.schema import Config, PublishFailure, WeightsSource
+from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource
 from avatargen.config.validate import idle_motion_settings
 from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
-from avatargen.face.domain import warn_if_out_of_domain
+from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
 from avatargen.io.image import Reference, load_reference
@@ -150,7 +151,9 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
     training-style avatar). A Wan-family model renders at its own resolution and is left alone. Idle motion
     (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
-    layout when a whole square image had none detected."""
+    layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
+    reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
+    the feathered blend of the model's mouth."""
     if not config.pipeline.composite or config.model.wan is not None:
         return None
     height, width = loaded.picture.shape[:2]
@@ -159,9 +162,13 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
         return None  # no face found: the model's centre crop, as the warning said
     compositor = ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face,
                                      max_side=config.output.max_side)  # fmt: skip
+    layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
+    if config.pipeline.mouth == MouthMode.warp:
+        cue = MouthCue.colour if square_is_photo(loaded.square) else MouthCue.dark  # how the model draws an open mouth
+        mapping = ModelMapping(*compositor.model_pixel_mapping())
+        compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue).paste
     settings = idle_motion_settings(config)
     if settings.active:
-        layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place
     return compositor
 
@@ -216,7 +223,8 @@ def _render(
     compositor = compositor_for(loaded, config)
     if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
         # the bundled model knows cartoons only
-        warn_if_out_of_domain(reference, f"image '{request.image}'", warn, composited=compositor is not None)
+        warn_if_out_of_domain(reference, f"image '{request.image}'", warn, composited=compositor is not None,
+                              warped=compositor is not None and compositor.mouth is not None)  # fmt: skip
     block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
     if request.audio == STREAM:
         source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)

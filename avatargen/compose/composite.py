@@ -32,6 +32,8 @@ from avatargen.compose.layout import FaceLayout
 from avatargen.face.detector import Face
 
 Warp = Callable[[np.ndarray, int], np.ndarray]  # frame (H', W', 3) uint8, absolute frame index -> frame
+# (t, S, S, 3) model frames, (t, H', W', 3) reference frames -> those frames with the mouth written in
+MouthPaste = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class ReferenceCompositor:
     ``compose(generated, first_frame_index)`` turns (t, S, S, 3) uint8 model frames into (t, H', W', 3) uint8 output
     frames (``size``); ``warp``, when given, is applied to each composited frame with its absolute frame index. It may
     also be set after construction, once ``layout()`` and ``size`` have placed it (idle motion needs both).
+    ``mouth``, when set (``pipeline.mouth=warp``: ``avatargen/compose/mouth_warp.py``), puts the mouth into the
+    reference in place of the feathered blend.
     """
 
     def __init__(
@@ -82,7 +86,9 @@ class ReferenceCompositor:
         self.size = (out_h, out_w)
         self.model_size = model_size
         self.warp = warp
+        self.mouth: MouthPaste | None = None
         self._face = face
+        self._square = square
         if (out_h, out_w) == (height - height % 2, width - width % 2) and max(height, width) <= max_side:
             background = picture[:out_h, :out_w]  # no resampling: the picture's own pixels, an odd edge row dropped
             self._scale = (1.0, 1.0)
@@ -137,6 +143,15 @@ class ReferenceCompositor:
         scale = (sx + sy) / 2
         return FaceLayout.from_face(self._face).moved(scale, (0.5 * scale - 0.5, 0.5 * scale - 0.5))
 
+    def model_pixel_mapping(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """((a_x, a_y), (b_x, b_y)): output pixel x' lies at model pixel a_x * x' + b_x (y alike; pixel centres at
+        integers in both), the mapping the blend samples the model frame with."""
+        left, top, side = self._square
+        (sx, sy), size = self._scale, self.model_size
+        # model pixel = (((x' + 0.5) / sx - left) / side) * S - 0.5
+        return (size / (side * sx), size / (side * sy)), ((0.5 / sx - left) * size / side - 0.5,
+                                                          (0.5 / sy - top) * size / side - 0.5)  # fmt: skip
+
     def compose(self, generated: np.ndarray, first_frame_index: int) -> np.ndarray:
         """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth and jaw."""
         return self.move(self.paste(generated), first_frame_index)
@@ -145,6 +160,8 @@ class ReferenceCompositor:
         """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth, before ``warp``."""
         count = generated.shape[0]
         frames = np.repeat(self.background[None], count, axis=0)  # (t, H', W', 3)
+        if self.mouth is not None:
+            return self.mouth(generated, frames)
         if self._box is not None:
             y0, y1, x0, x1 = self._box
             frames[:, y0:y1, x0:x1] = self._blend(generated)

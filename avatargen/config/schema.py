@@ -33,6 +33,13 @@ class ImageFit(Enum):
     pad = "pad"
 
 
+class MouthMode(Enum):
+    """How a composited frame gets its mouth (``pipeline.mouth``; docs/model-card.md, "Reference compositing")."""
+
+    blend = "blend"  # the generated mouth and jaw blended in under a feathered ellipse (avatargen/compose/composite.py)
+    warp = "warp"  # the reference's own lips and jaw moved by the generated opening; only the interior generated
+
+
 class Device(Enum):
     auto = "auto"
     cpu = "cpu"
@@ -121,6 +128,7 @@ class PipelineConfig:
     # Reference compositing: the output is the reference picture at its own size with only the generated mouth and
     # jaw blended in (avatargen/compose/composite.py); false: the model's square frames as they come.
     composite: bool = True
+    mouth: MouthMode = MouthMode.warp  # composited frames: warp (avatargen/compose/mouth_warp.py) or blend
     idle_motion: IdleMotionConfig = field(default_factory=IdleMotionConfig)  # moves composited frames only
     audio_block_s: float = 0.5  # audio read granularity in seconds
 

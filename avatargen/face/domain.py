@@ -28,19 +28,24 @@ def looks_like_photo(chip: np.ndarray) -> bool:
     return flat_share(chip) < PHOTO_FLAT_SHARE
 
 
-def photo_warning(name: str, composited: bool = False) -> str:
+def photo_warning(name: str, composited: bool = False, warped: bool = False) -> str:
     """The one line printed when the bundled model is given a photograph (``composited``: under reference
-    compositing, where only the mouth and jaw are generated)."""
-    expect = ("the photo stays as it is but for the mouth and jaw, which are drawn in the soft cartoon style it "
-              "learnt" if composited else "expect a soft cartoon-like face in the photo's colours and layout with a "
-              "moving mouth, not the person")  # fmt: skip
+    compositing, where only the mouth and jaw are generated; ``warped``: with ``pipeline.mouth=warp``, where the
+    photo's own lips move and only the mouth's interior is generated)."""
+    if warped:
+        expect = ("the photo's own lips and jaw move with the speech and only the mouth's interior is generated, "
+                  "as a shaded cavity")  # fmt: skip
+    elif composited:
+        expect = "the photo stays as it is but for the mouth and jaw, which are drawn in the soft cartoon style it learnt"
+    else:
+        expect = "expect a soft cartoon-like face in the photo's colours and layout with a moving mouth, not the person"
     return (f"warning: {name} looks like a photograph; the bundled model (model=tiny) knows only cartoon avatars: "
             f"{expect} ({MODEL_CARD}, Limits; train on your own data for photos)")  # fmt: skip
 
 
-def warn_if_out_of_domain(square: np.ndarray, name: str, warn, composited: bool = False) -> None:
+def warn_if_out_of_domain(square: np.ndarray, name: str, warn, composited: bool = False, warped: bool = False) -> None:
     """One line to ``warn`` when the framed reference ``square`` (S, S, 3) is a photograph (nothing when the face
-    networks are not installed: framing already said so); ``composited`` as in ``photo_warning``."""
+    networks are not installed: framing already said so); ``composited`` and ``warped`` as in ``photo_warning``."""
     from avatargen.face.detector import face_networks_installed, shared_detector
 
     if not face_networks_installed():
@@ -48,4 +53,16 @@ def warn_if_out_of_domain(square: np.ndarray, name: str, warn, composited: bool 
     detector = shared_detector()
     face = detector.find(square)
     if face is not None and looks_like_photo(detector.chip(square, face)):
-        warn(photo_warning(name, composited))
+        warn(photo_warning(name, composited, warped))
+
+
+def square_is_photo(square: np.ndarray) -> bool:
+    """True when the framed reference ``square`` (S, S, 3) shows a face that looks like a photograph (False: a
+    cartoon, no face found, or no face networks installed)."""
+    from avatargen.face.detector import face_networks_installed, shared_detector
+
+    if not face_networks_installed():
+        return False
+    detector = shared_detector()
+    face = detector.find(square)
+    return face is not None and looks_like_photo(detector.chip(square, face))

@@ -1,0 +1,308 @@
+"""``MouthWarp`` (``pipeline.mouth=warp``): the reference's own lips, chin and skin move; only the mouth's interior
+comes from the generated frame.
+
+Per generated model frame, ``mouth_opening`` reads how open its mouth is, as an area inside the model's mouth box
+over a nominal cavity width, less what the model's closed mouth shows. What counts depends on how the bundled model
+draws the reference's kind (``MouthCue``): on a cartoon avatar an open mouth is a dark cavity between lips that are
+always red (pixels darker than the skin around them: over 30 s of speech the reading follows loudness with
+correlation 0.73 on the model's frames of ``examples/avatar_1.png``, where the colour cue reads 0.31); on a
+photograph it is a smear of colours unlike the skin, seldom dark (pixels whose colour, grey taken out, departs from
+the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
+pure function of the frame (no smoothing, no state: sync keeps offset 0 and a resumed render the same pixels).
+
+``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed from the face's
+five landmarks (``FaceLayout``: eye corners and nose base, in output pixels): the lip line is looked for about
+``LIP_BELOW_NOSE`` eye spans below the nose and found on the reference's own lips (``_lip_line``), the mouth
+``MOUTH_HALF_WIDTH`` spans to each side. Below the lip line the lower lip and
+jaw move down by ``LOWER_SHARE`` of the opening, in full at the lip centre, falling smoothly to nothing at the mouth
+corners; further down the moving part widens to the jaw and fades out below the chin; above it the upper lip rises
+by the rest, fading out at the nose. One bicubic ``grid_sample`` of the reference gives the moved pixels. The gap
+that opens between the lips is filled with the generated frame's mouth interior (its dark cavity, teeth and tongue
+where the model draws them), placed so its cavity centre sits in the gap, at the model-to-output scale, and its
+colours shifted so the cavity takes a dark tone of the reference's own lips; its edge is feathered over
+``EDGE_SPANS`` under the lips.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from avatargen.compose.layout import FaceLayout
+
+# The model's mouth box in its own frame (fractions of the side; the framing of the training frames puts every mouth
+# there: composite.MOUTH_REGION spans x 0.37-0.63, y 0.51-0.70) and the skin bands just above and below it.
+MODEL_MOUTH_BOX = (0.38, 0.53, 0.62, 0.70)  # x0, y0, x1, y1
+MODEL_SKIN_BANDS = ((0.50, 0.53), (0.70, 0.73))  # rows whose median grey is the skin level
+CAVITY_LEVEL = (0.65, 0.45)  # MouthCue.dark: grey / skin grey: not cavity above the first, in full below the second
+COLOUR_DEPARTURE = (20.0, 40.0)  # MouthCue.colour: colour distance from the skin's (grey levels), none .. in full
+# The area (fraction of the frame) a closed mouth shows, either cue: a drawn lip line and shadows; the model's
+# photo mouths in pauses (90th percentile 0.00067 over the pauses of 30 s of speech on the astronaut).
+CLOSED_AREA = 0.0007
+CAVITY_WIDTH = 0.10  # nominal width of an open mouth's cavity (fraction of the side): area / width = opening height
+
+# The mouth on the reference, in eye spans (outer eye corner to outer eye corner) from the landmarks. Measured on
+# skimage's astronaut (lip line 13.5 px below the nose base, span 60 px: 0.225; mouth half-width 0.33) and
+# examples/avatar_1.png (0.25; 0.32).
+LIP_BELOW_NOSE = 0.24  # where the lip line is looked for first ...
+LIP_SEARCH = (-0.14, 0.22)  # ... then the lips themselves, this far above and below it: the band of rows whose
+# colour departs most from the cheeks' (at least half the strongest departure; joined across gaps of LIP_GAP rows),
+# its middle the lip line; no row departing by LIP_DEPARTURE grey levels: the first guess
+LIP_DEPARTURE, LIP_GAP = 25.0, 3
+MOUTH_HALF_WIDTH = 0.34
+LOWER_LIP_DEPTH = 0.12  # the lower lip: this far below the lip line it moves with the lip line's profile ...
+JAW_HALF_WIDTH = 0.62  # ... then the moving part widens to this half-width towards the chin
+JAW_FULL_BELOW = 0.30  # down to this far below the lip line the jaw moves in full ...
+JAW_STILL_BELOW = 0.80  # ... and from this far below it nothing moves (the neck, the collar)
+LOWER_SHARE = 0.8  # of the opening: the lower lip and jaw move down by this share, the upper lip up by the rest
+MAX_OPENING_SPANS = 0.30  # the opening (eye spans) saturates towards this: a broken model frame must not tear the chin off
+EDGE_SPANS = 0.025  # the interior's edge is feathered over this (at least a pixel) under the lips
+CAVITY_SHADE = 0.3  # the cavity's tone: the reference's lip colour times this ...
+CAVITY_LIGHTS = (0.7, 1.3)  # ... times this, from the model's darkest cavity pixels to its skin level (tongue, depth)
+TEETH_COLOUR = (192.0, 187.0, 174.0)  # off-white in the mouth's shade, where the model draws teeth ...
+TEETH_LEVEL = (0.95, 1.20)  # ... pixels brighter than the model's skin: from this grey / skin (none) to this (all)
+MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the reference as it is
+_GREY = torch.tensor([0.299, 0.587, 0.114])
+
+
+class MouthCue(Enum):
+    """What in a model frame shows its mouth open (see the module docstring)."""
+
+    dark = "dark"  # a dark cavity: the bundled model's cartoon avatars
+    colour = "colour"  # colours unlike the skin: the bundled model's photographs
+
+
+# Output opening over the model's, at the model-to-output scale, for small openings, saturating (tanh) towards
+# MAX_OPENING_SPANS. Chosen by the eval's sync confidence on 30 s of speech (docs/model-card.md): on avatar_1 the dark
+# cue at gain 1.6 (a hard cap then) / 2.5 / 3.5 read 0.71 / 0.75 / 0.76, identity 0.144-0.149 throughout; the colour
+# cue reads larger areas, and on the astronaut at 1.6 / 2.2 read 0.68 / 0.73 for identity p95 0.31 / 0.35.
+OPENING_GAIN = {"dark": 3.5, "colour": 1.6}
+
+
+class MouthReading(NamedTuple):
+    """What ``mouth_opening`` read from (t,) model frames, in model pixels and grey levels."""
+
+    opening: np.ndarray  # (t,) height of the dark cavity (0: closed)
+    centre: np.ndarray  # (t, 2) x, y of the cavity's centre (the box's centre where there is none)
+    skin: np.ndarray  # (t,) the skin's grey level around the mouth box
+    cavity: np.ndarray  # (t,) the 10th percentile of the box's grey levels: its darkest
+
+
+def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark) -> MouthReading:
+    """How open the mouths of (t, S, S, 3) uint8 model frames are, read by ``cue`` (see the module docstring)."""
+    count, side = generated.shape[0], generated.shape[1]
+    x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
+    top, bottom = int(MODEL_SKIN_BANDS[0][0] * side), int(MODEL_SKIN_BANDS[1][1] * side)
+    colour = torch.tensor(generated[:, top:bottom, x0:x1]).float()  # (t, rows, w, 3); a copy: frames may be read-only
+    grey = colour @ _GREY  # (t, rows, w)
+    bands = [slice(int(a * side) - top, int(b * side) - top) for a, b in MODEL_SKIN_BANDS]
+    skin = torch.cat([grey[:, rows].reshape(count, -1) for rows in bands], dim=1).median(dim=1).values  # (t,)
+    box = grey[:, y0 - top : y1 - top]  # (t, h, w)
+    if cue == MouthCue.dark:
+        high, low = CAVITY_LEVEL
+        level = skin[:, None, None]
+        cavity = ((high * level - box) / ((high - low) * level).clamp_min(1.0)).clamp(0.0, 1.0)  # (t, h, w)
+    else:
+        hue = colour - grey[..., None]  # (t, rows, w, 3): colour with its grey taken out
+        skin_hue = torch.cat([hue[:, rows].reshape(count, -1, 3) for rows in bands], dim=1).median(dim=1).values  # (t, 3)
+        departure = (hue[:, y0 - top : y1 - top] - skin_hue[:, None, None]).norm(dim=-1)  # (t, h, w)
+        start, full = COLOUR_DEPARTURE
+        cavity = ((departure - start) / (full - start)).clamp(0.0, 1.0)  # (t, h, w)
+    area = cavity.sum(dim=(1, 2))  # (t,) model pixels
+    opening = (area - CLOSED_AREA * side * side).clamp_min(0.0) / (CAVITY_WIDTH * side)  # (t,)
+    ys = torch.arange(y0, y1, dtype=torch.float32)[None, :, None]
+    xs = torch.arange(x0, x1, dtype=torch.float32)[None, None, :]
+    mass = area.clamp_min(1e-6)
+    centre = torch.stack([(cavity * xs).sum(dim=(1, 2)) / mass, (cavity * ys).sum(dim=(1, 2)) / mass], dim=1)  # (t, 2)
+    default = torch.tensor([(x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2])
+    centre = torch.where((area > 1.0)[:, None], centre, default)
+    darkest = torch.quantile(box.reshape(count, -1), 0.1, dim=1)  # (t,)
+    return MouthReading(opening.numpy(), centre.numpy(), skin.numpy(), darkest.numpy())
+
+
+@dataclass(frozen=True)
+class ModelMapping:
+    """Where output pixel (x', y') falls in the model frame: model pixel = scale * output pixel + offset (x and y;
+    pixel centres at integers in both)."""
+
+    scale: tuple[float, float]
+    offset: tuple[float, float]
+
+
+class MouthWarp:
+    """The mouth of ``background`` (H', W', 3) uint8, the output-sized reference, whose face is at ``layout`` (output
+    pixels), moved by the generated model frames; ``to_model`` maps output pixels to model pixels; ``cue`` is how
+    their opening is read (``MouthCue.colour`` for a photograph).
+
+    ``paste(generated, frames)`` writes into the (t, H', W', 3) ``frames`` (the reference) the mouth of each
+    (t, S, S, 3) generated frame. Nothing is carried between calls.
+    """
+
+    def __init__(self, background: np.ndarray, layout: FaceLayout, to_model: ModelMapping,
+                 cue: MouthCue = MouthCue.dark):  # fmt: skip
+        self.to_model = to_model
+        self.cue = cue
+        height, width = background.shape[:2]
+        span = max(float(np.linalg.norm(layout.points[0] - layout.points[2])), 1.0)  # outer corner to outer corner
+        along = layout.eye_right - layout.eye_left
+        u = along / max(float(np.linalg.norm(along)), 1e-6)  # (2,) along the mouth, to the image's right
+        v = np.array([-u[1], u[0]])  # (2,) down the face
+        self.span, self._u, self._v = span, u, v  # output pixels from outer eye corner to outer eye corner
+        self.lip_centre = _lip_line(background, layout.nose + LIP_BELOW_NOSE * span * v, u, v, span)  # (2,) x, y
+        self.box = self._moving_box(height, width)
+        if self.box is None:
+            return
+        top, bottom, left, right = self.box
+        ys, xs = torch.meshgrid(torch.arange(top, bottom, dtype=torch.float32),
+                                torch.arange(left, right, dtype=torch.float32), indexing="ij")  # fmt: skip
+        self._pixels = torch.stack([xs, ys], dim=-1)  # (h, w, 2) output pixels
+        offset = self._pixels - torch.tensor(self.lip_centre, dtype=torch.float32)
+        along_mouth = offset @ torch.tensor(u, dtype=torch.float32) / span  # (h, w) spans
+        below_lip = offset @ torch.tensor(v, dtype=torch.float32) / span  # (h, w) spans, down positive
+        self._below = below_lip * span  # (h, w) output pixels below the lip line
+        self._lip_profile = _bump(along_mouth.abs() / MOUTH_HALF_WIDTH)  # (h, w): 1 at the centre, 0 at the corners
+        # (h, w): 0 down to the lower lip's edge (the lip keeps its thickness), 1 from where the jaw moves in full
+        jaw = _smoothstep((below_lip - LOWER_LIP_DEPTH) / (JAW_FULL_BELOW - LOWER_LIP_DEPTH))
+        half_width = MOUTH_HALF_WIDTH + (JAW_HALF_WIDTH - MOUTH_HALF_WIDTH) * jaw
+        fade = 1.0 - _smoothstep((below_lip - JAW_FULL_BELOW) / (JAW_STILL_BELOW - JAW_FULL_BELOW))
+        self._lower_profile = _bump(along_mouth.abs() / half_width) * fade  # (h, w)
+        nose = _smoothstep(1.0 + below_lip / (0.9 * LIP_BELOW_NOSE))  # (h, w): 0 at the nose, 1 at the lip line
+        self._upper_profile = self._lip_profile * nose  # (h, w)
+        patch = torch.from_numpy(np.ascontiguousarray(background[top:bottom, left:right])).float()  # (h, w, 3)
+        self._patch = patch.permute(2, 0, 1)[None]  # (1, 3, h, w)
+        lips = patch[(along_mouth.abs() < 0.3 * MOUTH_HALF_WIDTH) & (below_lip.abs() < 0.06)]  # (n, 3)
+        lip_colour = lips.median(dim=0).values if len(lips) else patch.reshape(-1, 3).median(dim=0).values
+        self._cavity_tone = lip_colour * CAVITY_SHADE  # (3,)
+        self._edge = max(1.0, EDGE_SPANS * span)  # output pixels
+        self._max_opening = MAX_OPENING_SPANS * span
+        self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
+
+    def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
+        """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them."""
+        reading = mouth_opening(generated, self.cue)
+        linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
+        return self._max_opening * np.tanh(linear / self._max_opening), reading
+
+    def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
+        reference, each) and return them."""
+        if self.box is None:
+            return frames
+        top, bottom, left, right = self.box
+        openings, reading = self.openings(generated)
+        for i in np.nonzero(openings >= MIN_OPENING_PX)[0]:
+            levels = (float(reading.skin[i]), float(reading.cavity[i]))
+            frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), reading.centre[i],
+                                                                 levels)  # fmt: skip
+        return frames
+
+    def _open_mouth(self, generated: np.ndarray, opening: float, cavity_centre: np.ndarray,
+                    levels: tuple[float, float]) -> np.ndarray:  # fmt: skip
+        """The box with the lips parted by ``opening`` output pixels and the interior of ``generated`` (S, S, 3)
+        between them (``levels``: its skin and cavity grey) -> (h, w, 3) uint8."""
+        down, up = LOWER_SHARE * opening, (1.0 - LOWER_SHARE) * opening
+        below = self._below  # (h, w)
+        lower = below >= 0.5 * (down - up) * self._lip_profile  # (h, w): the lower lip's side of the gap
+        source = torch.where(lower, below - down * self._lower_profile, below + up * self._upper_profile)
+        depth = torch.where(lower, -source, source)  # (h, w) output pixels into the gap (> 0: inside it)
+        source = torch.where(lower, source.clamp_min(0.0), source.clamp_max(0.0))
+        moved = self._pixels + (source - below)[..., None] * torch.tensor(self._v, dtype=torch.float32)  # (h, w, 2)
+        warped = self._sample(self._patch, moved - self._pixels[0, 0], mode="bicubic")  # (3, h, w)
+        inside = _smoothstep(depth / self._edge)  # (h, w)
+        rows, cols = torch.nonzero(inside.amax(dim=1) > 0)[:, 0], torch.nonzero(inside.amax(dim=0) > 0)[:, 0]
+        if len(rows) == 0:
+            return _to_uint8(warped)
+        gap = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))  # the gap's bounding box
+        interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)  # (3, gh, gw)
+        warped[:, gap[0], gap[1]] += inside[gap] * (interior - warped[:, gap[0], gap[1]])
+        return _to_uint8(warped)
+
+    def _interior(self, generated: np.ndarray, pixels: torch.Tensor, gap_below: float, cavity_centre: np.ndarray,
+                  levels: tuple[float, float]) -> torch.Tensor:  # fmt: skip
+        """The generated frame's mouth interior at output ``pixels`` (h, w, 2), its cavity centre on the gap's, in a
+        dark tone of the reference's lips (``levels``: the model frame's skin and cavity grey) -> (3, h, w) float."""
+        (sx, sy), (ox, oy) = self.to_model.scale, self.to_model.offset
+        gap = self.lip_centre + gap_below * self._v  # (2,) output pixels
+        shift = np.asarray(cavity_centre) - np.array([sx * gap[0] + ox, sy * gap[1] + oy])  # model pixels
+        scale, offset = np.array([sx, sy]), np.array([ox, oy]) + shift
+        points = pixels * torch.tensor(scale, dtype=torch.float32) + torch.tensor(offset, dtype=torch.float32)
+        # Only the part of the model frame the points reach is converted (affine: its corners bound it).
+        side = generated.shape[0]
+        corners = np.stack([pixels[0, 0].numpy(), pixels[-1, -1].numpy()]) * scale + offset  # (2, 2) x, y
+        (x0, y0), (x1, y1) = np.floor(corners.min(axis=0)).astype(int), np.ceil(corners.max(axis=0)).astype(int) + 1
+        x0, y0 = min(max(x0, 0), side - 2), min(max(y0, 0), side - 2)
+        x1, y1 = max(min(x1, side), x0 + 2), max(min(y1, side), y0 + 2)
+        image = torch.tensor(generated[y0:y1, x0:x1]).float().permute(2, 0, 1)[None]  # (1, 3, y1 - y0, x1 - x0)
+        sampled = self._sample(image, points - torch.tensor([float(x0), float(y0)]), mode="bilinear")  # (3, h, w)
+        grey = sampled.permute(1, 2, 0) @ _GREY  # (h, w)
+        skin, cavity = levels
+        shade = ((grey - cavity) / max(skin - cavity, 1.0)).clamp(0.0, 1.0)  # (h, w)
+        low, high = CAVITY_LIGHTS
+        dark = self._cavity_tone[:, None, None] * (low + (high - low) * shade)  # (3, h, w)
+        teeth = _smoothstep((grey / max(skin, 1.0) - TEETH_LEVEL[0]) / (TEETH_LEVEL[1] - TEETH_LEVEL[0]))  # (h, w)
+        return dark + teeth * (torch.tensor(TEETH_COLOUR)[:, None, None] - dark)
+
+    @staticmethod
+    def _sample(image: torch.Tensor, points: torch.Tensor, mode: str) -> torch.Tensor:
+        """(1, 3, H, W) sampled at (h, w, 2) pixel coordinates (x, y) of it -> (3, h, w); outside: the edge."""
+        height, width = image.shape[2:]
+        grid = points * torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)]) - 1.0  # (h, w, 2)
+        return F.grid_sample(image, grid[None], mode=mode, padding_mode="border", align_corners=True)[0]
+
+    def _moving_box(self, height: int, width: int) -> tuple[int, int, int, int] | None:
+        """(top, bottom, left, right) of the output pixels the warp can change, clipped to the frame; None: none."""
+        span, u, v = self.span, self._u, self._v
+        corners = [self.lip_centre + span * (a * u + b * v)
+                   for a in (-JAW_HALF_WIDTH, JAW_HALF_WIDTH) for b in (-LIP_BELOW_NOSE, JAW_STILL_BELOW)]  # fmt: skip
+        xs, ys = [c[0] for c in corners], [c[1] for c in corners]
+        top, bottom = max(0, int(math.floor(min(ys))) - 2), min(height, int(math.ceil(max(ys))) + 3)
+        left, right = max(0, int(math.floor(min(xs))) - 2), min(width, int(math.ceil(max(xs))) + 3)
+        return (top, bottom, left, right) if bottom > top + 1 and right > left + 1 else None
+
+
+def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarray, span: float) -> np.ndarray:
+    """The middle of the lip line (x, y) of ``picture``: the middle of the band of rows near ``guess`` whose centre
+    columns depart most in colour from the cheeks beside the mouth (closed lips: where they meet; a smile: the
+    lower edge of its upper teeth, about); ``guess`` itself where nothing there departs. ``u``, ``v``: along the
+    mouth and down the face; ``span``: the eye span in pixels."""
+    height, width = picture.shape[:2]
+
+    def colours(along: np.ndarray, down: np.ndarray) -> np.ndarray:  # spans from the guess -> (..., 3) float
+        where = guess + (along[..., None] * u + down[..., None] * v) * span
+        x = np.clip(np.rint(where[..., 0]).astype(int), 0, width - 1)
+        y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
+        return picture[y, x].astype(np.float64)
+
+    rows = np.arange(LIP_SEARCH[0] * span, LIP_SEARCH[1] * span + 1.0) / span  # spans, one pixel apart
+    beside = np.meshgrid(np.r_[-0.6:-0.45:4j, 0.45:0.6:4j], np.linspace(-0.05, 0.2, 6))
+    cheeks = np.median(colours(*beside).reshape(-1, 3), axis=0)  # (3,)
+    departure = np.linalg.norm(colours(*np.meshgrid(np.linspace(-0.12, 0.12, 7), rows)) - cheeks, axis=-1).mean(axis=1)
+    strongest = int(np.argmax(departure))
+    if departure[strongest] < LIP_DEPARTURE:
+        return guess
+    # The lips: the rows departing at least half as much as the strongest, joined across gaps of up to LIP_GAP rows.
+    strong = np.nonzero(departure >= 0.5 * departure[strongest])[0]
+    group = np.split(strong, np.nonzero(np.diff(strong) > LIP_GAP + 1)[0] + 1)
+    lips = next(rows_ for rows_ in group if strongest in rows_)
+    return guess + 0.5 * (rows[lips[0]] + rows[lips[-1]]) * span * v
+
+
+def _smoothstep(x: torch.Tensor) -> torch.Tensor:
+    x = x.clamp(0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def _bump(x: torch.Tensor) -> torch.Tensor:
+    """1 at 0, falling smoothly (zero slope at both ends) to 0 at 1 and beyond."""
+    return 1.0 - _smoothstep(x)
+
+
+def _to_uint8(image: torch.Tensor) -> np.ndarray:
+    """(3, h, w) float -> (h, w, 3) uint8, rounded."""
+    return image.add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()

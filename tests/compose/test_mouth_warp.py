@@ -1,0 +1,144 @@
+"""``pipeline.mouth=warp``: the reference's own lips and jaw move by the generated mouth's opening; only the mouth's
+interior comes from the model frame."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from avatargen.compose.composite import ReferenceCompositor
+from avatargen.compose.layout import FaceLayout
+from avatargen.compose.mouth_warp import JAW_STILL_BELOW, LOWER_SHARE, ModelMapping, MouthCue, MouthWarp, mouth_opening
+from avatargen.data import FacePose, FaceRenderer, identity_from_seed
+from tests.conftest import REPO, run_cli
+
+S = 256
+SEED = 1_000_000  # a held-out identity (examples/avatar_1.png)
+_GREY = np.array([0.299, 0.587, 0.114])
+
+
+def _frame(**pose) -> np.ndarray:
+    return FaceRenderer(identity_from_seed(SEED), S).render(FacePose(**pose))[0]
+
+
+@pytest.fixture(scope="module")
+def warp_setup():
+    """A training-style avatar as the reference, taken whole (the model's framing), its mouth moved by ``MouthWarp``."""
+    reference = _frame()
+    compositor = ReferenceCompositor(reference, (0, 0, S), S)
+    compositor.mouth = MouthWarp(compositor.background, FaceLayout.canonical(S),
+                                 ModelMapping(*compositor.model_pixel_mapping())).paste  # fmt: skip
+    return reference, compositor
+
+
+def _lower_lip_bottom(frame: np.ndarray, column: int, lip_line: int, skin_row: int) -> int:
+    """The last row of lip colour (red over green, past halfway from the skin's to the lip's) in ``column`` within
+    45 rows below the ``lip_line``: the lower lip's lower edge."""
+    redness = frame[:, column, 0].astype(int) - frame[:, column, 1].astype(int)  # (S,)
+    window = redness[lip_line : lip_line + 45]
+    halfway = 0.5 * (redness[skin_row] + window.max())
+    return lip_line + int(np.nonzero(window > halfway)[0].max())
+
+
+def test_a_closed_generated_mouth_leaves_the_reference_as_it_is(warp_setup):
+    reference, compositor = warp_setup
+    closed = np.stack([_frame(), _frame(mouth_open=0.02)])  # the model's shut mouth (and a barely parted one)
+    assert (mouth_opening(closed).opening == 0).all()
+    out = compositor.compose(closed, 0)
+    assert np.array_equal(out[0], reference) and np.abs(out[1].astype(int) - reference).max() <= 1
+
+
+def test_an_open_generated_mouth_moves_the_reference_lower_lip_down_with_a_dark_interior(warp_setup):
+    reference, compositor = warp_setup
+    mouth = compositor.mouth.__self__
+    generated = _frame(mouth_open=1.0)[None]
+    opening = float(mouth.openings(generated)[0][0])
+    assert opening > 4  # pixels: a wide-open mouth reads wide open
+    out = compositor.compose(generated, 0)[0]
+    x, y = np.rint(mouth.lip_centre).astype(int)
+    before, after = _lower_lip_bottom(reference, x, y, y - 20), _lower_lip_bottom(out, x, y, y - 20)
+    assert after - before == pytest.approx(LOWER_SHARE * opening, abs=1.5)  # the reference's own lip, moved down
+    gap = y + int(round(0.5 * (LOWER_SHARE - (1 - LOWER_SHARE)) * opening))  # the middle of the gap between the lips
+    skin = reference[y - 30, x] @ _GREY
+    assert out[gap, x] @ _GREY < 0.4 * skin  # the interior is a dark cavity
+    top, bottom, left, right = mouth.box
+    outside = np.ones(reference.shape[:2], bool)
+    outside[top:bottom, left:right] = False
+    assert np.array_equal(out[outside], reference[outside])  # nothing outside the mouth and jaw box changes
+    assert np.array_equal(out[: y - 25], reference[: y - 25])  # nor the nose, eyes and hair above it
+
+
+def test_the_opening_follows_the_generated_mouth_and_depends_on_nothing_else():
+    openings = mouth_opening(np.stack([_frame(mouth_open=a) for a in (0.0, 0.3, 0.6, 1.0)])).opening
+    assert openings[0] == 0 and (np.diff(openings) > 0).all()  # wider in the model frame: wider in the output
+    alone = [mouth_opening(_frame(mouth_open=a)[None]).opening[0] for a in (0.6, 1.0)]
+    assert np.allclose(alone, openings[2:])  # each frame a function of itself: chunking and resume cannot change it
+
+
+def test_on_a_photograph_a_coloured_smear_reads_open_and_plain_skin_closed():
+    skin = np.full((2, S, S, 3), (214, 172, 152), np.uint8)  # the astronaut's skin tone, no mouth drawn
+    skin[1, int(0.57 * S) : int(0.63 * S), int(0.44 * S) : int(0.56 * S)] = (150, 120, 190)  # a bluish smear, not dark
+    assert mouth_opening(skin, MouthCue.dark).opening.tolist() == [0.0, 0.0]  # no cavity: the dark cue misses it
+    shut, smeared = mouth_opening(skin, MouthCue.colour).opening
+    assert shut == 0.0 and smeared > 2.0  # model pixels
+
+
+def test_frames_composited_in_any_batches_are_the_same_pixels(warp_setup):
+    _, compositor = warp_setup
+    frames = np.stack([_frame(mouth_open=a) for a in (0.0, 0.8, 0.4, 1.0, 0.1)])
+    whole = compositor.compose(frames, 0)
+    parts = np.concatenate([compositor.compose(frames[:2], 0), compositor.compose(frames[2:], 2)])
+    assert np.array_equal(whole, parts)  # no state across frames: a resumed render continues bit-exact
+    assert not np.array_equal(whole[1], whole[0])
+
+
+def test_a_photograph_keeps_its_own_lip_and_chin_pixels_and_its_collar():
+    from avatargen.face.framing import frame_face
+    from tests.eval import clips
+
+    photo = clips.astronaut()  # (512, 512, 3)
+    framing = frame_face(photo, lambda line: None)
+    compositor = ReferenceCompositor(photo, framing.square, S, framing.face)
+    mouth = MouthWarp(compositor.background, compositor.layout(), ModelMapping(*compositor.model_pixel_mapping()))
+    compositor.mouth = mouth.paste
+    generated = np.stack([_resize(framing.crop)] * 2)  # the model's input ...
+    mouth_box = (slice(int(0.53 * S), int(0.70 * S)), slice(int(0.38 * S), int(0.62 * S)))
+    generated[:, mouth_box[0], mouth_box[1]] = np.median(generated[0, int(0.50 * S), mouth_box[1]], axis=0)  # shut
+    generated[1, int(0.57 * S) : int(0.63 * S), int(0.45 * S) : int(0.55 * S)] = 20  # ... and drawn wide open
+    shut, wide = compositor.compose(generated, 0)
+    assert np.array_equal(shut, photo)  # a closed generated mouth: the photo itself
+    top, bottom, left, right = mouth.box
+    changed = np.nonzero(np.abs(wide.astype(int) - photo).max(axis=2) > 2)
+    assert changed[0].min() >= top and changed[0].max() < bottom and changed[1].min() >= left and changed[1].max() < right
+    x, y = np.rint(mouth.lip_centre).astype(int)
+    still = y + int(np.ceil(JAW_STILL_BELOW * mouth.span)) + 1  # where the jaw's motion has faded out
+    assert still < 512 - 100 and np.array_equal(wide[still:], photo[still:])  # the collar and the body stay put
+    # Below the gap, the lower lip and chin are the photo's own pixels moved down, their detail kept.
+    down = int(round(LOWER_SHARE * mouth.openings(generated[1:])[0][0]))
+    assert down >= 3
+    rows, cols = slice(y + down + 2, y + down + 20), slice(x - 8, x + 9)
+    moved = wide[rows, cols].astype(float)
+    shifted = photo[rows.start - down : rows.stop - down, cols].astype(float)  # where those pixels came from
+    assert np.abs(moved - shifted).mean() < 0.5 * np.abs(moved - photo[rows, cols]).mean()
+    assert _detail(moved) > 0.6 * _detail(shifted)  # bicubic at sub-pixel shifts and the jaw's stretch: 0.76
+
+
+def _detail(patch: np.ndarray) -> float:
+    """Variance of the grey Laplacian of an (h, w, 3) patch: fine detail."""
+    grey = patch @ _GREY
+    return float((grey[1:-1, :-2] + grey[1:-1, 2:] + grey[:-2, 1:-1] + grey[2:, 1:-1] - 4 * grey[1:-1, 1:-1]).var())
+
+
+def _resize(image: np.ndarray) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(image).resize((S, S), Image.Resampling.LANCZOS))
+
+
+def test_a_bad_mouth_mode_is_refused_in_one_line(tmp_path):
+    result = run_cli("render", "-i", str(REPO / "examples" / "avatar_1.png"), "-a", str(REPO / "examples" / "speech_1.flac"),
+                     "-o", str(tmp_path / "out.mp4"), "pipeline.mouth=lips")  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pipeline.mouth" in lines[0] and "blend, warp" in lines[0]
+    assert not (tmp_path / "out.mp4").exists()
