@@ -166,7 +166,7 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     if config.pipeline.mouth == MouthMode.warp:
         cue = MouthCue.colour if square_is_photo(loaded.square) else MouthCue.dark  # how the model draws an open mouth
         mapping = ModelMapping(*compositor.model_pixel_mapping())
-        compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue).paste
+        compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue)
     settings = idle_motion_settings(config)
     if settings.active:
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place

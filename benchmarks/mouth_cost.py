@@ -51,7 +51,7 @@ def main() -> None:
         for state, frame in frames.items():
             generated = np.repeat(frame[None], 4, axis=0)
             cost = {}
-            for mode, paste in (("blend", None), ("warp", warp.paste)):
+            for mode, paste in (("blend", None), ("warp", warp)):
                 compositor.mouth = paste
                 times = []
                 for _ in range(args.repeats):

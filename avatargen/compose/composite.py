@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -32,8 +33,18 @@ from avatargen.compose.layout import FaceLayout
 from avatargen.face.detector import Face
 
 Warp = Callable[[np.ndarray, int], np.ndarray]  # frame (H', W', 3) uint8, absolute frame index -> frame
-# (t, S, S, 3) model frames, (t, H', W', 3) reference frames -> those frames with the mouth written in
-MouthPaste = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+class MouthPaste(Protocol):
+    """What puts the mouth in instead of the blend (``MouthWarp``)."""
+
+    def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """(t, S, S, 3) model frames, (t, H', W', 3) reference frames -> those frames with the mouth written in."""
+        ...
+
+    def model_box(self, side: int) -> tuple[int, int, int, int]:
+        """(y0, y1, x0, x1), end exclusive: all ``paste`` reads of a (side, side) model frame."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,8 @@ class ReferenceCompositor:
     def model_box(self) -> tuple[int, int, int, int] | None:
         """(y0, y1, x0, x1), end exclusive: the model-frame pixels ``compose`` reads (None: none, the mouth lies
         outside the picture). The decoder need not produce any other (``Pipeline.render``'s ``read_box``)."""
+        if self.mouth is not None:
+            return self.mouth.model_box(self.model_size)
         if self._box is None:
             return None
         side = self.model_size
@@ -161,7 +174,7 @@ class ReferenceCompositor:
         count = generated.shape[0]
         frames = np.repeat(self.background[None], count, axis=0)  # (t, H', W', 3)
         if self.mouth is not None:
-            return self.mouth(generated, frames)
+            return self.mouth.paste(generated, frames)
         if self._box is not None:
             y0, y1, x0, x1 = self._box
             frames[:, y0:y1, x0:x1] = self._blend(generated)

@@ -40,6 +40,9 @@ from avatargen.compose.layout import FaceLayout
 # there: composite.MOUTH_REGION spans x 0.37-0.63, y 0.51-0.70) and the skin bands just above and below it.
 MODEL_MOUTH_BOX = (0.38, 0.53, 0.62, 0.70)  # x0, y0, x1, y1
 MODEL_SKIN_BANDS = ((0.50, 0.53), (0.70, 0.73))  # rows whose median grey is the skin level
+# All of a model frame that is read (x0, y0, x1, y1): the boxes above and, for the interior, what lies around the
+# cavity; an interior reaching past it takes its edge. The decoder decodes only this (``MouthWarp.model_box``).
+MODEL_READ_BOX = (0.33, 0.47, 0.67, 0.74)
 CAVITY_LEVEL = (0.65, 0.45)  # MouthCue.dark: grey / skin grey: not cavity above the first, in full below the second
 COLOUR_DEPARTURE = (20.0, 40.0)  # MouthCue.colour: colour distance from the skin's (grey levels), none .. in full
 # The area (fraction of the frame) a closed mouth shows, either cue: a drawn lip line and shadows; the model's
@@ -233,11 +236,11 @@ class MouthWarp:
         scale, offset = np.array([sx, sy]), np.array([ox, oy]) + shift
         points = pixels * torch.tensor(scale, dtype=torch.float32) + torch.tensor(offset, dtype=torch.float32)
         # Only the part of the model frame the points reach is converted (affine: its corners bound it).
-        side = generated.shape[0]
+        top, bottom, left, right = self.model_box(generated.shape[0])
         corners = np.stack([pixels[0, 0].numpy(), pixels[-1, -1].numpy()]) * scale + offset  # (2, 2) x, y
         (x0, y0), (x1, y1) = np.floor(corners.min(axis=0)).astype(int), np.ceil(corners.max(axis=0)).astype(int) + 1
-        x0, y0 = min(max(x0, 0), side - 2), min(max(y0, 0), side - 2)
-        x1, y1 = max(min(x1, side), x0 + 2), max(min(y1, side), y0 + 2)
+        x0, y0 = min(max(x0, left), right - 2), min(max(y0, top), bottom - 2)
+        x1, y1 = max(min(x1, right), x0 + 2), max(min(y1, bottom), y0 + 2)
         image = torch.tensor(generated[y0:y1, x0:x1]).float().permute(2, 0, 1)[None]  # (1, 3, y1 - y0, x1 - x0)
         sampled = self._sample(image, points - torch.tensor([float(x0), float(y0)]), mode="bilinear")  # (3, h, w)
         grey = sampled.permute(1, 2, 0) @ _GREY  # (h, w)
@@ -247,6 +250,12 @@ class MouthWarp:
         dark = self._cavity_tone[:, None, None] * (low + (high - low) * shade)  # (3, h, w)
         teeth = _smoothstep((grey / max(skin, 1.0) - TEETH_LEVEL[0]) / (TEETH_LEVEL[1] - TEETH_LEVEL[0]))  # (h, w)
         return dark + teeth * (torch.tensor(TEETH_COLOUR)[:, None, None] - dark)
+
+    @staticmethod
+    def model_box(side: int) -> tuple[int, int, int, int]:
+        """(y0, y1, x0, x1), end exclusive: every pixel of a (side, side) model frame ``paste`` reads."""
+        x0, y0, x1, y1 = MODEL_READ_BOX
+        return int(y0 * side), int(math.ceil(y1 * side)), int(x0 * side), int(math.ceil(x1 * side))
 
     @staticmethod
     def _sample(image: torch.Tensor, points: torch.Tensor, mode: str) -> torch.Tensor:

@@ -16,6 +16,7 @@ from avatargen.io.image import load_reference
 from avatargen.models.vae import DecoderCache
 from avatargen.pipeline.build import build_modules
 from avatargen.pipeline.pipeline import Pipeline
+from avatargen.render import compositor_for
 from avatargen.stages.decode_publish import DecodeAndPublishStage, DecodeRegion
 from tests.conftest import REPO
 
@@ -30,13 +31,31 @@ class Frames:
         self.parts.append(frames.copy())
 
 
-@pytest.mark.parametrize("square", [(0, 0, 256), (90, 40, 300)])  # a whole avatar; a face crop of a larger photo
-def test_compose_reads_nothing_of_the_model_frame_outside_its_box(square) -> None:
-    rng = np.random.default_rng(0)
-    picture = rng.integers(0, 256, (square[2] + 120, square[2] + 160, 3), dtype=np.uint8)
-    compositor = ReferenceCompositor(picture, square, model_size=256)
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory) -> dict[str, object]:
+    from PIL import Image
+
+    from tests.eval import clips
+
+    photo = tmp_path_factory.mktemp("photo") / "astronaut.png"
+    Image.fromarray(clips.astronaut()).save(photo)
+    return {"avatar": REPO / "examples" / "avatar_1.png", "photo": photo}
+
+
+def _compositor(path, mouth: str) -> ReferenceCompositor:
+    """As a render builds it (``render.compositor_for``), idle motion off."""
+    config = to_config(load_config([f"pipeline.mouth={mouth}", "pipeline.idle_motion.head_motion=false",
+                                    "pipeline.idle_motion.blinks_per_minute=0"]))  # fmt: skip
+    return compositor_for(load_reference(path, config.model.image_size, config.pipeline.image_fit.value), config)
+
+
+@pytest.mark.parametrize("reference, mouth", [("avatar", "blend"), ("avatar", "warp"), ("photo", "warp")])
+def test_compose_reads_nothing_of_the_model_frame_outside_its_box(pictures, reference, mouth) -> None:
+    compositor = _compositor(pictures[reference], mouth)
     y0, y1, x0, x1 = compositor.model_box()
+    rng = np.random.default_rng(0)
     generated = rng.integers(0, 256, (3, 256, 256, 3), dtype=np.uint8)
+    generated[1] = 200  # a shut, skin-coloured mouth next to two noisy (wide open) ones
     only_box = np.zeros_like(generated)
     only_box[:, y0:y1, x0:x1] = generated[:, y0:y1, x0:x1]
     np.testing.assert_array_equal(compositor.compose(only_box, 0), compositor.compose(generated, 0))
@@ -68,7 +87,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     config = to_config(load_config([]))
     pipeline = Pipeline(config, build_modules(config, CPU))
     loaded = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, config.pipeline.image_fit.value)
-    compositor = ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face)
+    compositor = compositor_for(loaded, config)  # the default: the reference's lips moved (pipeline.mouth=warp)
 
     def model_frames(read_box) -> np.ndarray:
         sink, source = Frames(), AudioFileSource(audio, config.model.sample_rate)

@@ -27,7 +27,7 @@ def warp_setup():
     reference = _frame()
     compositor = ReferenceCompositor(reference, (0, 0, S), S)
     compositor.mouth = MouthWarp(compositor.background, FaceLayout.canonical(S),
-                                 ModelMapping(*compositor.model_pixel_mapping())).paste  # fmt: skip
+                                 ModelMapping(*compositor.model_pixel_mapping()))  # fmt: skip
     return reference, compositor
 
 
@@ -50,7 +50,7 @@ def test_a_closed_generated_mouth_leaves_the_reference_as_it_is(warp_setup):
 
 def test_an_open_generated_mouth_moves_the_reference_lower_lip_down_with_a_dark_interior(warp_setup):
     reference, compositor = warp_setup
-    mouth = compositor.mouth.__self__
+    mouth = compositor.mouth
     generated = _frame(mouth_open=1.0)[None]
     opening = float(mouth.openings(generated)[0][0])
     assert opening > 4  # pixels: a wide-open mouth reads wide open
@@ -100,7 +100,7 @@ def test_a_photograph_keeps_its_own_lip_and_chin_pixels_and_its_collar():
     framing = frame_face(photo, lambda line: None)
     compositor = ReferenceCompositor(photo, framing.square, S, framing.face)
     mouth = MouthWarp(compositor.background, compositor.layout(), ModelMapping(*compositor.model_pixel_mapping()))
-    compositor.mouth = mouth.paste
+    compositor.mouth = mouth
     generated = np.stack([_resize(framing.crop)] * 2)  # the model's input ...
     mouth_box = (slice(int(0.53 * S), int(0.70 * S)), slice(int(0.38 * S), int(0.62 * S)))
     generated[:, mouth_box[0], mouth_box[1]] = np.median(generated[0, int(0.50 * S), mouth_box[1]], axis=0)  # shut
