@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,7 +23,7 @@ from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource
+from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource, motion_frames_for
 from avatargen.config.validate import idle_motion_settings
 from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
@@ -221,6 +221,9 @@ def _render(
     loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
     reference = loaded.square
     compositor = compositor_for(loaded, config)
+    # null motion frames: 2 where the video is composited, 0 where it is the model's own square (no face found)
+    pipeline = replace(config.pipeline, motion_frames=motion_frames_for(config, composited=compositor is not None))
+    config = replace(config, pipeline=pipeline)
     if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
         # the bundled model knows cartoons only
         warn_if_out_of_domain(reference, f"image '{request.image}'", warn, composited=compositor is not None,
@@ -404,6 +407,7 @@ def _render_locked(
         "duration_s": round(duration, 4),
         "chunks": stats.n_chunks,
         "i_chunks": stats.i_chunks,
+        "motion_frames": pipeline.schedule.motion_frames,
         "ttff_s": round(ttff, 4) if ttff is not None else None,
         "wall_s": round(wall, 4),
         "gen_fps": round(stats.frames / wall, 3) if wall > 0 else None,

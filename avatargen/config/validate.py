@@ -29,7 +29,8 @@ def validate_config(config: Config) -> None:
     """Raise ConfigError naming the first inconsistent key."""
     p, m, o = config.pipeline, config.model, config.output
     _require(p.n_chunk_frames >= 1, "pipeline.n_chunk_frames must be >= 1")
-    _require(0 <= p.motion_frames < p.n_chunk_frames, "pipeline.motion_frames must be in [0, pipeline.n_chunk_frames)")
+    _require(p.motion_frames is None or 0 <= p.motion_frames < p.n_chunk_frames,
+             "pipeline.motion_frames must be null or in [0, pipeline.n_chunk_frames)")  # fmt: skip
     _require(p.seam_frames >= 0 and p.anchor_frames >= 0, "pipeline.seam_frames and pipeline.anchor_frames must be >= 0")
     if interpolates(config) and m.wan is None:  # a Wan model has its own seam sizes (model.wan.*)
         _require(

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from avatargen.config.schema import Config, interpolates
+from avatargen.config.schema import Config, interpolates, motion_frames_for
 from avatargen.errors import NonFiniteError
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.build import ModelSet
@@ -75,7 +75,7 @@ def check_finite(tensor: Tensor, module: str, where: str) -> None:
 
 def schedule_from_config(config: Config) -> ChunkSchedule:
     p = config.pipeline
-    return ChunkSchedule(p.n_chunk_frames, p.motion_frames, interpolates(config), p.seam_frames, p.anchor_frames)
+    return ChunkSchedule(p.n_chunk_frames, motion_frames_for(config), interpolates(config), p.seam_frames, p.anchor_frames)
 
 
 class Pipeline:

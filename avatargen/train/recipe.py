@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 from avatargen.config.loader import default_config_dir, load_config, to_config
+from avatargen.config.schema import motion_frames_for
 from avatargen.errors import ConfigError
 from avatargen.models.a2v_dit import A2VDiT
 from avatargen.models.audio_encoder import AudioEncoder
@@ -82,8 +83,9 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     timed("cache", lambda: cache.extend(build_cache(
         vae, audio_encoder, recipe.clips, recipe.clip_seconds, model_cfg.image_size, model_cfg.fps,
         model_cfg.sample_rate, recipe.seed, recipe.train_identities, lambda m: log("cache", {"msg": m}))))
-    pipeline = to_config(cfg).pipeline
-    timed("a2v", lambda: train_a2v(a2v, text_encoder, cache, recipe, pipeline.motion_frames, pipeline.anchor_frames,
+    config = to_config(cfg)
+    pipeline, motion_frames = config.pipeline, motion_frames_for(config, composited=True)  # the bundled default's
+    timed("a2v", lambda: train_a2v(a2v, text_encoder, cache, recipe, motion_frames, pipeline.anchor_frames,
                                    model_cfg.text_encoder.max_tokens, log))  # fmt: skip
     timed("sr", lambda: train_sr(sr, cache, recipe, log))
 

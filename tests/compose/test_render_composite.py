@@ -49,7 +49,9 @@ def test_a_photo_renders_at_its_size_with_only_the_face_moving(tmp_path, speech)
     out = tmp_path / "out.mp4"
     result = run_cli("render", "-i", str(photo), "-a", str(speech), "-o", str(out), "-q", "--json", "runtime.threads=1")  # idle motion on
     assert result.returncode == 0, result.stderr
-    stages = json.loads(result.stdout)["stage_s"]  # compositing and idle motion timed apart from the encoder's pipe
+    report = json.loads(result.stdout)
+    assert report["motion_frames"] == 2  # composited: each chunk continues the last
+    stages = report["stage_s"]  # compositing and idle motion timed apart from the encoder's pipe
     assert stages["composite"] > 0 and stages["idle_motion"] > 0 and stages["publish"] >= 0
     assert (probe(out)["width"], probe(out)["height"]) == (440, 400)
     frames = decode_frames(out).astype(np.float64)  # (T, 400, 440, 3)
@@ -77,15 +79,18 @@ def test_a_photo_renders_at_its_size_with_only_the_face_moving(tmp_path, speech)
 def test_composite_false_gives_the_model_square(tmp_path, short_speech):
     photo = clips.write_png(tmp_path / "portrait.png", clips.astronaut()[20:420, 40:480])
     out = tmp_path / "out.mp4"
-    result = run_cli("render", "-i", str(photo), "-a", str(short_speech), "-o", str(out), "-q", *FAST, "pipeline.composite=false")
+    result = run_cli("render", "-i", str(photo), "-a", str(short_speech), "-o", str(out), "-q", "--json", *FAST,
+                     "pipeline.composite=false")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (probe(out)["width"], probe(out)["height"]) == (256, 256)
+    assert json.loads(result.stdout)["motion_frames"] == 0  # the model's own square would drift with them
 
 
 def test_no_face_found_renders_the_model_square_with_the_warning(tmp_path, short_speech):
     wall = clips.write_png(tmp_path / "wall.png", np.random.default_rng(0).integers(90, 110, (240, 320, 3), dtype=np.uint8))
     out = tmp_path / "out.mp4"
-    result = run_cli("render", "-i", str(wall), "-a", str(short_speech), "-o", str(out), "-q", *FAST)
+    result = run_cli("render", "-i", str(wall), "-a", str(short_speech), "-o", str(out), "-q", "--json", *FAST)
     assert result.returncode == 0, result.stderr
     assert "warning: no face found in image" in result.stderr
     assert (probe(out)["width"], probe(out)["height"]) == (256, 256)
+    assert json.loads(result.stdout)["motion_frames"] == 0  # not composited: no motion frames by default

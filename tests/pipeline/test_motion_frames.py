@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from avatargen.config.loader import load_config, to_config
+from avatargen.config.schema import motion_frames_for
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
 from avatargen.pipeline.build import build_modules
@@ -27,6 +28,16 @@ def test_the_default_schedule_conditions_each_n_chunk_on_the_previous_chunks_las
         assert chunk.window == (previous.end - DEFAULT_MOTION_FRAMES, chunk.end)
 
 
+def test_the_model_square_gets_no_motion_frames_unless_asked():
+    """Null (the default) is 2 where the video is composited, 0 where it is the model's own square, which drifts."""
+    config = to_config(load_config())
+    assert config.pipeline.motion_frames is None
+    assert motion_frames_for(config, composited=True) == DEFAULT_MOTION_FRAMES
+    assert motion_frames_for(config, composited=False) == 0  # no face found
+    assert motion_frames_for(to_config(load_config(["pipeline.composite=false"]))) == 0
+    assert motion_frames_for(to_config(load_config(["pipeline.motion_frames=4"])), composited=False) == 4
+
+
 class _Frames:
     def __init__(self) -> None:
         self.parts: list[np.ndarray] = []
@@ -39,7 +50,7 @@ def test_a_default_render_gives_each_n_chunk_the_previous_chunks_own_last_latent
     """The given frames of N1's window are N0's generated latents, unchanged, and N1 keeps them as they were."""
     torch.set_num_threads(1)
     audio = write_speechlike_wav(tmp_path / "speech.wav", 1.4, rate=16000)  # 35 frames: N0, N1, N2 and two seams
-    config = to_config(load_config(["model.weights=random", "pipeline.composite=false"]))
+    config = to_config(load_config(["model.weights=random"]))
     pipeline = Pipeline(config, build_modules(config, CPU))
     calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (given, given_mask, output) per A2V window
     generate = pipeline.a2v.generate
