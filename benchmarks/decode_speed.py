@@ -2,9 +2,10 @@
 tap (how it runs), and the whole frame vs only the region reference compositing reads.
 
 The shipped decoder; latents are the shipped VAE's encoding of ``--frames`` frames of a moving face (the example
-avatar, shifted a pixel per frame, so the causal convs see motion); decoded streamed in the renderer's 4-frame
-micro-batches with the cache carried. Each variant runs ``--repeats`` times in this process, interleaved (so the
-machine's noise hits all alike); the median is printed in ms per frame, with the ratio to the first row.
+avatar, shifted a pixel per frame, so the causal convs see motion); decoded streamed in the renderer's micro-batches
+(4 whole frames, or as many frames of the region as hold as many pixels) with the cache carried. Each variant runs
+``--repeats`` times in this process, interleaved (so the machine's noise hits all alike); the median is printed in
+ms per frame, with the ratio to the first row.
 
     python benchmarks/decode_speed.py [--threads 2] [--frames 48] [--repeats 5]
 """
@@ -42,12 +43,13 @@ def as_conv3d():
 
 def decode_ms_per_frame(vae: VAE, latents: torch.Tensor, region: DecodeRegion | None) -> float:
     """Streamed decode of (1, C, T, h, w) latents, 4 frames at a time; ms per frame."""
+    frames = 4  # the renderer's micro-batch: 4 whole frames, or as many region frames as hold as many pixels
     if region is not None:
-        latents = region.crop(latents)
+        latents, frames = region.crop(latents), region.frames_like(4)
     started = time.perf_counter()
     with torch.inference_mode():
         cache = vae.still_cache(latents)
-        for part in latents.split(4, dim=2):
+        for part in latents.split(frames, dim=2):
             video, cache = vae.decode(part, cache)
             video.add(1.0).mul(127.5).round().clamp(0, 255).to(torch.uint8)
     return (time.perf_counter() - started) * 1000 / latents.shape[2]
@@ -74,7 +76,7 @@ def main() -> None:
     variants = {
         "whole frame, Conv3d": (True, None),
         "whole frame, 2D taps": (False, None),
-        f"mouth region ({area:.0%} of the grid, margin {DECODE_MARGIN}), 2D taps": (False, region),
+        f"mouth region ({area:.0%} of the grid, margin {DECODE_MARGIN}, {region.frames_like(4)} frames at a time), 2D taps": (False, region),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):

@@ -67,10 +67,12 @@ def test_a_decode_region_covers_the_box_with_its_margin_inside_the_grid() -> Non
     assert (region.top, region.bottom, region.left, region.right) == (11, 28, 6, 26)
     edge = DecodeRegion.around((0, 20, 250, 256), factor=8, latent_size=32, margin=4)
     assert (edge.top, edge.bottom, edge.left, edge.right) == (0, 7, 27, 32)
+    # A micro-batch holds as many pixels as 4 whole frames: 12 frames of a 17 x 20 region of the 32 x 32 grid.
+    assert region.frames_like(4) == 12 and edge.frames_like(4) == 16
 
 
 def test_a_resume_point_decoded_over_another_region_is_refused() -> None:
-    stage = DecodeAndPublishStage(vae=None, sinks=[], region=DecodeRegion(11, 28, 6, 26, factor=8))
+    stage = DecodeAndPublishStage(vae=None, sinks=[], region=DecodeRegion(11, 28, 6, 26, factor=8, latent_size=32))
     whole_frame = DecoderCache(frames=[torch.zeros(1, 96, 2, 32, 32), torch.zeros(1, 96, 2, 32, 32)])
     with pytest.raises(ResumeMismatchError, match="without --resume"):
         stage.resume_from(whole_frame, latent_size=32)
