@@ -153,7 +153,7 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
-    the feathered blend of the model's mouth."""
+    the feathered blend of the model's mouth; ``auto`` warps photographs and blends cartoons."""
     if not config.pipeline.composite or config.model.wan is not None:
         return None
     height, width = loaded.picture.shape[:2]
@@ -163,8 +163,10 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     compositor = ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face,
                                      max_side=config.output.max_side)  # fmt: skip
     layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
-    if config.pipeline.mouth == MouthMode.warp:
-        cue = MouthCue.colour if square_is_photo(loaded.square) else MouthCue.dark  # how the model draws an open mouth
+    mode = config.pipeline.mouth
+    photo = mode != MouthMode.blend and square_is_photo(loaded.square)
+    if mode == MouthMode.warp or (mode == MouthMode.auto and photo):
+        cue = MouthCue.colour if photo else MouthCue.dark  # how the model draws an open mouth on each
         mapping = ModelMapping(*compositor.model_pixel_mapping())
         compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue)
     settings = idle_motion_settings(config)

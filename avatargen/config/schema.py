@@ -38,6 +38,7 @@ class MouthMode(Enum):
 
     blend = "blend"  # the generated mouth and jaw blended in under a feathered ellipse (avatargen/compose/composite.py)
     warp = "warp"  # the reference's own lips and jaw moved by the generated opening; only the interior generated
+    auto = "auto"  # warp for photographs, blend for cartoon avatars (what measured best on each: docs/model-card.md)
 
 
 class Device(Enum):
@@ -128,7 +129,7 @@ class PipelineConfig:
     # Reference compositing: the output is the reference picture at its own size with only the generated mouth and
     # jaw blended in (avatargen/compose/composite.py); false: the model's square frames as they come.
     composite: bool = True
-    mouth: MouthMode = MouthMode.warp  # composited frames: warp (avatargen/compose/mouth_warp.py) or blend
+    mouth: MouthMode = MouthMode.auto  # composited frames: warp (avatargen/compose/mouth_warp.py), blend, or auto
     idle_motion: IdleMotionConfig = field(default_factory=IdleMotionConfig)  # moves composited frames only
     audio_block_s: float = 0.5  # audio read granularity in seconds
 

@@ -89,7 +89,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     config = to_config(load_config([]))
     pipeline = Pipeline(config, build_modules(config, CPU))
     loaded = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, config.pipeline.image_fit.value)
-    compositor = compositor_for(loaded, config)  # the default: the reference's lips moved (pipeline.mouth=warp)
+    compositor = compositor_for(loaded, config)  # as a render builds it (a cartoon: the blend)
 
     def model_frames(read_box) -> np.ndarray:
         sink, source = Frames(), AudioFileSource(audio, config.model.sample_rate)
