@@ -19,6 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 FAST = ["model.weights=random", "runtime.threads=1"]
 
 
+class FrameList:
+    """A frame sink that keeps a copy of every batch it is handed (a short in-process render)."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+
+    def write(self, frames: np.ndarray) -> None:
+        self.parts.append(frames.copy())
+
+    def video(self) -> np.ndarray:
+        """(T, H, W, 3) uint8: every frame, in order."""
+        return np.concatenate(self.parts)
+
+
 def write_speechlike_wav(path: Path, seconds: float, rate: int = 22050, channels: int = 1) -> Path:
     """A syllable-rate amplitude-modulated harmonic tone with pauses: speech-like energy, no speech."""
     t = np.arange(int(seconds * rate)) / rate

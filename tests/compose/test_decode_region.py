@@ -18,17 +18,10 @@ from avatargen.pipeline.build import build_modules
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.render import compositor_for
 from avatargen.stages.decode_publish import DecodeAndPublishStage, DecodeRegion
-from tests.conftest import REPO
+from tests.conftest import FrameList, REPO
 
 CPU = torch.device("cpu")
 
-
-class Frames:
-    def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []
-
-    def write(self, frames: np.ndarray) -> None:
-        self.parts.append(frames.copy())
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +85,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     compositor = compositor_for(loaded, config)  # as a render builds it (a cartoon: the blend)
 
     def model_frames(read_box) -> np.ndarray:
-        sink, source = Frames(), AudioFileSource(audio, config.model.sample_rate)
+        sink, source = FrameList(), AudioFileSource(audio, config.model.sample_rate)
         pipeline.render(loaded.square, source, [sink], read_box=read_box)
         source.close()
         return np.concatenate(sink.parts)  # (T, S, S, 3)

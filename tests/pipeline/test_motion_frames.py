@@ -3,7 +3,6 @@ last frames of the previous one, so the chunks continue each other rather than o
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from avatargen.config.loader import load_config, to_config
@@ -13,7 +12,7 @@ from avatargen.io.image import load_reference_image
 from avatargen.pipeline.build import build_modules
 from avatargen.pipeline.pipeline import Pipeline, schedule_from_config
 from avatargen.pipeline.schedule import NChunk
-from tests.conftest import REPO, write_speechlike_wav
+from tests.conftest import FrameList, REPO, write_speechlike_wav
 
 CPU = torch.device("cpu")
 DEFAULT_MOTION_FRAMES = 2  # docs/model-card.md, "Boundary-frame conditioning"
@@ -38,13 +37,6 @@ def test_the_model_square_gets_no_motion_frames_unless_asked():
     assert motion_frames_for(to_config(load_config(["pipeline.motion_frames=4"])), composited=False) == 4
 
 
-class _Frames:
-    def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []
-
-    def write(self, frames: np.ndarray) -> None:
-        self.parts.append(frames.copy())
-
 
 def test_a_default_render_gives_each_n_chunk_the_previous_chunks_own_last_latents(tmp_path):
     """The given frames of N1's window are N0's generated latents, unchanged, and N1 keeps them as they were."""
@@ -62,7 +54,7 @@ def test_a_default_render_gives_each_n_chunk_the_previous_chunks_own_last_latent
 
     pipeline.a2v.generate = recording
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
-    sink = _Frames()
+    sink = FrameList()
     pipeline.render(reference, AudioFileSource(audio, config.model.sample_rate), [sink])
     assert sum(p.shape[0] for p in sink.parts) == 35
 

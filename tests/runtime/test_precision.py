@@ -17,7 +17,7 @@ from avatargen.io.image import load_reference_image
 from avatargen.pipeline.build import build_modules, shipped_checkpoint
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.runtime.precision import choose_precision
-from tests.conftest import REPO, run_cli
+from tests.conftest import FrameList, REPO, run_cli
 from tests.ffmpeg_probe import count_frames, decode_frames
 
 CPU = torch.device("cpu")
@@ -90,13 +90,6 @@ class DtypesSeen(TorchDispatchMode):
         return out
 
 
-class Frames:
-    def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []
-
-    def write(self, frames: np.ndarray) -> None:
-        self.parts.append(frames.copy())
-
 
 @pytest.fixture(scope="module")
 def one_second(tmp_path_factory):
@@ -112,7 +105,7 @@ def render_frames(dtype: torch.dtype, audio, watch: DtypesSeen | None = None) ->
     models = build_modules(config, CPU, precision=choose_precision(config.runtime.dtype.value, CPU))
     pipeline = Pipeline(config, models)
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
-    sink, source = Frames(), AudioFileSource(audio, config.model.sample_rate)
+    sink, source = FrameList(), AudioFileSource(audio, config.model.sample_rate)
     if watch is not None:
         with watch:
             pipeline.render(reference, source, [sink])
@@ -173,7 +166,7 @@ def test_a_bfloat16_render_resumes_bit_exact(tmp_path):
             save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp_path / "point.safetensors"))
             saved.append(meta)
 
-    full, rest = Frames(), Frames()
+    full, rest = FrameList(), FrameList()
     pipeline.render(reference, AudioFileSource(audio, config.model.sample_rate), [full], checkpoints=grid, on_checkpoint=keep)
     assert saved, "the render made no resume point"
     point = RenderCheckpoint.from_tensors(load_file(str(tmp_path / "point.safetensors")), saved[0])
