@@ -46,13 +46,7 @@ def photo_warning(name: str, composited: bool = False, warped: bool = False) -> 
 def warn_if_out_of_domain(square: np.ndarray, name: str, warn, composited: bool = False, warped: bool = False) -> None:
     """One line to ``warn`` when the framed reference ``square`` (S, S, 3) is a photograph (nothing when the face
     networks are not installed: framing already said so); ``composited`` and ``warped`` as in ``photo_warning``."""
-    from avatargen.face.detector import face_networks_installed, shared_detector
-
-    if not face_networks_installed():
-        return
-    detector = shared_detector()
-    face = detector.find(square)
-    if face is not None and looks_like_photo(detector.chip(square, face)):
+    if square_is_photo(square):
         warn(photo_warning(name, composited, warped))
 
 
