@@ -165,11 +165,17 @@ def test_when_an_ffmpeg_dies_the_partial_and_state_are_kept_and_the_message_says
     assert out.with_name("o.partial.mp4").exists() and _checkpoints(out) >= 1
 
 
-def test_a_second_ctrl_c_leaves_a_partial_whose_audio_ends_with_its_video(tmp_path):
+def _render_past_its_first_checkpoint(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """A 2-s render started in the background, once it has written its first resume point; (process, output)."""
     face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
     out = tmp_path / "o.mp4"
     process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
     _wait_for(lambda: _checkpoints(out) >= 1, process, "its first checkpoint")
+    return process, out
+
+
+def test_a_second_ctrl_c_leaves_a_partial_whose_audio_ends_with_its_video(tmp_path):
+    process, out = _render_past_its_first_checkpoint(tmp_path)
     process.send_signal(signal.SIGINT)
     time.sleep(0.05)
     process.send_signal(signal.SIGINT)
@@ -179,12 +185,8 @@ def test_a_second_ctrl_c_leaves_a_partial_whose_audio_ends_with_its_video(tmp_pa
     assert info["frames"] > 0 and info["audio_duration_s"] <= info["video_duration_s"] + 1 / 25, info
 
 
-
 def test_ctrl_c_while_an_interrupted_render_exits_keeps_its_exit_code(tmp_path):
-    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
-    out = tmp_path / "o.mp4"
-    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
-    _wait_for(lambda: _checkpoints(out) >= 1, process, "its first checkpoint")
+    process, _ = _render_past_its_first_checkpoint(tmp_path)
     process.send_signal(signal.SIGINT)
     for line in process.stderr:  # the render has stopped and says so: the process is on its way out
         if line.startswith("error: interrupted"):
@@ -193,6 +195,7 @@ def test_ctrl_c_while_an_interrupted_render_exits_keeps_its_exit_code(tmp_path):
         process.send_signal(signal.SIGINT)
         time.sleep(0.002)
     assert process.returncode == 130
+
 
 # --- 7. one line and the documented exit code ------------------------------------------------------------------
 
