@@ -14,6 +14,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from avatargen.errors import BadInputError
+from avatargen.face.framing import centre_crop, centre_square, frame_face
 
 if TYPE_CHECKING:
     from avatargen.face.detector import Face
@@ -74,13 +75,9 @@ def load_reference(
         )
     face = None
     if fit == "face":
-        from avatargen.face.framing import frame_face
-
         square, face, crop = frame_face(rgb, warn or _print_warning, f"image '{path}'")
     elif fit == "crop":
-        square = _center_crop(rgb)
-        side = min(height, width)
-        crop = ((width - side) // 2, (height - side) // 2, side)
+        square, crop = centre_crop(rgb), centre_square(rgb)
     else:
         square = _edge_pad(rgb)
         side = max(height, width)
@@ -161,13 +158,6 @@ def _to_rgb(img: Image.Image) -> np.ndarray:
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"))
     return np.asarray(img.convert("RGB"))
-
-
-def _center_crop(rgb: np.ndarray) -> np.ndarray:
-    height, width = rgb.shape[:2]
-    side = min(height, width)
-    top, left = (height - side) // 2, (width - side) // 2
-    return rgb[top : top + side, left : left + side]
 
 
 def _edge_pad(rgb: np.ndarray) -> np.ndarray:
