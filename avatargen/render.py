@@ -419,6 +419,7 @@ def _render_locked(
         "device": str(device),
         "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
         "dtype_choice": models.precision.describe(),
+        "overlap": getattr(pipeline, "overlap", False),  # segments emitted on a second thread (runtime.overlap)
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
         "resumed_from": stats.resumed_from,

@@ -164,6 +164,7 @@ class RuntimeConfig:
     dist_timeout_s: float = 300.0  # process-group init and every collective: a lost rank ends the group, not hangs it
     numa: bool = True  # under torchrun, pin each rank to the CPUs of its GPU's (or its share of) NUMA node
     dtype: Dtype = Dtype.auto  # compute precision of the stage forwards, resolved once per render
+    overlap: Optional[bool] = None  # emit segments on a second thread while A2V generates; null: on for one CPU process
 
 
 @dataclass

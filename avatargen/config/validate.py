@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-from avatargen.config.schema import Config, interpolates
+from avatargen.config.schema import Config, Offload, interpolates
 from avatargen.config.wan import validate_wan_model
 from avatargen.compose.idle_motion import IdleMotionSettings
 from avatargen.errors import ConfigError
@@ -80,6 +80,9 @@ def validate_config(config: Config) -> None:
     _require(o.realtime_buffer_s >= 0, "output.realtime_buffer_s must be >= 0 (seconds)")
     _require(0 <= config.runtime.threads <= MAX_THREADS, f"runtime.threads must be in [0, {MAX_THREADS}] (0 = torch's default)")
     _require(config.runtime.dist_timeout_s > 0, "runtime.dist_timeout_s must be > 0 (seconds)")
+    _require(not (config.runtime.overlap and config.runtime.offload != Offload.none),
+             "runtime.overlap=true needs runtime.offload=none (two threads would move models in and out at once); "
+             "set runtime.overlap=null")  # fmt: skip
     _require(config.runtime.offload_resident_blocks >= 1, "runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)")
     if m.wan is None:
         _validate_model_shapes(config)

@@ -17,10 +17,11 @@ def build_pipeline(
     """(the placed model set, the pipeline over it) for ``config``: the set has ``monitor``, the pipeline
     ``render()`` and ``schedule``, whichever family the model is."""
     if config.model.wan is None:
+        from avatargen.pipeline.overlap import overlaps
         from avatargen.pipeline.pipeline import Pipeline
 
         models = place_modules(config, device, parallel)
-        return models, Pipeline(config, models)
+        return models, Pipeline(config, models, overlap=overlaps(config, device, parallel.world.world_size))
     from avatargen.pipeline.wan_build import place_wan_modules
     from avatargen.pipeline.wan_pipeline import WanPipeline
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from avatargen.errors import NonFiniteError
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.build import ModelSet
 from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.pipeline.overlap import EmitThread, split_threads
 from avatargen.pipeline.schedule import CheckpointGrid, ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.runtime.memory import trim_host_memory
@@ -81,8 +83,9 @@ def schedule_from_config(config: Config) -> ChunkSchedule:
 class Pipeline:
     """ContextGen -> A2V -> SR -> DecodeAndPublish over the N/I chunk schedule."""
 
-    def __init__(self, config: Config, models: ModelSet):
+    def __init__(self, config: Config, models: ModelSet, overlap: bool = False):
         self.config = config
+        self.overlap = overlap  # emit segments on a second thread while the next chunks generate (overlap.py)
         self.models = models
         self.schedule = schedule_from_config(config)
         self.context = ContextGenStage(
@@ -115,6 +118,8 @@ class Pipeline:
         returns early with ``stopped`` set, every frame it emitted already handed to the sinks.
         ``read_box`` (y0, y1, x0, x1), in model-frame pixels, is all the sinks read of each frame (None: the whole
         frame): only that part, and a margin around it, is decoded; the frames' other pixels are zero.
+        With ``overlap`` every segment after the first reaches the sinks (and ``on_progress``, ``on_checkpoint``)
+        from a second thread, in the same order, while this one generates the next chunks.
         """
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
@@ -135,34 +140,55 @@ class Pipeline:
             publisher.resume_from(resume.decoder_cache, self.config.model.sr.high_size)
             stats.frames = stats.resumed_from = resume.frames
             stats.n_chunks, stats.i_chunks = resume.n_chunks, resume.i_chunks
-        for number, step in enumerate(self.schedule.steps(audio.spans(self.schedule.n_chunk_frames))):
-            if number < skip:
-                self._replay(step, audio, stats)
-                continue
-            if should_stop is not None and should_stop():
-                stats.stopped = True
-                break
-            if isinstance(step, NChunk):
-                self._run_n_chunk(step, reference, audio, state)
-                stats.n_chunks += 1
-            elif isinstance(step, IChunk):
-                self._run_i_chunk(step, reference, audio, state)
-                stats.i_chunks += 1
-            else:
-                self._emit(step, reference, state, publisher, audio)
-                if stats.ttff_s is None:
-                    stats.ttff_s = time.perf_counter() - started
-                if stats.seams is not None and step.start > 0:
-                    stats.seams.append(step.start)
-                stats.frames += step.end - step.start
-                trim_host_memory()  # freed tensor memory goes back to the OS: RSS stays flat over hours
-                if on_progress:
-                    on_progress(Progress(stats.frames, stats.n_chunks, stats.i_chunks, audio.total_frames, time.perf_counter() - started))
-                finished = audio.total_frames is not None and stats.frames >= audio.total_frames  # nothing left to resume
-                if step.source == "N" and checkpoints is not None and on_checkpoint is not None and checkpoints.contains(stats.frames) and not finished:
-                    on_checkpoint(RenderCheckpoint(stats.frames, number + 1, stats.n_chunks, stats.i_chunks, state, publisher.cache))
+        handed = stats.frames  # frames handed over to be emitted (they reach the sinks in order, maybe later)
+        # With overlap the first segment of a render runs here with every thread (it sets the time to the first
+        # frame), every step after it with the threads split. A resumed render splits them from its start, so each
+        # step runs with the threads it had in the render it continues.
+        threads = torch.get_num_threads()
+        emitter = self._start_emitter(threads) if self.overlap and resume is not None else None
+        try:
+            for number, step in enumerate(self.schedule.steps(audio.spans(self.schedule.n_chunk_frames))):
+                if number < skip:
+                    self._replay(step, audio, stats)
+                    continue
+                if should_stop is not None and should_stop():
+                    stats.stopped = True
+                    break
+                if isinstance(step, NChunk):
+                    self._run_n_chunk(step, reference, audio, state)
+                    stats.n_chunks += 1
+                elif isinstance(step, IChunk):
+                    self._run_i_chunk(step, reference, audio, state)
+                    stats.i_chunks += 1
+                else:
+                    latents = self._hand_over(step, state, audio)
+                    handed += step.end - step.start
+                    finished = audio.total_frames is not None and handed >= audio.total_frames  # nothing left to resume
+                    checkpoint_at = None
+                    if step.source == "N" and checkpoints is not None and on_checkpoint is not None and checkpoints.contains(handed) and not finished:
+                        checkpoint_at = (number + 1, stats.n_chunks, stats.i_chunks, state.snapshot())
+                    job = partial(self._emit, step, latents, reference, publisher, started, checkpoint_at, on_progress,
+                                  on_checkpoint, audio.total_frames)  # fmt: skip
+                    if emitter is None:
+                        job()
+                        if self.overlap:
+                            emitter = self._start_emitter(threads)
+                    else:
+                        emitter.submit(job)
+            if emitter is not None:
+                emitter.drain()
+        finally:
+            if emitter is not None:
+                emitter.close(cancel=True)  # after drain() nothing waits; after an error the rest is dropped
+                torch.set_num_threads(threads)
         stats.wall_s = time.perf_counter() - started
         return stats
+
+    @staticmethod
+    def _start_emitter(threads: int) -> EmitThread:
+        generating, emitting = split_threads(threads)
+        torch.set_num_threads(generating)
+        return EmitThread(emitting)
 
     def _decode_region(self, read_box: tuple[int, int, int, int] | None) -> DecodeRegion | None:
         if read_box is None:
@@ -223,22 +249,52 @@ class Pipeline:
         state.i_index = step.index
         del state.n_windows[step.index]
 
-    def _emit(self, step: Emit, reference: ReferenceContext, state: RollingState, publisher: DecodeAndPublishStage, audio: AudioTimeline) -> None:
+    def _hand_over(self, step: Emit, state: RollingState, audio: AudioTimeline) -> Tensor:
+        """The latents of the segment ``step`` emits; the rolling state then lets go of what later steps do not read."""
         window = state.window(step.source, step.index)
-        with self.stats.timed("sr"):
-            high = self.sr.upscale(reference, window.frames(step.start, step.end))  # (1, C, T, H, W)
-        check_finite(high, "SR", f"in frames {step.start}-{step.end}")
-        decoded = publisher.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
-        while True:
-            with self.stats.timed("decode"):
-                frames = next(decoded, None)  # (t, S, S, 3) uint8
-            if frames is None:
-                break
-            with self.stats.timed("publish"):
-                publisher.publish(frames)
+        latents = window.frames(step.start, step.end)  # (1, C, T, h, w)
         if step.source == "I":
             state.i_window = None
         else:
             # Only the tail that later motion frames and anchors read survives the chunk.
             state.n_windows[step.index] = window.keep_last(self.schedule.tail_frames)
             audio.release_before(window.end - self.schedule.tail_frames - self.context.context_frames)
+        return latents
+
+    def _emit(
+        self,
+        step: Emit,
+        latents: Tensor,  # (1, C, T, h, w) low-resolution latents of the segment
+        reference: ReferenceContext,
+        publisher: DecodeAndPublishStage,
+        started: float,
+        checkpoint_at: tuple[int, int, int, RollingState] | None,
+        on_progress: Callable[[Progress], None] | None,
+        on_checkpoint: Callable[[RenderCheckpoint], None] | None,
+        total_frames: int | None,
+    ) -> None:
+        """SR -> decode -> sinks for one segment, then its bookkeeping: stats, progress and (``checkpoint_at``: the
+        steps, chunk counts and rolling state when it was handed over) the checkpoint after it."""
+        stats = self.stats
+        with stats.timed("sr"):
+            high = self.sr.upscale(reference, latents)  # (1, C, T, H, W)
+        check_finite(high, "SR", f"in frames {step.start}-{step.end}")
+        decoded = publisher.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
+        while True:
+            with stats.timed("decode"):
+                frames = next(decoded, None)  # (t, S, S, 3) uint8
+            if frames is None:
+                break
+            with stats.timed("publish"):
+                publisher.publish(frames)
+        if stats.ttff_s is None:
+            stats.ttff_s = time.perf_counter() - started
+        if stats.seams is not None and step.start > 0:
+            stats.seams.append(step.start)
+        stats.frames += step.end - step.start
+        trim_host_memory()  # freed tensor memory goes back to the OS: RSS stays flat over hours
+        if on_progress:
+            on_progress(Progress(stats.frames, stats.n_chunks, stats.i_chunks, total_frames, time.perf_counter() - started))
+        if checkpoint_at is not None and on_checkpoint is not None:
+            steps, n_chunks, i_chunks, state = checkpoint_at
+            on_checkpoint(RenderCheckpoint(stats.frames, steps, n_chunks, i_chunks, state, publisher.cache))

@@ -42,6 +42,10 @@ class RollingState:
     i_index: int = -1
     shown: LatentWindow | None = None  # a Wan model's last frames shown (its next motion frames, left anchors)
 
+    def snapshot(self) -> "RollingState":
+        """The state as it is now, unaffected by later steps (they replace windows, never write into their tensors)."""
+        return RollingState(dict(self.n_windows), self.i_window, self.i_index, self.shown)
+
     def window(self, source: str, index: int) -> LatentWindow:
         if source == "I":
             if self.i_window is None or self.i_index != index:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 import yaml
 
 from avatargen.config import load_config, to_config
@@ -112,3 +113,23 @@ def test_wan_seam_sizes_off_the_latent_grid_or_too_big_for_a_clip_are_refused_na
     with pytest.raises(ConfigError) as error:
         load_config(["model=wan_tiny", override])
     assert named in str(error.value) and "\n" not in str(error.value)
+
+
+def test_overlap_is_on_for_one_cpu_process_and_refused_where_two_threads_would_collide():
+    from avatargen.pipeline.overlap import overlaps
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        config = to_config(load_config([]))
+        assert overlaps(config, cpu, 1) and not overlaps(config, cuda, 1) and not overlaps(config, cpu, 2)
+        assert not overlaps(to_config(load_config(["runtime.overlap=false"])), cpu, 1)
+        torch.set_num_threads(1)
+        assert not overlaps(config, cpu, 1)
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ConfigError, match="runtime.overlap=true cannot run a sharded render"):
+        overlaps(to_config(load_config(["runtime.overlap=true"])), cpu, 2)
+    with pytest.raises(ConfigError, match="runtime.overlap=true needs runtime.offload=none"):
+        load_config(["runtime.overlap=true", "runtime.offload=model"])

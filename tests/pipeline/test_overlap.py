@@ -1,0 +1,101 @@
+"""Overlapped emission (``runtime.overlap``): segments reach the sinks from a second thread while the next chunks
+generate, and a user sees the same video, the same errors and the same resume points as without it."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from avatargen.config.loader import load_config, to_config
+from avatargen.io.audio import AudioFileSource
+from avatargen.io.image import load_reference
+from avatargen.pipeline.build import build_modules
+from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.pipeline.overlap import split_threads
+from avatargen.pipeline.pipeline import Pipeline
+from avatargen.pipeline.schedule import checkpoint_grid
+from tests.conftest import FrameList, REPO
+
+CPU = torch.device("cpu")
+
+
+class ThreadedFrames(FrameList):
+    """Keeps every batch and the thread that handed it over; fails at batch ``fail_at`` when given."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+        self.fail_at = fail_at
+
+    def write(self, frames: np.ndarray) -> None:
+        self.threads.append(threading.current_thread().name)
+        if len(self.threads) == self.fail_at:
+            raise OSError("No space left on device")
+        super().write(frames)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")
+    audio = tmp_path_factory.mktemp("overlap") / "speech.wav"
+    sf.write(audio, wave[: 2 * rate], rate)  # 2 s: 50 frames, 4 N chunks, 3 I chunks
+    config = to_config(load_config([]))
+    models = build_modules(config, CPU)
+    square = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, config.pipeline.image_fit.value).square
+    return config, models, square, audio
+
+
+def _render(setup, overlap: bool, sink: ThreadedFrames, **options) -> Pipeline:
+    config, models, square, audio = setup
+    pipeline = Pipeline(config, models, overlap=overlap)
+    source = AudioFileSource(audio, config.model.sample_rate)
+    try:
+        pipeline.render(square, source, [sink], **options)
+    finally:
+        source.close()
+    return pipeline
+
+
+def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_frames(setup) -> None:
+    torch.set_num_threads(2)
+    config = setup[0]
+    saved: list[RenderCheckpoint] = []
+
+    def keep(checkpoint: RenderCheckpoint) -> None:  # saved to disk in a render: a copy of every tensor
+        tensors, meta = checkpoint.to_tensors()
+        saved.append(RenderCheckpoint.from_tensors({k: v.clone() for k, v in tensors.items()}, meta))
+
+    grid = checkpoint_grid(Pipeline(config, setup[1]).schedule, config.pipeline.n_chunk_frames)  # every N chunk
+    inline, overlapped = ThreadedFrames(), ThreadedFrames()
+    _render(setup, False, inline)
+    _render(setup, True, overlapped, checkpoints=grid, on_checkpoint=keep)
+    assert set(inline.threads) == {"MainThread"}
+    # The first segment with every thread (the time to the first frame), the rest from the emitting thread.
+    first = overlapped.threads.count("MainThread")
+    assert set(overlapped.threads[first:]) == {"avatargen-emit"}
+    assert sum(len(part) for part in overlapped.parts[:first]) == 12  # N0's body, before its seam
+    assert torch.get_num_threads() == 2  # the split ends with the render
+    # One thread's float sums instead of two's: a rounding step in a few pixels, as runtime.threads=1 gives.
+    diff = np.abs(overlapped.video().astype(int) - inline.video().astype(int))
+    assert diff.max() <= 1 and np.count_nonzero(diff) < 1e-4 * diff.size, (diff.max(), np.count_nonzero(diff))
+
+    assert [c.frames for c in saved] == [12, 28, 44]
+    resumed = ThreadedFrames()
+    _render(setup, True, resumed, resume=saved[1])
+    assert set(resumed.threads) == {"avatargen-emit"}  # a resumed render splits the threads from its start
+    np.testing.assert_array_equal(resumed.video(), overlapped.video()[28:])  # bit for bit
+    assert split_threads(2) == (1, 1) and split_threads(5) == (3, 2) and split_threads(1) == (1, 1)
+
+
+def test_a_sink_failing_on_the_emitting_thread_stops_the_render_with_its_error(setup) -> None:
+    torch.set_num_threads(2)
+    sink = ThreadedFrames(fail_at=3)
+    with pytest.raises(OSError, match="No space left"):
+        _render(setup, True, sink)
+    assert len(sink.threads) == 3  # nothing reached the sink after the failing batch
+    assert not [t for t in threading.enumerate() if t.name == "avatargen-emit"]
+    assert torch.get_num_threads() == 2
