@@ -4,14 +4,13 @@ placed by ``runtime.*`` (and sharded under torchrun) in one pass."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 from torch import nn
 
 from avatargen.config.schema import Config, WeightsSource
@@ -125,7 +124,7 @@ _cache: dict[str, ModelSet] = {}
 
 
 def _cache_key(config: Config, device: torch.device, parallel: ParallelContext, precision: Precision) -> str:
-    model = OmegaConf.to_container(OmegaConf.structured(config.model), enum_to_str=True)
+    model = asdict(config.model)  # enums and paths as str(): a key, not a config (OmegaConf takes ~10 ms for it)
     seed = config.seed if config.model.weights == WeightsSource.random else None
     placement = [config.runtime.offload.value, config.runtime.offload_resident_blocks, str(device), precision.name]
     return json.dumps([model, seed, placement, parallel.sharded, parallel.world.world_size], sort_keys=True, default=str)
