@@ -22,6 +22,8 @@ import gc
 import hashlib
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -129,8 +131,13 @@ def _child(record: Path, argv: list[str]) -> None:
         marks["render_start"] = time.perf_counter()
         return original_render(*args, **kwargs)
 
+    stop_at_first_frame = os.environ.get("TTFF_STOP_AT_FIRST_FRAME") == "1"
+
     def write_with_mark(self, frames):
-        marks.setdefault("first_frame", time.perf_counter())
+        if "first_frame" not in marks:
+            marks["first_frame"] = time.perf_counter()
+            if stop_at_first_frame:  # as Ctrl-C: the render ends after its current step, exit code 130
+                signal.raise_signal(signal.SIGINT)
         return original_write(self, frames)
 
     render_module._render, Encoder.write = render_with_start, write_with_mark
@@ -155,6 +162,7 @@ def _child(record: Path, argv: list[str]) -> None:
     missing = [f"{module_name}.{path}" for _, module_name, path in pending]
     record.write_text(json.dumps({"events": events, "marks": marks, "imports": imports, "missing": missing, "code": code,
                                   "collections": collections}))
+    raise SystemExit(code)
 
 
 # -- the parent: runs, medians, table ------------------------------------------------------------------------------
@@ -178,16 +186,18 @@ def frames_digest(video: Path) -> str:
     return hashlib.sha256(decode.stdout).hexdigest()
 
 
-def one_run(tree: Path, image: Path, audio: Path, out: Path, overrides: list[str]) -> dict:
-    """One fresh render process with timers -> its phases (seconds), TTFF and report."""
+def one_run(tree: Path, image: Path, audio: Path, out: Path, overrides: list[str], first_frame_only: bool) -> dict:
+    """One fresh render process with timers -> its phases (seconds), TTFF and report (``first_frame_only``: the
+    render is stopped at its first frame, as by Ctrl-C, and has no report)."""
     record = out.with_suffix(".timing.json")
     argv = ["render", "-i", str(image), "-a", str(audio), "-o", str(out), "--json", "--quiet", *overrides]
+    env = {**os.environ, "PYTHONPATH": str(tree), "TTFF_STOP_AT_FIRST_FRAME": "1" if first_frame_only else "0"}
     launched = time.perf_counter()
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(record), "--", *argv],
-                          cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
+                          cwd=tree, env=env, capture_output=True, text=True)  # fmt: skip
+    if done.returncode != (130 if first_frame_only else 0):
         raise SystemExit(f"render failed ({tree}, {image}): {done.stderr.strip()[-2000:]}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = {} if first_frame_only else json.loads(done.stdout.strip().splitlines()[-1])
     timing = json.loads(record.read_text())
     start, first = timing["marks"]["render_start"], timing["marks"]["first_frame"]
     phases = {label: 0.0 for label, _ in PHASES}
@@ -205,8 +215,12 @@ def one_run(tree: Path, image: Path, audio: Path, out: Path, overrides: list[str
     imports = {}
     for name, t0, t1 in timing["imports"]:
         imports[name] = imports.get(name, 0.0) + (t1 - t0)
-    return {"phases": phases, "ttff": first - start, "ttff_reported": report["ttff_s"], "startup": start - launched,
-            "imports": imports, "wall": report["wall_s"], "dtype": report["dtype_choice"]}  # fmt: skip
+    return {"phases": phases, "ttff": first - start, "ttff_reported": report.get("ttff_s"), "startup": start - launched,
+            "imports": imports, "wall": report.get("wall_s"), "dtype": report.get("dtype_choice")}  # fmt: skip
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def median(values: list[float | None]) -> float | None:
@@ -224,6 +238,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tree", type=Path, action="append", help="source tree to time (repeatable)")
     parser.add_argument("--digest", action="store_true", help="print the SHA-256 of each video's decoded frames")
+    parser.add_argument("--first-frame-only", action="store_true",
+                        help="stop each render at its first frame (as Ctrl-C does): TTFF only, no report, no digest")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. runtime.threads=1")
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [REPO])]
@@ -236,10 +252,12 @@ def main() -> None:
             for i, image in enumerate(images):
                 for t, tree in enumerate(trees):
                     out = folder / f"tree{t}_image{i}_run{run}.mp4"
-                    results[t, i].append(one_run(tree, image, args.audio.resolve(), out, args.overrides))
-                    if args.digest:
+                    results[t, i].append(one_run(tree, image, args.audio.resolve(), out, args.overrides,
+                                                 args.first_frame_only))  # fmt: skip
+                    if args.digest and not args.first_frame_only:
                         digests[t, i].add(frames_digest(out))
-                    out.unlink()
+                    for leftover in folder.glob(f"{out.stem}*"):  # the video, or the partial video and its resume folder
+                        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
     for i, image in enumerate(images):
         print(f"\n## {image.name}  (audio {args.audio.name}; {' '.join(args.overrides) or 'default config'}; "
               f"median of {args.runs} runs; seconds)")  # fmt: skip
@@ -249,14 +267,15 @@ def main() -> None:
         labels += [f"  (garbage collection, generation {g})" for g in range(3)]
         for label in labels:
             cells = [median([r["phases"][label] for r in results[t, i]]) for t in range(len(trees))]
-            print(f"| {label} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
-        for key, name in (("ttff", "**TTFF** (render start -> first frame)"), ("ttff_reported", "ttff_s reported")):
-            cells = [median([r[key] for r in results[t, i]]) for t in range(len(trees))]
-            runs = [" ".join(f"{r[key]:.3f}" for r in results[t, i]) for t in range(len(trees))]
-            print(f"| {name} | " + " | ".join(f"{c:.3f} ({r})" for c, r in zip(cells, runs)) + " |")
-        for key, name in (("startup", "process start -> render start (not TTFF)"), ("wall", "render wall_s")):
-            cells = [median([r[key] for r in results[t, i]]) for t in range(len(trees))]
-            print(f"| {name} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+            print(f"| {label} | " + " | ".join(_seconds(c) for c in cells) + " |")
+        for key, name in (("ttff", "**TTFF** (render start -> first frame)"), ("ttff_reported", "ttff_s reported"),
+                          ("startup", "process start -> render start (not TTFF)"), ("wall", "render wall_s")):  # fmt: skip
+            cells = []
+            for t in range(len(trees)):
+                values = [r[key] for r in results[t, i]]
+                runs = f" ({' '.join(_seconds(v) for v in values)})" if key == "ttff" else ""
+                cells.append(_seconds(median(values)) + runs)
+            print(f"| {name} | " + " | ".join(cells) + " |")
         for t, tree in enumerate(trees):
             print(f"\ntree {t}: {tree}; dtype {results[t, i][0]['dtype']}")
             names = sorted({n for r in results[t, i] for n in r["imports"]},
