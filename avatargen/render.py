@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -181,6 +183,36 @@ def compositor_for(
     return compositor
 
 
+def _open_inputs(request: RenderRequest, config: Config, warn: Callable[[str], None]) -> tuple[
+    np.ndarray, ReferenceCompositor | None, Any, Config
+]:  # fmt: skip
+    """The reference square, its compositor (None: none), the audio source and ``config`` with the motion frames
+    that compositing implies; the photo warning. ffmpeg reads the audio file's header in its own process (~30 ms)
+    while the image's face is searched; an image error still comes first (the audio's outcome is then not asked)."""
+    block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        audio_file = None if request.audio == STREAM else pool.submit(
+            AudioFileSource, request.audio, config.model.sample_rate, block_samples=block,
+            min_samples=config.model.sample_rate // config.model.fps)  # fmt: skip
+        loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
+        # The compositor's mouth and the photo warning both ask whether the square is a photograph: one face search.
+        is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
+        compositor = compositor_for(loaded, config, is_photo)
+        # null motion frames: 2 where the video is composited, 0 where it is the model's own square (no face found)
+        pipeline = replace(config.pipeline, motion_frames=motion_frames_for(config, composited=compositor is not None))
+        config = replace(config, pipeline=pipeline)
+        if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
+            # the bundled model knows cartoons only
+            warn_if_out_of_domain(loaded.square, f"image '{request.image}'", warn, composited=compositor is not None,
+                                  warped=compositor is not None and compositor.mouth is not None,
+                                  photo=is_photo())  # fmt: skip
+        if audio_file is None:
+            source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
+        else:
+            source = audio_file.result()
+    return loaded.square, compositor, source, config
+
+
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -226,24 +258,7 @@ def _render(
     o = config.output
     live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
     _check_outputs_spare_inputs(request, config, live)
-    loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
-    reference = loaded.square
-    # The compositor's mouth and the photo warning both ask whether the square is a photograph: one face search.
-    is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
-    compositor = compositor_for(loaded, config, is_photo)
-    # null motion frames: 2 where the video is composited, 0 where it is the model's own square (no face found)
-    pipeline = replace(config.pipeline, motion_frames=motion_frames_for(config, composited=compositor is not None))
-    config = replace(config, pipeline=pipeline)
-    if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
-        # the bundled model knows cartoons only
-        warn_if_out_of_domain(reference, f"image '{request.image}'", warn, composited=compositor is not None,
-                              warped=compositor is not None and compositor.mouth is not None, photo=is_photo())  # fmt: skip
-    block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
-    if request.audio == STREAM:
-        source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
-    else:
-        frame_samples = config.model.sample_rate // config.model.fps
-        source = AudioFileSource(request.audio, config.model.sample_rate, block_samples=block, min_samples=frame_samples)
+    reference, compositor, source, config = _open_inputs(request, config, warn)
     if config.model.weights == WeightsSource.random:
         weights = "random"
         warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")

@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -83,7 +84,9 @@ def _child(record: Path, argv: list[str]) -> None:
             try:
                 return function(*args, **kwargs)
             finally:
-                events.append((label, start, time.perf_counter()))  # the parent keeps what precedes the first frame
+                beside = threading.current_thread() is not threading.main_thread()
+                name = f"{label.strip()} [worker thread, beside the main one]" if beside else label
+                events.append((name, start, time.perf_counter()))  # the parent keeps what precedes the first frame
 
         return wrapper
 
@@ -203,11 +206,11 @@ def one_run(tree: Path, image: Path, audio: Path, out: Path, overrides: list[str
     phases = {label: 0.0 for label, _ in PHASES}
     for label, t0, t1 in timing["events"]:
         if t0 < first:
-            phases[label] += min(t1, first) - t0
+            phases[label] = phases.get(label, 0.0) + min(t1, first) - t0
     for label, targets in PHASES:
         if all(f"{m}.{p}" in timing["missing"] for m, p in targets):
             phases[label] = None
-    top = sum(v for (label, _), v in zip(PHASES, phases.values()) if v is not None and not label.startswith(" "))
+    top = sum(phases[label] or 0.0 for label, _ in PHASES if not label.startswith(" "))
     phases["other (between phases)"] = (first - start) - top
     for generation in range(3):
         phases[f"  (garbage collection, generation {generation})"] = sum(
@@ -263,10 +266,13 @@ def main() -> None:
               f"median of {args.runs} runs; seconds)")  # fmt: skip
         header = "| phase | " + " | ".join(f"tree {t}" for t in range(len(trees))) + " |"
         print(header + "\n" + "|---" * (len(trees) + 1) + "|")
-        labels = [label for label, _ in PHASES] + ["other (between phases)"]
+        labels = [label for label, _ in PHASES]
+        labels += sorted({k for t in range(len(trees)) for r in results[t, i] for k in r["phases"]} - set(labels)
+                         - {"other (between phases)"} - {f"  (garbage collection, generation {g})" for g in range(3)})
+        labels += ["other (between phases)"]
         labels += [f"  (garbage collection, generation {g})" for g in range(3)]
         for label in labels:
-            cells = [median([r["phases"][label] for r in results[t, i]]) for t in range(len(trees))]
+            cells = [median([r["phases"].get(label) for r in results[t, i]]) for t in range(len(trees))]
             print(f"| {label} | " + " | ".join(_seconds(c) for c in cells) + " |")
         for key, name in (("ttff", "**TTFF** (render start -> first frame)"), ("ttff_reported", "ttff_s reported"),
                           ("startup", "process start -> render start (not TTFF)"), ("wall", "render wall_s")):  # fmt: skip
