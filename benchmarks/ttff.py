@@ -5,9 +5,12 @@ Each run is a fresh ``python -m avatargen render ... --json`` process, as a user
 of each phase are wrapped with ``time.perf_counter`` timers before the CLI runs (the code path itself is unchanged;
 a phase a tree does not have shows ``-``). The runs of the trees and images are interleaved so that the machine's
 noise hits them alike. ``--digest`` also decodes each MP4 and prints the SHA-256 of its frames (rgb24), so two
-trees can be shown to render the same video bit for bit.
+trees can be shown to render the same video bit for bit. ``--first-frame-only`` stops each render at its first
+frame (SIGINT, as Ctrl-C: the render ends after its current step), for TTFF where whole renders are slow. Work
+done in a worker thread beside the main one is listed apart, outside the main thread's sum.
 
-    python benchmarks/ttff.py [--image PATH ...] [--audio PATH] [--runs 3] [--tree PATH ...] [--digest] [KEY=VALUE ...]
+    python benchmarks/ttff.py [--image PATH ...] [--audio PATH] [--runs 3] [--tree PATH ...] [--digest]
+                              [--first-frame-only] [KEY=VALUE ...]
 
 Defaults: examples/avatar_1.png and skimage's astronaut (a 512x512 photograph), examples/speech_1.flac (8 s), this
 checkout; KEY=VALUE are config overrides (e.g. runtime.threads=1).
