@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -144,7 +147,9 @@ def _make_output_folder(output: Path) -> None:
         raise BadInputError(f"cannot write to output folder '{output.parent}' ({problem}); choose a writable folder")
 
 
-def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | None:
+def compositor_for(
+    loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None
+) -> ReferenceCompositor | None:
     """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
 
     Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
@@ -153,7 +158,8 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
-    the feathered blend of the model's mouth; ``auto`` warps photographs and blends cartoons."""
+    the feathered blend of the model's mouth; ``auto`` warps photographs and blends cartoons. ``is_photo`` says
+    whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once)."""
     if not config.pipeline.composite or config.model.wan is not None:
         return None
     height, width = loaded.picture.shape[:2]
@@ -164,7 +170,9 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
                                      max_side=config.output.max_side)  # fmt: skip
     layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
     mode = config.pipeline.mouth
-    photo = mode != MouthMode.blend and square_is_photo(loaded.square)
+    if is_photo is None:
+        is_photo = partial(square_is_photo, loaded.square, loaded.square_face)
+    photo = mode != MouthMode.blend and is_photo()
     if mode == MouthMode.warp or (mode == MouthMode.auto and photo):
         cue = MouthCue.colour if photo else MouthCue.dark  # how the model draws an open mouth on each
         mapping = ModelMapping(*compositor.model_pixel_mapping())
@@ -173,6 +181,36 @@ def compositor_for(loaded: Reference, config: Config) -> ReferenceCompositor | N
     if settings.active:
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place
     return compositor
+
+
+def _open_inputs(request: RenderRequest, config: Config, warn: Callable[[str], None]) -> tuple[
+    np.ndarray, ReferenceCompositor | None, Any, Config
+]:  # fmt: skip
+    """The reference square, its compositor (None: none), the audio source and ``config`` with the motion frames
+    that compositing implies; the photo warning. ffmpeg reads the audio file's header in its own process (~30 ms)
+    while the image's face is searched; an image error still comes first (the audio's outcome is then not asked)."""
+    block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        audio_file = None if request.audio == STREAM else pool.submit(
+            AudioFileSource, request.audio, config.model.sample_rate, block_samples=block,
+            min_samples=config.model.sample_rate // config.model.fps)  # fmt: skip
+        loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
+        # The compositor's mouth and the photo warning both ask whether the square is a photograph: one face search.
+        is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
+        compositor = compositor_for(loaded, config, is_photo)
+        # null motion frames: 2 where the video is composited, 0 where it is the model's own square (no face found)
+        pipeline = replace(config.pipeline, motion_frames=motion_frames_for(config, composited=compositor is not None))
+        config = replace(config, pipeline=pipeline)
+        if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
+            # the bundled model knows cartoons only
+            warn_if_out_of_domain(loaded.square, f"image '{request.image}'", warn, composited=compositor is not None,
+                                  warped=compositor is not None and compositor.mouth is not None,
+                                  photo=is_photo())  # fmt: skip
+        if audio_file is None:
+            source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
+        else:
+            source = audio_file.result()
+    return loaded.square, compositor, source, config
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -220,22 +258,7 @@ def _render(
     o = config.output
     live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
     _check_outputs_spare_inputs(request, config, live)
-    loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
-    reference = loaded.square
-    compositor = compositor_for(loaded, config)
-    # null motion frames: 2 where the video is composited, 0 where it is the model's own square (no face found)
-    pipeline = replace(config.pipeline, motion_frames=motion_frames_for(config, composited=compositor is not None))
-    config = replace(config, pipeline=pipeline)
-    if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
-        # the bundled model knows cartoons only
-        warn_if_out_of_domain(reference, f"image '{request.image}'", warn, composited=compositor is not None,
-                              warped=compositor is not None and compositor.mouth is not None)  # fmt: skip
-    block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
-    if request.audio == STREAM:
-        source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
-    else:
-        frame_samples = config.model.sample_rate // config.model.fps
-        source = AudioFileSource(request.audio, config.model.sample_rate, block_samples=block, min_samples=frame_samples)
+    reference, compositor, source, config = _open_inputs(request, config, warn)
     if config.model.weights == WeightsSource.random:
         weights = "random"
         warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")

@@ -9,7 +9,12 @@ quality 60), 0.23-0.33 on colour photographs (skimage's astronaut, matplotlib's 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from avatargen.face.detector import Face
 
 PHOTO_FLAT_SHARE = 0.6
 MODEL_CARD = "docs/model-card.md"
@@ -43,20 +48,23 @@ def photo_warning(name: str, composited: bool = False, warped: bool = False) -> 
             f"{expect} ({MODEL_CARD}, Limits; train on your own data for photos)")  # fmt: skip
 
 
-def warn_if_out_of_domain(square: np.ndarray, name: str, warn, composited: bool = False, warped: bool = False) -> None:
+def warn_if_out_of_domain(square: np.ndarray, name: str, warn, composited: bool = False, warped: bool = False,
+                          photo: bool | None = None) -> None:  # fmt: skip
     """One line to ``warn`` when the framed reference ``square`` (S, S, 3) is a photograph (nothing when the face
-    networks are not installed: framing already said so); ``composited`` and ``warped`` as in ``photo_warning``."""
-    if square_is_photo(square):
+    networks are not installed: framing already said so); ``composited`` and ``warped`` as in ``photo_warning``;
+    ``photo``: ``square_is_photo(square)`` when the caller has it already (None: asked here)."""
+    if square_is_photo(square) if photo is None else photo:
         warn(photo_warning(name, composited, warped))
 
 
-def square_is_photo(square: np.ndarray) -> bool:
+def square_is_photo(square: np.ndarray, face: Face | None = None) -> bool:
     """True when the framed reference ``square`` (S, S, 3) shows a face that looks like a photograph (False: a
-    cartoon, no face found, or no face networks installed)."""
+    cartoon, no face found, or no face networks installed). ``face``: the face already found in ``square`` itself
+    (``Reference.square_face``), which saves the search; None: searched for here."""
     from avatargen.face.detector import face_networks_installed, shared_detector
 
     if not face_networks_installed():
         return False
     detector = shared_detector()
-    face = detector.find(square)
+    face = face if face is not None else detector.find(square)
     return face is not None and looks_like_photo(detector.chip(square, face))

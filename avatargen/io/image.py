@@ -37,6 +37,14 @@ class Reference:
     crop: tuple[int, int, int]
     face: Face | None = None
 
+    @property
+    def square_face(self) -> Face | None:
+        """``face`` where it is also the face of ``square``: the square is the picture itself, uncut and unscaled (a
+        square image framed already, at the model's size); None otherwise, or where no face was found."""
+        height, width = self.picture.shape[:2]
+        whole = self.crop == (0, 0, width) and height == width == self.square.shape[0]
+        return self.face if whole else None
+
 
 def load_reference_image(
     path: str | Path, size: int, fit: str = "crop", warn: Callable[[str], None] | None = None

@@ -4,14 +4,15 @@ placed by ``runtime.*`` (and sharded under torchrun) in one pass."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 from torch import nn
 
 from avatargen.config.schema import Config, WeightsSource
@@ -111,12 +112,27 @@ def build_modules(
     random = config.model.weights == WeightsSource.random
     checkpoint = None if random else resolve_checkpoint(config)
     modules = []
-    for i, spec in enumerate(module_specs(config)):
-        model = build_on_meta(spec.build)
-        weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
-        plan = placement_plan(config, device, parallel, model)
-        modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
+    with _one_thread():
+        for i, spec in enumerate(module_specs(config)):
+            model = build_on_meta(spec.build)
+            weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
+            plan = placement_plan(config, device, parallel, model)
+            modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
     return ModelSet(*modules, monitor=monitor, precision=precision)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch on one thread inside the block. Building and placing the models is hundreds of small copies and inits
+    that gain nothing from a second thread; split over two, each waits for the second core whenever another process
+    keeps it busy: 0.66 s against 0.05 s for the tiny model on the 2-core CPU (docs/performance.md, "Time to first
+    frame"), the same weights to the bit (copies and the seeded init do not depend on the thread count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # -- build once per process ----------------------------------------------------------------------------------------
@@ -125,7 +141,7 @@ _cache: dict[str, ModelSet] = {}
 
 
 def _cache_key(config: Config, device: torch.device, parallel: ParallelContext, precision: Precision) -> str:
-    model = OmegaConf.to_container(OmegaConf.structured(config.model), enum_to_str=True)
+    model = asdict(config.model)  # enums and paths as str(): a key, not a config (OmegaConf takes ~10 ms for it)
     seed = config.seed if config.model.weights == WeightsSource.random else None
     placement = [config.runtime.offload.value, config.runtime.offload_resident_blocks, str(device), precision.name]
     return json.dumps([model, seed, placement, parallel.sharded, parallel.world.world_size], sort_keys=True, default=str)

@@ -76,6 +76,12 @@ def test_bad_image_exits_2_with_one_line(tmp_path, speech_wav, kind):
     _assert_bad_input(run_cli("render", "-i", str(image), "-a", str(speech_wav), "-o", str(out), *FAST), out, image.name)
 
 
+def test_a_bad_image_is_reported_before_a_bad_audio_file(tmp_path):
+    # the audio file is checked beside the image (render._open_inputs): the image's error still comes first
+    image, audio, out = _bad_image("corrupt", tmp_path), _bad_audio("corrupt", tmp_path), tmp_path / "o.mp4"
+    _assert_bad_input(run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(out), *FAST), out, image.name)
+
+
 def test_unwritable_output_folder_exits_2(tmp_path, face_png, speech_wav):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

@@ -77,3 +77,18 @@ def test_without_the_detector_face_framing_is_the_centre_crop_with_one_line_on_h
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'avatargen[eval]'" in lines[0] and "centre-cropped" in lines[0]
+
+
+def test_the_photo_check_of_a_square_framed_already_reuses_the_face_found_in_it(tmp_path: Path) -> None:
+    from avatargen.face.detector import shared_detector
+    from avatargen.face.domain import square_is_photo
+    from avatargen.io.image import load_reference
+
+    cartoon = load_reference(AVATAR, 256, "face")  # kept whole: the square is the picture
+    found = shared_detector().find(cartoon.square)
+    assert cartoon.square_face is not None and cartoon.square_face.box == found.box
+    assert np.array_equal(cartoon.square_face.points, found.points)
+    assert square_is_photo(cartoon.square, cartoon.square_face) is square_is_photo(cartoon.square) is False
+    photo = load_reference(clips.write_png(tmp_path / "astronaut.png", clips.astronaut()), 256, "face", print)
+    assert photo.face is not None and photo.square_face is None  # cut and scaled: its face is searched in the square
+    assert square_is_photo(photo.square, photo.square_face) is True
