@@ -276,19 +276,25 @@ class Pipeline:
         """SR -> decode -> sinks for one segment, then its bookkeeping: stats, progress and (``checkpoint_at``: the
         steps, chunk counts and rolling state when it was handed over) the checkpoint after it."""
         stats = self.stats
-        with stats.timed("sr"):
-            high = self.sr.upscale(reference, latents)  # (1, C, T, H, W)
-        check_finite(high, "SR", f"in frames {step.start}-{step.end}")
-        decoded = publisher.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
-        while True:
-            with stats.timed("decode"):
-                frames = next(decoded, None)  # (t, S, S, 3) uint8
-            if frames is None:
-                break
-            with stats.timed("publish"):
-                publisher.publish(frames)
-        if stats.ttff_s is None:
-            stats.ttff_s = time.perf_counter() - started
+        parts = [latents]
+        if stats.ttff_s is None and stats.resumed_from == 0 and latents.shape[2] > 1:
+            # The render's first frame goes through SR and the decoder alone, so it reaches the sinks before the rest
+            # of its segment is upscaled (the same frames: SR is per frame, the decoder causal).
+            parts = [latents[:, :, :1], latents[:, :, 1:]]
+        for part in parts:
+            with stats.timed("sr"):
+                high = self.sr.upscale(reference, part)  # (1, C, t, H, W)
+            check_finite(high, "SR", f"in frames {step.start}-{step.end}")
+            decoded = publisher.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
+            while True:
+                with stats.timed("decode"):
+                    frames = next(decoded, None)  # (t, S, S, 3) uint8
+                if frames is None:
+                    break
+                with stats.timed("publish"):
+                    publisher.publish(frames)
+                if stats.ttff_s is None:
+                    stats.ttff_s = time.perf_counter() - started
         if stats.seams is not None and step.start > 0:
             stats.seams.append(step.start)
         stats.frames += step.end - step.start
