@@ -20,8 +20,6 @@ composed into one sampling grid (head motion of the eyelid-warped reference) and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -31,6 +29,7 @@ import torch.nn.functional as F
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.errors import ConfigError
+from avatargen.threads import torch_threads
 
 # The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
 # and down the face (v). Measured on training avatars (hair and ears inside) and skimage's astronaut.
@@ -140,7 +139,10 @@ class IdleMotion:
         self._sway = _sway_terms(self.seed)  # (4, 3, 3) per degree, per term: weight, angular frequency, phase
         self._onsets = np.zeros(0)
         self._box = self.moving_box()
-        with _one_thread():
+        # One thread: the set-up's ~40 ops each take microseconds on the head box's coarse grid (about 130x130x2
+        # values, just past torch's grain for splitting an op); on two threads under load they took 0.3 s of the time
+        # to first frame, against 3 ms. Elementwise ops give the same values on any number of threads.
+        with torch_threads(1):
             self._grid_setup()
 
     # ------------------------------------------------------------------ public
@@ -312,20 +314,6 @@ class IdleMotion:
                 points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure)
                 lids.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
         return points, lids
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """torch on one thread inside the block. The set-up's ~40 ops each take microseconds on the head box's coarse
-    grid (about 130x130x2 values, just past torch's grain for splitting an op over threads); split over two threads,
-    each op waits for the second core, ~8 ms apiece when another process keeps it busy: 0.3 s of the time to first
-    frame, against 3 ms on one thread. Elementwise ops give the same values on any number of threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _eyelids(points: torch.Tensor, eye: Eye, closure: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

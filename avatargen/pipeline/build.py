@@ -4,8 +4,6 @@ placed by ``runtime.*`` (and sharded under torchrun) in one pass."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import resources
@@ -25,6 +23,7 @@ from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.placement import PlacementPlan, RandomInit, build_on_meta, place
 from avatargen.runtime.precision import Precision, choose_precision
 from avatargen.runtime.tensor_source import open_checkpoint
+from avatargen.threads import torch_threads
 
 
 @dataclass
@@ -112,27 +111,16 @@ def build_modules(
     random = config.model.weights == WeightsSource.random
     checkpoint = None if random else resolve_checkpoint(config)
     modules = []
-    with _one_thread():
+    # One thread: building and placing is hundreds of small copies and inits; on two threads under load they took
+    # 0.66 s against 0.05 s for the tiny model, the same weights to the bit (copies and the seeded init do not depend
+    # on the thread count).
+    with torch_threads(1):
         for i, spec in enumerate(module_specs(config)):
             model = build_on_meta(spec.build)
             weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
             plan = placement_plan(config, device, parallel, model)
             modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
     return ModelSet(*modules, monitor=monitor, precision=precision)
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """torch on one thread inside the block. Building and placing the models is hundreds of small copies and inits
-    that gain nothing from a second thread; split over two, each waits for the second core whenever another process
-    keeps it busy: 0.66 s against 0.05 s for the tiny model on the 2-core CPU (docs/performance.md, "Time to first
-    frame"), the same weights to the bit (copies and the seeded init do not depend on the thread count)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 # -- build once per process ----------------------------------------------------------------------------------------
