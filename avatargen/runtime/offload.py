@@ -32,6 +32,7 @@ inside a stage would be lost under ``block``, whose host copy is the only one ke
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections import deque
@@ -85,6 +86,9 @@ class OffloadMonitor:
         self.cuda = device.type == "cuda"
         self.trace: list[tuple[str, str, int | None]] | None = [] if trace else None
         self.pinned_bytes = 0  # page-locked host buffers of the offloaded models (set once, at placement)
+        # Stages can enter and leave on two threads at once (runtime.overlap: A2V beside SR and the decoder); their
+        # switches then interleave, and are counted as they come.
+        self._lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
@@ -106,19 +110,22 @@ class OffloadMonitor:
     # Stage entry and exit (called by Placement.active).
 
     def entering(self) -> None:
-        self._close_switch()
-        self._open = _Switch(host_s=self._exit_s)
-        self._exit_s = 0.0
-        if self.cuda:
-            start = self._last_end if self._last_end is not None else _mark(self.device)  # first stage: from now
-            self._open.spans.append((start, start))  # completed by entered()
+        with self._lock:
+            self._close_switch()
+            self._open = _Switch(host_s=self._exit_s)
+            self._exit_s = 0.0
+            if self.cuda:
+                start = self._last_end if self._last_end is not None else _mark(self.device)  # first stage: from now
+                self._open.spans.append((start, start))  # completed by entered()
 
     def entered(self, host_s: float) -> None:
-        assert self._open is not None
-        self._open.host_s += host_s
-        if self.cuda:
-            ready = _mark(self.device)  # after the compute stream's wait for the group the stage needs first
-            self._open.spans[-1] = (self._open.spans[-1][0], ready)
+        with self._lock:
+            if self._open is None:  # closed by a stage that left on another thread (overlapped emission)
+                return
+            self._open.host_s += host_s
+            if self.cuda:
+                ready = _mark(self.device)  # after the compute stream's wait for the group the stage needs first
+                self._open.spans[-1] = (self._open.spans[-1][0], ready)
 
     def first_block(self, host_s: float, span: Span | None) -> None:
         """The wait for block 0 in the first forward after a stage entry (it belongs to the switch)."""
@@ -128,12 +135,14 @@ class OffloadMonitor:
                 self._open.spans.append(span)
 
     def leaving(self) -> None:
-        self._close_switch()
-        if self.cuda:
-            self._last_end = _mark(self.device)  # after the stage's last kernel on the compute stream
+        with self._lock:
+            self._close_switch()
+            if self.cuda:
+                self._last_end = _mark(self.device)  # after the stage's last kernel on the compute stream
 
     def left(self, host_s: float) -> None:
-        self._exit_s += host_s
+        with self._lock:
+            self._exit_s += host_s
 
     # Copies and residency (called by the placements).
 
