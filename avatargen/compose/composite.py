@@ -222,10 +222,8 @@ class CompositingSink:
     """A frame sink that composites each (t, S, S, 3) batch of model frames and hands the result to ``sinks``;
     ``first_frame`` is the absolute index of the first frame it will receive (a resumed render starts past 0).
 
-    The first frame it receives is composited and handed on alone, before the rest of its batch: the encoder gets it
-    without waiting for the batch's compositing (the render's time to first frame; the frames are the same: each one
-    is composited independently of the others in its batch). ``paste_s`` and ``move_s`` add up the seconds spent
-    blending the mouth in and in ``warp`` (idle motion); the render reports them apart from the sinks' own writes."""
+    ``paste_s`` and ``move_s`` add up the seconds spent blending the mouth in and in ``warp`` (idle motion); the
+    render reports them apart from the sinks' own writes."""
 
     def __init__(self, compositor: ReferenceCompositor, sinks: list, first_frame: int = 0):
         self.compositor = compositor
@@ -233,16 +231,8 @@ class CompositingSink:
         self.next_frame = first_frame
         self.paste_s = 0.0
         self.move_s = 0.0
-        self._first_written = False
 
     def write(self, frames: np.ndarray) -> None:
-        if not self._first_written and frames.shape[0] > 1:
-            self._write(frames[:1])
-            frames = frames[1:]
-        self._write(frames)
-
-    def _write(self, frames: np.ndarray) -> None:
-        self._first_written = True
         started = time.perf_counter()
         composed = self.compositor.paste(frames)
         pasted = time.perf_counter()

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from avatargen.compose.composite import MOUTH_REGION, CompositingSink, ReferenceCompositor, output_size
+from avatargen.compose.composite import MOUTH_REGION, ReferenceCompositor, output_size
 from avatargen.data import FacePose, FaceRenderer, identity_from_seed
 from avatargen.face.detector import Face
-from tests.conftest import FrameList
 
 S = 64  # model frame side in these tests
 
@@ -84,18 +83,6 @@ def test_warp_sees_every_composited_frame_with_its_absolute_index():
     out = compositor.compose(np.zeros((4, S, S, 3), np.uint8), 40)
     assert seen == [40, 41, 42, 43]
     assert np.array_equal(out[0, :, 1:][:10], picture[:10, :-1])  # the warp moved the frame
-
-
-def test_the_first_frame_goes_out_before_the_rest_of_its_batch_is_composited():
-    picture = _picture(128, 128)
-    compositor = ReferenceCompositor(picture, (0, 0, 128), S, warp=lambda frame, index: np.roll(frame, index, axis=1))
-    generated = np.random.default_rng(2).integers(0, 256, (9, S, S, 3), dtype=np.uint8)
-    received = FrameList()
-    sink = CompositingSink(compositor, [received], first_frame=30)
-    sink.write(generated[:6])
-    sink.write(generated[6:])
-    assert [len(part) for part in received.parts] == [1, 5, 3]  # only the render's first frame goes out alone
-    assert np.array_equal(received.video(), compositor.compose(generated, 30))  # the very frames of whole batches
 
 
 def test_the_mask_holds_the_mouth_of_training_identities_at_its_widest():

@@ -74,6 +74,8 @@ def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_fr
     _render(setup, False, inline)
     _render(setup, True, overlapped, checkpoints=grid, on_checkpoint=keep)
     assert set(inline.threads) == {"MainThread"}
+    # The render's first frame reaches the sinks alone, before the rest of its segment is upscaled and decoded.
+    assert len(inline.parts[0]) == 1 and len(overlapped.parts[0]) == 1 and len(inline.parts[1]) > 1
     # The first segment with every thread (the time to the first frame), the rest from the emitting thread.
     first = overlapped.threads.count("MainThread")
     assert set(overlapped.threads[first:]) == {"avatargen-emit"}
