@@ -91,7 +91,9 @@ class Pipeline:
         self.context = ContextGenStage(
             models.audio_encoder, models.text_encoder, models.vae, config.seed, config.model.text_encoder.max_tokens
         )
-        self.a2v = A2VStage(models.a2v, config.pipeline.sampling_steps, config.pipeline.sampling_shift)
+        self.a2v = A2VStage(models.a2v, config.pipeline.sampling_shift)
+        p = config.pipeline
+        self.steps = {"N": p.sampling_steps, "I": p.sampling_steps if p.interp_steps is None else p.interp_steps}
         self.sr = SRStage(models.sr, max_batch_frames=4)
         self.stats = RenderStats()
 
@@ -225,7 +227,7 @@ class Pipeline:
                 given_latents[:, :, a : a + latents.shape[2]] = latents
                 given_mask[:, a : a + latents.shape[2]] = True
         with self.stats.timed("a2v"):
-            latents = self.a2v.generate(reference, features, given_latents, given_mask, noise)
+            latents = self.a2v.generate(reference, features, given_latents, given_mask, noise, self.steps[kind])
         check_finite(latents, "A2V", f"in {kind} chunk {index}")
         return LatentWindow(start, latents)
 

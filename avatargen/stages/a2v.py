@@ -13,9 +13,8 @@ from avatargen.stages.context import ReferenceContext
 class A2VStage:
     """Generates the latents of a window whose given frames (motion frames or anchors) are held fixed."""
 
-    def __init__(self, dit: Module, steps: int, shift: float):
+    def __init__(self, dit: Module, shift: float):
         self.dit = dit
-        self.steps = steps
         self.shift = shift
 
     @torch.inference_mode()
@@ -26,13 +25,14 @@ class A2VStage:
         given: Tensor,  # (1, C, T, h, w) clean latents, meaningful where given_mask is True
         given_mask: Tensor,  # (1, T) bool
         noise: Tensor,  # (1, C, T, h, w)
+        steps: int,
     ) -> Tensor:
-        """Latents (1, C, T, h, w) of the window; at given frames they equal ``given``."""
+        """Latents (1, C, T, h, w) of the window after ``steps`` Euler steps; at given frames they equal ``given``."""
         with self.dit.active() as dit:
 
             def velocity(x_t: Tensor, t: Tensor) -> Tensor:
                 return dit(x_t, t, given, given_mask, reference.ref_low, audio, reference.text)
 
-            latents = euler_sample(velocity, noise, self.steps, self.shift)  # (1, C, T, h, w)
+            latents = euler_sample(velocity, noise, steps, self.shift)  # (1, C, T, h, w)
         mask = given_mask[:, None, :, None, None]  # (1, 1, T, 1, 1)
         return torch.where(mask, given, latents)

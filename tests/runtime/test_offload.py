@@ -120,7 +120,7 @@ def test_prefetch_runs_one_block_ahead_and_wraps_across_sampling_steps(specs, tr
     module = placed(specs, trained_like, "a2v", "block", resident_blocks=2)
     reference = ReferenceContext(ref_low=inputs("a2v")[4], ref_high=torch.zeros(1, 8, 32, 32), text=inputs("a2v")[6])
     x, _, given, mask, _, audio, _ = inputs("a2v")
-    A2VStage(module, steps=3, shift=1.0).generate(reference, audio, given, mask, x)
+    A2VStage(module, shift=1.0).generate(reference, audio, given, mask, x, steps=3)
     trace = [(event, block) for event, _, block in module.monitor.trace]
     assert trace[:3] == [("load", None), ("load", 0), ("load", 1)]  # entry: rest group and block 0, then block 1
     computes = [i for i, (event, _) in enumerate(trace) if event == "compute"]
