@@ -92,8 +92,11 @@ class Attention(nn.Module):
             self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
-        """``x``: (B, Lq, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, Lq, D)."""
+    def forward(
+        self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None, queries_from: int = 0
+    ) -> Tensor:
+        """``x``: (B, L, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, L - queries_from, D): the outputs
+        of the tokens from ``queries_from`` on (self-attention: every token is still a key and a value)."""
         if self.is_cross:
             if context is None:
                 raise ValueError("cross-attention needs a context")
@@ -101,6 +104,9 @@ class Attention(nn.Module):
             k, v = rearrange(self.kv(context), "b l (two h d) -> two b h l d", two=2, h=self.heads)  # (B, H, Lk, d)
         else:
             q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b h l d", three=3, h=self.heads)
+        q = q[:, :, queries_from:]  # (B, H, L - queries_from, d)
+        if mask is not None and mask.shape[-2] > 1:
+            mask = mask[..., queries_from:, :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Lq, d)
         return self.proj(rearrange(out, "b h l d -> b l (h d)"))  # (B, Lq, D)
 
@@ -132,10 +138,11 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = MLP(dim, int(dim * mlp_ratio))
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """(B, L, D) -> (B, L, D); ``mask`` as in :class:`Attention`."""
-        x = x + self.attn(self.norm1(x), mask=mask)  # (B, L, D)
-        return x + self.mlp(self.norm2(x))  # (B, L, D)
+    def forward(self, x: Tensor, mask: Tensor | None = None, keep_from: int = 0) -> Tensor:
+        """(B, L, D) -> (B, L - keep_from, D); ``mask`` as in :class:`Attention`. ``keep_from`` > 0 computes only
+        the tokens from there on (all tokens are still attended to): a last block whose first tokens nobody reads."""
+        x = x[:, keep_from:] + self.attn(self.norm1(x), mask=mask, queries_from=keep_from)  # (B, L - keep_from, D)
+        return x + self.mlp(self.norm2(x))  # (B, L - keep_from, D)
 
 
 # --------------------------------------------------------------------------------------------------------------

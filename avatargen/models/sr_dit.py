@@ -64,6 +64,15 @@ def face_region(face_box: list[float], size: int, align: int) -> tuple[int, int,
     return lo(y0), hi(y1), lo(x0), hi(x1)
 
 
+def frame_features(blocks: nn.ModuleList, x: Tensor, n_ref: int) -> Tensor:
+    """``blocks`` over [reference; frame] tokens (B, n_ref + N, D) -> the frame tokens' features (B, N, D). Nothing
+    reads the reference tokens' outputs, so the last block computes the frame tokens only (as keys and values the
+    reference tokens still count)."""
+    for block in blocks[:-1]:
+        x = block(x)  # (B, n_ref + N, D)
+    return blocks[-1](x, keep_from=n_ref) if len(blocks) else x[:, n_ref:]
+
+
 class SRDiT(nn.Module):
     """Low-res latents (B, C, h, w) + reference high-res latents (B, C, H, W) -> high-res latents (B, C, H, W)."""
 
@@ -123,9 +132,7 @@ class SRDiT(nn.Module):
         tokens = self.embed(patchify(up, p.patch_size)) + self.pos  # (B, N, D)
         ref = self.embed(patchify(ref_high, p.patch_size)) + self.pos + self.ref_type  # (B, N, D)
         x = torch.cat([ref, tokens], dim=1)  # (B, 2N, D)
-        for block in self.blocks:
-            x = block(x)  # (B, 2N, D)
-        feats = x[:, ref.shape[1] :]  # (B, N, D)
+        feats = frame_features(self.blocks, x, ref.shape[1])  # (B, N, D)
         residual = self.head(self.head_norm(feats))  # (B, N, C P P)
         out = up + unpatchify(residual, p.patch_size, height, width)  # (B, C, H, W)
 
@@ -146,8 +153,7 @@ class SRDiT(nn.Module):
         face = face + face_pos + self.face_context(context)  # (B, Nf, D)
         face_ref = self.face_embed(patchify(ref_high[:, :, y0:y1, x0:x1], fp)) + face_pos + self.face_ref_type
         fx = torch.cat([face_ref, face], dim=1)  # (B, 2Nf, D)
-        for block in self.face_blocks:
-            fx = block(fx)  # (B, 2Nf, D)
-        face_res = self.face_head(self.face_head_norm(fx[:, face_ref.shape[1] :]))  # (B, Nf, C fp fp)
+        face_feats = frame_features(self.face_blocks, fx, face_ref.shape[1])  # (B, Nf, D)
+        face_res = self.face_head(self.face_head_norm(face_feats))  # (B, Nf, C fp fp)
         face_res = unpatchify(face_res, fp, y1 - y0, x1 - x0)  # (B, C, y1-y0, x1-x0)
         return out + F.pad(face_res, (x0, width - x1, y0, height - y1))  # (B, C, H, W)

@@ -81,6 +81,10 @@ class EmitThread:
         self._raise_error()
         self._jobs.put(job)
 
+    def behind(self) -> bool:
+        """A segment handed over earlier is still waiting for this thread to start it."""
+        return self._jobs.qsize() > 0
+
     def drain(self) -> None:
         """Wait until every job handed over has run; raise the error of one that failed."""
         self._jobs.join()

@@ -6,6 +6,7 @@ pipeline only ever sees an iterator of blocks, and the schedule consumes N spans
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,14 +55,17 @@ class RenderStats:
     resumed_from: int = 0  # the frame a resumed render started at (0: from the start)
     stage_s: dict[str, float] = field(default_factory=lambda: {"init": 0.0, "context": 0.0, "a2v": 0.0, "sr": 0.0, "decode": 0.0, "publish": 0.0})
 
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
-        """Add the wall time of the ``with`` body to ``stage_s[stage]``."""
+        """Add the wall time of the ``with`` body to ``stage_s[stage]`` (from either thread of an overlapped render)."""
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.stage_s[stage] += time.perf_counter() - start
+            with self._lock:
+                self.stage_s[stage] += time.perf_counter() - start
 
 
 __all__ = ["NonFiniteError", "Pipeline", "Progress", "RenderStats", "schedule_from_config"]
@@ -169,8 +173,11 @@ class Pipeline:
                     checkpoint_at = None
                     if step.source == "N" and checkpoints is not None and on_checkpoint is not None and checkpoints.contains(handed) and not finished:
                         checkpoint_at = (number + 1, stats.n_chunks, stats.i_chunks, state.snapshot())
-                    job = partial(self._emit, step, latents, reference, publisher, started, checkpoint_at, on_progress,
-                                  on_checkpoint, audio.total_frames)  # fmt: skip
+                    upscaled = emitter is not None and emitter.behind() and self._shares_threads_evenly(threads)
+                    if upscaled:  # the emitting thread has a segment waiting: this one takes the segment's SR
+                        latents = self._upscale(reference, latents, step)
+                    job = partial(self._emit, step, latents, upscaled, reference, publisher, started, checkpoint_at,
+                                  on_progress, on_checkpoint, audio.total_frames)  # fmt: skip
                     if emitter is None:
                         job()
                         if self.overlap:
@@ -185,6 +192,13 @@ class Pipeline:
                 torch.set_num_threads(threads)
         stats.wall_s = time.perf_counter() - started
         return stats
+
+    @staticmethod
+    def _shares_threads_evenly(threads: int) -> bool:
+        """Both threads of an overlapped render have the same intra-op thread count, so SR gives the same frames on
+        either (with an odd count it would not: then it stays on the emitting thread)."""
+        generating, emitting = split_threads(threads)
+        return generating == emitting
 
     @staticmethod
     def _start_emitter(threads: int) -> EmitThread:
@@ -263,10 +277,18 @@ class Pipeline:
             audio.release_before(window.end - self.schedule.tail_frames - self.context.context_frames)
         return latents
 
+    def _upscale(self, reference: ReferenceContext, latents: Tensor, step: Emit) -> Tensor:
+        """SR of a segment's latents: (1, C, t, h, w) -> (1, C, t, H, W)."""
+        with self.stats.timed("sr"):
+            high = self.sr.upscale(reference, latents)
+        check_finite(high, "SR", f"in frames {step.start}-{step.end}")
+        return high
+
     def _emit(
         self,
         step: Emit,
-        latents: Tensor,  # (1, C, T, h, w) low-resolution latents of the segment
+        latents: Tensor,  # (1, C, T, h, w) the segment's low-resolution latents, or its high ones when ``upscaled``
+        upscaled: bool,
         reference: ReferenceContext,
         publisher: DecodeAndPublishStage,
         started: float,
@@ -275,7 +297,7 @@ class Pipeline:
         on_checkpoint: Callable[[RenderCheckpoint], None] | None,
         total_frames: int | None,
     ) -> None:
-        """SR -> decode -> sinks for one segment, then its bookkeeping: stats, progress and (``checkpoint_at``: the
+        """SR (unless done already) -> decode -> sinks for one segment, then its bookkeeping: stats, progress and (``checkpoint_at``: the
         steps, chunk counts and rolling state when it was handed over) the checkpoint after it."""
         stats = self.stats
         parts = [latents]
@@ -284,9 +306,7 @@ class Pipeline:
             # of its segment is upscaled (the same frames: SR is per frame, the decoder causal).
             parts = [latents[:, :, :1], latents[:, :, 1:]]
         for part in parts:
-            with stats.timed("sr"):
-                high = self.sr.upscale(reference, part)  # (1, C, t, H, W)
-            check_finite(high, "SR", f"in frames {step.start}-{step.end}")
+            high = part if upscaled else self._upscale(reference, part, step)  # (1, C, t, H, W)
             decoded = publisher.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
             while True:
                 with stats.timed("decode"):

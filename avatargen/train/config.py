@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass
@@ -12,6 +13,7 @@ class RecipeConfig:
     model: str = "tiny"  # the model config (conf/model/<model>.yaml) to train
     seed: int = 0
     threads: int = 0  # torch threads; 0 = torch's default
+    init_from: Optional[str] = None  # a checkpoint folder: load its five modules, run only the cache and distillation
     train_identities: int = 100_000  # identity seeds [0, train_identities) are the training pool
     # VAE: random single frames of random identities and poses, at full and half resolution
     vae_steps: int = 900
@@ -32,6 +34,10 @@ class RecipeConfig:
     a2v_window: int = 12
     a2v_lr: float = 5e-4
     a2v_mouth_weight: float = 8.0
+    # A2V distilled to one sampling step (0 steps: keep the multi-step model); the teacher is the A2V phase's model
+    a2v_distill_steps: int = 1000
+    a2v_distill_lr: float = 1e-4
+    a2v_teacher_steps: int = 2
     # SR DiT: one step from low-res to high-res latents
     sr_steps: int = 1200
     sr_batch: int = 16

@@ -1,4 +1,5 @@
-"""The A2V (flow matching, with the text encoder) and SR (one-step) training phases over the latent cache."""
+"""The A2V (flow matching, with the text encoder, then distilled to one step) and SR (one-step) training phases over
+the latent cache."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torch import Tensor
 from avatargen.models.a2v_dit import A2VDiT
 from avatargen.models.sr_dit import SRDiT
 from avatargen.models.text_encoder import TextEncoder, tokenize
-from avatargen.sampling import noisy_sample
+from avatargen.sampling import euler_sample, noisy_sample
 from avatargen.train.config import RecipeConfig
 from avatargen.train.optim import optimizer_step, warmup_cosine
 from avatargen.train.latent_cache import HIGH_EVERY, EncodedClip, mouth_weight
@@ -76,6 +77,42 @@ def train_a2v(
             log("a2v", {"step": step, "loss": running / cfg.log_every, "lr": schedule.get_last_lr()[0]})
             running = 0.0
     model.eval(), text_encoder.eval()
+
+
+def distill_a2v(
+    student: A2VDiT, teacher: A2VDiT, text_encoder: TextEncoder, cache: list[EncodedClip], cfg: RecipeConfig,
+    motion: int, anchors: int, windows: tuple[int, int], max_tokens: int, log: Callable[[str, dict], None],
+) -> None:
+    """One-step distillation: ``student`` (a copy of the trained A2V) learns to take the noise, in one Euler step from
+    t = 1, to what the teacher's ``cfg.a2v_teacher_steps``-step sampler makes of the same noise and conditioning.
+
+    Windows alternate between ``windows`` (the pipeline's two sizes: an I chunk, an N chunk with its motion frames);
+    the loss is the A2V phase's, on generated frames with the mouth weighted up. The text encoder stays as trained."""
+    rng = random.Random(cfg.seed + 7)
+    noise_rng = torch.Generator().manual_seed(cfg.seed + 7)
+    optimizer = torch.optim.AdamW(student.parameters(), lr=cfg.a2v_distill_lr, weight_decay=0.01)
+    schedule = warmup_cosine(optimizer, cfg.a2v_distill_steps)
+    teacher.eval(), text_encoder.eval(), student.train()
+    running = 0.0
+    for step in range(1, cfg.a2v_distill_steps + 1):
+        window = windows[step % 2]
+        x0, audio, ref, mask, weights, prompts = a2v_batch(cache, rng, cfg.a2v_batch, window, motion, anchors)
+        weights = 1.0 + (cfg.a2v_mouth_weight * (weights - 1.0))  # (B, 1, L, h, w)
+        noise = torch.randn(x0.shape, generator=noise_rng)  # (B, C, L, h, w)
+        start = torch.ones(x0.shape[0])  # t = 1: pure noise
+        with torch.no_grad():
+            _, text = text_encoder(tokenize(prompts, max_tokens))  # (B, D_text)
+            target = euler_sample(lambda x, t: teacher(x, t, x0, mask, ref, audio, text), noise, cfg.a2v_teacher_steps)
+        one_step = noise - student(noise, start, x0, mask, ref, audio, text)  # (B, C, L, h, w)
+        generated = (~mask)[:, None, :, None, None].float()  # (B, 1, L, 1, 1)
+        error = (one_step - target).pow(2) * weights * generated
+        loss = error.sum() / (weights * generated).expand_as(error).sum().clamp(min=1.0)
+        optimizer_step(optimizer, schedule, loss, student.parameters())
+        running += loss.item()
+        if step % cfg.log_every == 0 or step == cfg.a2v_distill_steps:
+            log("a2v_distill", {"step": step, "loss": running / cfg.log_every, "lr": schedule.get_last_lr()[0]})
+            running = 0.0
+    student.eval()
 
 
 def sr_batch(cache: list[EncodedClip], rng: random.Random, batch: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -1,13 +1,15 @@
 """``avatargen train``: the whole recipe in order, deterministic for a seed, writing a loadable checkpoint folder.
 
-Phases: VAE -> audio encoder -> latent cache of talking clips -> A2V DiT + text encoder -> SR DiT. Each logs its
-losses (``train_log.jsonl``) and the time it took; the output folder holds ``<module>.safetensors`` for the five
+Phases: VAE -> audio encoder -> latent cache of talking clips -> A2V DiT + text encoder -> the A2V distilled to one
+sampling step -> SR DiT. ``init_from`` starts from a checkpoint folder's five modules instead: only the latent cache
+and the distillation run. Each logs its losses (``train_log.jsonl``) and the time it took; the output folder holds ``<module>.safetensors`` for the five
 modules (the format ``model.checkpoint`` reads), ``model.yaml`` (the model config that built them) and
 ``recipe.yaml`` (the recipe config).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -16,7 +18,7 @@ from typing import Sequence
 
 import torch
 from omegaconf import OmegaConf
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from avatargen.config.loader import default_config_dir, load_config, to_config
 from avatargen.config.schema import motion_frames_for
@@ -27,7 +29,7 @@ from avatargen.models.sr_dit import SRDiT
 from avatargen.models.text_encoder import TextEncoder
 from avatargen.models.vae import VAE
 from avatargen.train.config import RecipeConfig
-from avatargen.train.dit_phases import train_a2v, train_sr
+from avatargen.train.dit_phases import distill_a2v, train_a2v, train_sr
 from avatargen.train.latent_cache import build_cache
 from avatargen.train.pixel_phases import train_audio_encoder, train_vae
 
@@ -47,8 +49,29 @@ def save_module(model: torch.nn.Module, path: Path, dtype: torch.dtype) -> None:
     save_file(tensors, str(path))
 
 
+def load_module(model: torch.nn.Module, path: Path) -> None:
+    """Weights saved by :func:`save_module`, into ``model``'s own dtype."""
+    model.load_state_dict(load_file(str(path)))
+
+
+def check_init_from(folder: Path) -> None:
+    """``init_from`` must be a checkpoint folder whose A2V has not been distilled already."""
+    missing = [name for name in MODULES if not (folder / f"{name}.safetensors").is_file()]
+    if missing:
+        raise ConfigError(f"init_from={folder}: no {missing[0]}.safetensors there; give a checkpoint folder")
+    recipe_file = folder / "recipe.yaml"
+    if recipe_file.is_file() and OmegaConf.load(recipe_file).get("a2v_distill_steps", 0):
+        raise ConfigError(f"init_from={folder}: its A2V is already distilled; give the checkpoint it was distilled from")
+
+
+MODULES = ("audio_encoder", "text_encoder", "vae", "a2v", "sr")
+
+
 def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     """Train all five modules and write them to ``out_dir``; returns a summary (times, final losses)."""
+    start = Path(recipe.init_from) if recipe.init_from else None
+    if start is not None:
+        check_init_from(start)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = load_config([f"model={recipe.model}"])
     model_cfg = to_config(cfg).model
@@ -77,20 +100,32 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     a2v = A2VDiT(model_cfg.a2v)
     sr = SRDiT(model_cfg.sr)
 
-    timed("vae", lambda: train_vae(vae, recipe, model_cfg.image_size, log))
-    timed("audio", lambda: train_audio_encoder(audio_encoder, recipe, model_cfg.fps, model_cfg.sample_rate, log))
+    modules = {"audio_encoder": audio_encoder, "text_encoder": text_encoder, "vae": vae, "a2v": a2v, "sr": sr}
+    if start is not None:
+        for name, model in modules.items():
+            load_module(model, start / f"{name}.safetensors")
+    else:
+        timed("vae", lambda: train_vae(vae, recipe, model_cfg.image_size, log))
+        timed("audio", lambda: train_audio_encoder(audio_encoder, recipe, model_cfg.fps, model_cfg.sample_rate, log))
     cache: list = []
     timed("cache", lambda: cache.extend(build_cache(
         vae, audio_encoder, recipe.clips, recipe.clip_seconds, model_cfg.image_size, model_cfg.fps,
         model_cfg.sample_rate, recipe.seed, recipe.train_identities, lambda m: log("cache", {"msg": m}))))
     config = to_config(cfg)
     pipeline, motion_frames = config.pipeline, motion_frames_for(config, composited=True)  # the bundled default's
-    timed("a2v", lambda: train_a2v(a2v, text_encoder, cache, recipe, motion_frames, pipeline.anchor_frames,
-                                   model_cfg.text_encoder.max_tokens, log))  # fmt: skip
-    timed("sr", lambda: train_sr(sr, cache, recipe, log))
+    if start is None:
+        timed("a2v", lambda: train_a2v(a2v, text_encoder, cache, recipe, motion_frames, pipeline.anchor_frames,
+                                       model_cfg.text_encoder.max_tokens, log))  # fmt: skip
+    if recipe.a2v_distill_steps:
+        teacher = copy.deepcopy(a2v).requires_grad_(False)
+        windows = (pipeline.seam_frames + 2 * pipeline.anchor_frames, pipeline.n_chunk_frames + motion_frames)  # I, N
+        timed("a2v_distill", lambda: distill_a2v(a2v, teacher, text_encoder, cache, recipe, motion_frames,
+                                                 pipeline.anchor_frames, windows, model_cfg.text_encoder.max_tokens, log))  # fmt: skip
+    if start is None:
+        timed("sr", lambda: train_sr(sr, cache, recipe, log))
 
     dtype = getattr(torch, recipe.save_dtype)
-    for name, model in (("audio_encoder", audio_encoder), ("text_encoder", text_encoder), ("vae", vae), ("a2v", a2v), ("sr", sr)):
+    for name, model in modules.items():
         save_module(model, out_dir / f"{name}.safetensors", dtype)
     (out_dir / "model.yaml").write_text(OmegaConf.to_yaml(cfg.model))
     (out_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(recipe)))

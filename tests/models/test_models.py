@@ -22,6 +22,7 @@ from avatargen.models import (
     VAEParams,
     tokenize,
 )
+from avatargen.models.layers import TransformerBlock
 from avatargen.models.vae import CausalConv3d
 
 PARAM_CLASSES = [AudioEncoderParams, TextEncoderParams, VAEParams, A2VDiTParams, SRDiTParams]
@@ -282,6 +283,20 @@ def test_sr_output_depends_on_reference() -> None:
     low, ref = torch.randn(2, 8, 16, 16), torch.randn(2, 8, 32, 32)
     with torch.no_grad():
         assert (model(low, ref) - model(low, ref + 0.5)).abs().max() > 1e-4
+
+
+def test_a_last_block_computing_only_the_frame_tokens_gives_their_full_outputs() -> None:
+    block = randomize_zero_inits(TransformerBlock(64, 4)).eval()
+    x = torch.randn(2, 24, 64)
+    with torch.no_grad():
+        full = block(x)  # (2, 24, 64)
+        tail = block(x, keep_from=8)  # (2, 16, 64)
+        mask = torch.rand(2, 1, 24, 24) > 0.3
+        mask[..., 0] = True
+        masked_full, masked_tail = block(x, mask=mask), block(x, mask=mask, keep_from=8)
+    assert tail.shape == (2, 16, 64)
+    torch.testing.assert_close(tail, full[:, 8:], rtol=0, atol=1e-6)
+    torch.testing.assert_close(masked_tail, masked_full[:, 8:], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("box", [[0.5, 0.2, 0.4, 0.9], [0.1, 0.1, 1.2, 0.9], [0.1, 0.2, 0.3]])

@@ -15,7 +15,7 @@ from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference
 from avatargen.pipeline.build import build_modules
 from avatargen.pipeline.checkpoint import RenderCheckpoint
-from avatargen.pipeline.overlap import split_threads
+from avatargen.pipeline.overlap import EmitThread, split_threads
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import checkpoint_grid
 from tests.conftest import FrameList, REPO
@@ -60,7 +60,7 @@ def _render(setup, overlap: bool, sink: ThreadedFrames, **options) -> Pipeline:
     return pipeline
 
 
-def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_frames(setup) -> None:
+def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_frames(setup, monkeypatch) -> None:
     torch.set_num_threads(2)
     config = setup[0]
     saved: list[RenderCheckpoint] = []
@@ -91,6 +91,13 @@ def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_fr
     assert set(resumed.threads) == {"avatargen-emit"}  # a resumed render splits the threads from its start
     np.testing.assert_array_equal(resumed.video(), overlapped.video()[28:])  # bit for bit
     assert split_threads(2) == (1, 1) and split_threads(5) == (3, 2) and split_threads(1) == (1, 1)
+
+    # When the emitting thread falls behind, the generating one takes the SR of the next segment: the same frames.
+    monkeypatch.setattr(EmitThread, "behind", lambda self: True)
+    upscaled_here = ThreadedFrames()
+    pipeline = _render(setup, True, upscaled_here)
+    np.testing.assert_array_equal(upscaled_here.video(), overlapped.video())
+    assert pipeline.stats.stage_s["sr"] > 0
 
 
 def test_a_sink_failing_on_the_emitting_thread_stops_the_render_with_its_error(setup) -> None:

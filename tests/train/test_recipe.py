@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+import torch
 from safetensors.torch import load_file
 
-from avatargen.train.recipe import load_recipe, run_recipe
+from avatargen.errors import ConfigError
+from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.train.recipe import MODULES, load_recipe, run_recipe
 
-TINY = ["vae_steps=4", "audio_steps=4", "clips=3", "clip_seconds=2", "a2v_steps=4", "sr_steps=4", "log_every=2", "threads=1"]
+TINY = ["vae_steps=4", "audio_steps=4", "clips=3", "clip_seconds=2", "a2v_steps=4", "a2v_distill_steps=2", "sr_steps=4",
+        "log_every=2", "threads=1"]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -19,3 +25,26 @@ def test_same_seed_gives_the_same_weights(tmp_path):
         assert a.keys() == b.keys()
         for key in a:
             assert (a[key] == b[key]).all(), f"{name}.{key} differs between two runs with the same seed"
+
+
+@pytest.mark.slow
+def test_init_from_distils_only_the_a2v_of_a_checkpoint(tmp_path):
+    run_recipe(load_recipe([*TINY, "a2v_distill_steps=0"]), tmp_path / "base")
+    run_recipe(load_recipe([*TINY, f"init_from={tmp_path / 'base'}"]), tmp_path / "distilled")
+    for name in MODULES:
+        base, distilled = (load_file(str(tmp_path / run / f"{name}.safetensors")) for run in ("base", "distilled"))
+        same = all(torch.equal(base[key], distilled[key]) for key in base)
+        assert same == (name != "a2v"), f"{name}: {'unchanged' if same else 'changed'}"
+    with pytest.raises(ConfigError, match="already distilled"):
+        run_recipe(load_recipe([*TINY, f"init_from={tmp_path / 'distilled'}"]), tmp_path / "twice")
+
+
+def test_init_from_needs_a_checkpoint_folder_not_yet_distilled(tmp_path):
+    with pytest.raises(ConfigError, match="no audio_encoder.safetensors"):
+        run_recipe(load_recipe([f"init_from={tmp_path}"]), tmp_path / "out")
+    folder = tmp_path / "shipped"
+    shutil.copytree(shipped_checkpoint("tiny"), folder)
+    (folder / "recipe.yaml").write_text("a2v_distill_steps: 1000\n")
+    with pytest.raises(ConfigError, match="already distilled"):
+        run_recipe(load_recipe([f"init_from={folder}"]), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
