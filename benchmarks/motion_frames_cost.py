@@ -58,8 +58,8 @@ def main() -> None:
     for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
         for m in motions:
             start = time.perf_counter()
-            for kind, (features, given, mask, noise) in zip("NI", steps[m]):
-                pipeline.a2v.generate(reference, features, given, mask, noise, pipeline.steps[kind])
+            for features, given, mask, noise in steps[m]:
+                pipeline.a2v.generate(reference, features, given, mask, noise, p.sampling_steps)
             if repeat:
                 times[m].append(time.perf_counter() - start)
     base = statistics.median(times[motions[0]])

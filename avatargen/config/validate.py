@@ -43,7 +43,6 @@ def validate_config(config: Config) -> None:
             f"pipeline.n_chunk_frames ({p.n_chunk_frames}) so neighbouring seams do not overlap",
         )
     _require(p.sampling_steps >= 1, "pipeline.sampling_steps must be >= 1")
-    _require(p.interp_steps is None or p.interp_steps >= 1, "pipeline.interp_steps must be >= 1 (or null)")
     _require(p.sampling_shift > 0, "pipeline.sampling_shift must be > 0")
     _require(p.audio_block_s > 0, "pipeline.audio_block_s must be > 0")
     idle_motion_settings(config)  # ConfigError naming the pipeline.idle_motion key out of range

@@ -96,8 +96,6 @@ class Pipeline:
             models.audio_encoder, models.text_encoder, models.vae, config.seed, config.model.text_encoder.max_tokens
         )
         self.a2v = A2VStage(models.a2v, config.pipeline.sampling_shift)
-        p = config.pipeline
-        self.steps = {"N": p.sampling_steps, "I": p.sampling_steps if p.interp_steps is None else p.interp_steps}
         self.sr = SRStage(models.sr, max_batch_frames=4)
         self.stats = RenderStats()
 
@@ -241,7 +239,8 @@ class Pipeline:
                 given_latents[:, :, a : a + latents.shape[2]] = latents
                 given_mask[:, a : a + latents.shape[2]] = True
         with self.stats.timed("a2v"):
-            latents = self.a2v.generate(reference, features, given_latents, given_mask, noise, self.steps[kind])
+            steps = self.config.pipeline.sampling_steps
+            latents = self.a2v.generate(reference, features, given_latents, given_mask, noise, steps)
         check_finite(latents, "A2V", f"in {kind} chunk {index}")
         return LatentWindow(start, latents)
 
@@ -297,8 +296,8 @@ class Pipeline:
         on_checkpoint: Callable[[RenderCheckpoint], None] | None,
         total_frames: int | None,
     ) -> None:
-        """SR (unless done already) -> decode -> sinks for one segment, then its bookkeeping: stats, progress and (``checkpoint_at``: the
-        steps, chunk counts and rolling state when it was handed over) the checkpoint after it."""
+        """SR (unless ``upscaled``) -> decode -> sinks for one segment, then its bookkeeping: stats, progress and
+        (``checkpoint_at``: the steps, chunk counts and rolling state when it was handed over) the checkpoint after it."""
         stats = self.stats
         parts = [latents]
         if stats.ttff_s is None and stats.resumed_from == 0 and latents.shape[2] > 1:

@@ -48,6 +48,14 @@ def a2v_batch(cache: list[EncodedClip], rng: random.Random, batch: int, window: 
     return torch.stack(x0), torch.stack(audio), torch.stack(ref), torch.stack(mask), torch.stack(weights), prompts
 
 
+def generated_frames_mse(prediction: Tensor, target: Tensor, weights: Tensor, given: Tensor) -> Tensor:
+    """Weighted MSE of (B, C, L, h, w) latents over the generated frames only: ``given`` (B, L) frames do not count;
+    ``weights`` (B, 1, L, h, w)."""
+    generated = (~given)[:, None, :, None, None].float()  # (B, 1, L, 1, 1)
+    error = (prediction - target).pow(2) * weights * generated
+    return error.sum() / (weights * generated).expand_as(error).sum().clamp(min=1.0)
+
+
 def train_a2v(
     model: A2VDiT, text_encoder: TextEncoder, cache: list[EncodedClip], cfg: RecipeConfig, motion: int, anchors: int,
     max_tokens: int, log: Callable[[str, dict], None],
@@ -68,9 +76,7 @@ def train_a2v(
         x_t = noisy_sample(x0, noise, t)
         _, text = text_encoder(tokenize(prompts, max_tokens))  # (B, D_text)
         velocity = model(x_t, t, x0, mask, ref, audio, text)  # (B, C, L, h, w)
-        generated = (~mask)[:, None, :, None, None].float()  # (B, 1, L, 1, 1)
-        error = (velocity - (noise - x0)).pow(2) * weights * generated
-        loss = error.sum() / (weights * generated).expand_as(error).sum().clamp(min=1.0)
+        loss = generated_frames_mse(velocity, noise - x0, weights, mask)
         optimizer_step(optimizer, schedule, loss, params)
         running += loss.item()
         if step % cfg.log_every == 0 or step == cfg.a2v_steps:
@@ -86,7 +92,7 @@ def distill_a2v(
     """One-step distillation: ``student`` (a copy of the trained A2V) learns to take the noise, in one Euler step from
     t = 1, to what the teacher's ``cfg.a2v_teacher_steps``-step sampler makes of the same noise and conditioning.
 
-    Windows alternate between ``windows`` (the pipeline's two sizes: an I chunk, an N chunk with its motion frames);
+    Windows alternate between ``windows`` (the pipeline's two sizes: an N chunk with its motion frames, an I chunk);
     the loss is the A2V phase's, on generated frames with the mouth weighted up. The text encoder stays as trained."""
     rng = random.Random(cfg.seed + 7)
     noise_rng = torch.Generator().manual_seed(cfg.seed + 7)
@@ -104,9 +110,7 @@ def distill_a2v(
             _, text = text_encoder(tokenize(prompts, max_tokens))  # (B, D_text)
             target = euler_sample(lambda x, t: teacher(x, t, x0, mask, ref, audio, text), noise, cfg.a2v_teacher_steps)
         one_step = noise - student(noise, start, x0, mask, ref, audio, text)  # (B, C, L, h, w)
-        generated = (~mask)[:, None, :, None, None].float()  # (B, 1, L, 1, 1)
-        error = (one_step - target).pow(2) * weights * generated
-        loss = error.sum() / (weights * generated).expand_as(error).sum().clamp(min=1.0)
+        loss = generated_frames_mse(one_step, target, weights, mask)
         optimizer_step(optimizer, schedule, loss, student.parameters())
         running += loss.item()
         if step % cfg.log_every == 0 or step == cfg.a2v_distill_steps:

@@ -80,6 +80,11 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     torch.manual_seed(recipe.seed)
     log_file = (out_dir / "train_log.jsonl").open("w")
     summary: dict = {"phases": {}}
+    if start is not None:  # the record starts with the checkpoint's own: what trained the modules loaded
+        if (start / "train_log.jsonl").is_file():
+            log_file.write((start / "train_log.jsonl").read_text())
+        if (start / "summary.json").is_file():
+            summary["init_from"] = json.loads((start / "summary.json").read_text())
     started = time.perf_counter()
 
     def log(phase: str, values: dict) -> None:
@@ -104,6 +109,7 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     if start is not None:
         for name, model in modules.items():
             load_module(model, start / f"{name}.safetensors")
+            model.eval()
     else:
         timed("vae", lambda: train_vae(vae, recipe, model_cfg.image_size, log))
         timed("audio", lambda: train_audio_encoder(audio_encoder, recipe, model_cfg.fps, model_cfg.sample_rate, log))
@@ -118,7 +124,7 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
                                        model_cfg.text_encoder.max_tokens, log))  # fmt: skip
     if recipe.a2v_distill_steps:
         teacher = copy.deepcopy(a2v).requires_grad_(False)
-        windows = (pipeline.seam_frames + 2 * pipeline.anchor_frames, pipeline.n_chunk_frames + motion_frames)  # I, N
+        windows = (pipeline.n_chunk_frames + motion_frames, pipeline.seam_frames + 2 * pipeline.anchor_frames)  # N, I
         timed("a2v_distill", lambda: distill_a2v(a2v, teacher, text_encoder, cache, recipe, motion_frames,
                                                  pipeline.anchor_frames, windows, model_cfg.text_encoder.max_tokens, log))  # fmt: skip
     if start is None:

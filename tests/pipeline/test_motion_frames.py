@@ -47,8 +47,8 @@ def test_a_default_render_gives_each_n_chunk_the_previous_chunks_own_last_latent
     calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (given, given_mask, output) per A2V window
     generate = pipeline.a2v.generate
 
-    def recording(reference, features, given, given_mask, noise):
-        out = generate(reference, features, given, given_mask, noise)
+    def recording(reference, features, given, given_mask, noise, steps):
+        out = generate(reference, features, given, given_mask, noise, steps)
         calls.append((given.clone(), given_mask.clone(), out.clone()))
         return out
 
