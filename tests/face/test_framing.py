@@ -92,3 +92,17 @@ def test_the_photo_check_of_a_square_framed_already_reuses_the_face_found_in_it(
     photo = load_reference(clips.write_png(tmp_path / "astronaut.png", clips.astronaut()), 256, "face", print)
     assert photo.face is not None and photo.square_face is None  # cut and scaled: its face is searched in the square
     assert square_is_photo(photo.square, photo.square_face) is True
+
+
+def test_a_large_photo_frames_its_face_as_the_same_photo_at_a_small_size_does() -> None:
+    """A phone-sized picture is searched at 1280 px (the HOG search costs in proportion to the pixels); the face and
+    its landmarks come out where they are in the small picture, scaled."""
+    from avatargen.face.detector import shared_detector
+
+    small = clips.astronaut()  # (512, 512, 3)
+    large = np.asarray(Image.fromarray(small).resize((2048, 2048), Image.Resampling.BICUBIC))
+    detector = shared_detector()
+    face_small, face_large = detector.find(small), detector.find(large)
+    assert face_small is not None and face_large is not None
+    np.testing.assert_allclose(np.array(face_large.box) / 4, face_small.box, atol=3)
+    np.testing.assert_allclose(face_large.points / 4, face_small.points, atol=2)
