@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from avatargen.errors import BadInputError
 from avatargen.face.hog_cache import frontal_face_detector
@@ -84,8 +85,6 @@ def _search_image(rgb: np.ndarray) -> tuple[np.ndarray, float]:
     scale = min(1.0, _SEARCH_SIDE / max(height, width))
     if scale == 1.0:
         return rgb, 1.0
-    from PIL import Image
-
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
     return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BOX)), scale
 

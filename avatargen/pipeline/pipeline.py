@@ -149,6 +149,7 @@ class Pipeline:
         # frame), every step after it with the threads split. A resumed render splits them from its start, so each
         # step runs with the threads it had in the render it continues.
         threads = torch.get_num_threads()
+        sr_may_move = self.overlap and self._shares_threads_evenly(threads)  # see the hand-over below
         emitter = self._start_emitter(threads) if self.overlap and resume is not None else None
         try:
             for number, step in enumerate(self.schedule.steps(audio.spans(self.schedule.n_chunk_frames))):
@@ -171,7 +172,7 @@ class Pipeline:
                     checkpoint_at = None
                     if step.source == "N" and checkpoints is not None and on_checkpoint is not None and checkpoints.contains(handed) and not finished:
                         checkpoint_at = (number + 1, stats.n_chunks, stats.i_chunks, state.snapshot())
-                    upscaled = emitter is not None and emitter.behind() and self._shares_threads_evenly(threads)
+                    upscaled = sr_may_move and emitter is not None and emitter.behind()
                     if upscaled:  # the emitting thread has a segment waiting: this one takes the segment's SR
                         latents = self._upscale(reference, latents, step)
                     job = partial(self._emit, step, latents, upscaled, reference, publisher, started, checkpoint_at,

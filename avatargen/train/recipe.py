@@ -49,6 +49,9 @@ def save_module(model: torch.nn.Module, path: Path, dtype: torch.dtype) -> None:
     save_file(tensors, str(path))
 
 
+MODULES = ("audio_encoder", "text_encoder", "vae", "a2v", "sr")  # a checkpoint folder's files, <name>.safetensors
+
+
 def load_module(model: torch.nn.Module, path: Path) -> None:
     """Weights saved by :func:`save_module`, into ``model``'s own dtype."""
     model.load_state_dict(load_file(str(path)))
@@ -62,9 +65,6 @@ def check_init_from(folder: Path) -> None:
     recipe_file = folder / "recipe.yaml"
     if recipe_file.is_file() and OmegaConf.load(recipe_file).get("a2v_distill_steps", 0):
         raise ConfigError(f"init_from={folder}: its A2V is already distilled; give the checkpoint it was distilled from")
-
-
-MODULES = ("audio_encoder", "text_encoder", "vae", "a2v", "sr")
 
 
 def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
