@@ -7,10 +7,12 @@ frame and a face descriptor every second. Memory is O(frames x 10 floats) plus o
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from avatargen.errors import BadInputError
 from avatargen.eval.face_track import FaceTracker, chip_measures
@@ -22,13 +24,14 @@ from avatargen.eval.seams import coarse_gray, find_periodic_seams, frame_change,
 from avatargen.eval.sharpness import measure_sharpness
 from avatargen.eval.sync import frame_rms, measure_sync
 from avatargen.eval.video import analysis_size, iter_frames, keyframe_indices, probe_video
-from avatargen.face.detector import shared_detector
+from avatargen.face.detector import Face, FaceDetector, shared_detector
 from avatargen.io.audio import load_audio
-from avatargen.io.image import load_reference_image
+from avatargen.io.image import Reference, load_reference
 
 AUDIO_SAMPLE_RATE = 16000  # enough for a loudness envelope, and what the audio encoder uses
 REFERENCE_SIDES = (512, 256, 384)  # the reference (whole image, padded to a square) is searched at these sizes
 FLICKER_SIDE = 64
+_SAME_SCALE = 1.1  # a video's face within this factor of the reference's size is compared with the reference unscaled
 
 
 def evaluate_video(
@@ -61,10 +64,11 @@ def evaluate_video(
         raise BadInputError(f"seam indices must be >= 1 (frame index where a new chunk starts), got {seams}")
     waveform = load_audio(audio, AUDIO_SAMPLE_RATE)  # before the video pass: a bad audio file fails fast
     notes: list[str] = []
-    reference_embedding, reference_sharpness = None, None
+    reference_embedding, reference_face = None, None
     if reference is not None:
         for side in REFERENCE_SIDES:  # HOG looks at fixed scales: a stylised face found at one may be missed at another
-            image = load_reference_image(reference, side, fit="pad")
+            loaded = load_reference(reference, side, fit="pad")
+            image = loaded.square
             face = detector.find(image)
             if face is not None:
                 break
@@ -72,7 +76,7 @@ def evaluate_video(
             notes.append(f"no face found in the reference image '{reference}': identity and sharpness not measured")
         else:
             reference_embedding = detector.embedding(image, face)
-            reference_sharpness = chip_measures(detector.chip(image, face))[2]
+            reference_face = (loaded, side, face)
 
     tracker = FaceTracker(detector, embed_every=max(1, int(round(EMBED_EVERY_S * rate))))
     changes: list[float] = [0.0]  # changes[t]: frame t - 1 -> t
@@ -121,6 +125,9 @@ def evaluate_video(
         result["identity_distance"] = None
     result["identity_reference"] = "image" if reference is not None else "first_frame"
 
+    reference_sharpness = None
+    if reference_face is not None and np.isfinite(track["spread"]).any():
+        reference_sharpness = reference_sharpness_at(detector, *reference_face, float(np.nanmedian(track["spread"])))
     result.update(measure_sharpness(track["sharpness"], reference_sharpness))
     keyframes = keyframe_indices(video, rate)
     change_array = np.asarray(changes)
@@ -145,3 +152,38 @@ def evaluate_video(
     result["notes"] = notes
     result["eval_s"] = round(time.perf_counter() - started, 3)
     return result
+
+
+def reference_sharpness_at(detector: FaceDetector, reference: Reference, side: int, face: Face, spread: float) -> float:
+    """The Laplacian variance of the reference's face chip with the face at the video's size: ``face`` was found in
+    ``reference`` padded and scaled to ``side``; ``spread`` is the video's median ``Face.spread``.
+
+    The chip resamples every face to 150 px, but how much detail it keeps depends on the pixels it came from: a
+    256-px face upscaled to 512 px first gives a chip ~1.5x as detailed as the same face shown at 256 px. So the
+    chip is taken from the picture as it was given, unscaled, when the video shows the face within 10 % of that
+    size (a video that is the picture itself then scores 1; resampling it by a few per cent would blur it as much as
+    the motion being measured), else from the picture scaled to the video's size."""
+    left, top, square_side = reference.crop
+    to_picture = square_side / side
+    face = _scaled_face(face, to_picture, (left, top))
+    picture = reference.picture
+    ratio = spread / face.spread
+    if abs(math.log(ratio)) > math.log(_SAME_SCALE):
+        height, width = picture.shape[:2]
+        size = (max(1, round(width * ratio)), max(1, round(height * ratio)))
+        picture = np.asarray(Image.fromarray(picture).resize(size, Image.Resampling.LANCZOS))
+        face = _scaled_face(face, size[0] / width, (0.0, 0.0))
+    # The landmarks as the detector places them at this scale, as in the video's frames (the chip's scale follows
+    # them); the face mapped from the search is kept where the detector finds another one or none.
+    found = detector.find(picture, near=face)
+    if found is not None and np.abs(found.points - face.points).max() <= 0.1 * face.width:
+        face = found
+    return chip_measures(detector.chip(picture, face))[2]
+
+
+def _scaled_face(face: Face, scale: float, offset: tuple[float, float]) -> Face:
+    """``face`` in pixels scaled by ``scale``, then moved by ``offset`` (x, y)."""
+    x, y = offset
+    box = face.box
+    moved = (box[0] * scale + x, box[1] * scale + y, box[2] * scale + x, box[3] * scale + y)
+    return Face(tuple(int(round(v)) for v in moved), face.points * scale + np.asarray(offset), face.score)

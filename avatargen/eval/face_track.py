@@ -37,6 +37,7 @@ class FaceTrack:
     detected: list[bool] = field(default_factory=list)
     centre: list[tuple[float, float]] = field(default_factory=list)  # mean of the five points, video pixels
     width: list[float] = field(default_factory=list)  # face box width, video pixels
+    spread: list[float] = field(default_factory=list)  # ``Face.spread``, video pixels
     mouth: list[float] = field(default_factory=list)
     eyes: list[float] = field(default_factory=list)
     sharpness: list[float] = field(default_factory=list)
@@ -46,7 +47,7 @@ class FaceTrack:
     def arrays(self) -> dict[str, np.ndarray]:
         """The per-frame lists as arrays: centre (T, 2), the rest (T,)."""
         return {"detected": np.asarray(self.detected, bool), "centre": np.asarray(self.centre, float).reshape(-1, 2),
-                "width": np.asarray(self.width, float), "mouth": np.asarray(self.mouth, float),
+                "width": np.asarray(self.width, float), "spread": np.asarray(self.spread, float), "mouth": np.asarray(self.mouth, float),
                 "eyes": np.asarray(self.eyes, float), "sharpness": np.asarray(self.sharpness, float)}  # fmt: skip
 
 
@@ -76,7 +77,7 @@ class FaceTracker:
         t.detected.append(face is not None)
         if face is None:
             t.centre.append((np.nan, np.nan))
-            for values in (t.width, t.mouth, t.eyes, t.sharpness):
+            for values in (t.width, t.spread, t.mouth, t.eyes, t.sharpness):
                 values.append(np.nan)
             t.mouth_box.append((np.nan,) * 4)
             return None
@@ -85,6 +86,7 @@ class FaceTracker:
         mouth, eyes, sharpness = chip_measures(chip)
         t.centre.append(tuple(face.points.mean(axis=0)))
         t.width.append(float(face.width))
+        t.spread.append(face.spread)
         t.mouth.append(mouth)
         t.eyes.append(eyes)
         t.sharpness.append(sharpness)

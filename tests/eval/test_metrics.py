@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image, ImageFilter
 
 pytest.importorskip("dlib", reason="the evaluator needs avatargen[eval]")
 
@@ -97,6 +98,27 @@ def test_a_still_photo_has_no_offset_because_the_mouth_does_not_move(talk: dict)
     result = evaluate_video(video, talk["audio"])
     assert result["offset_frames"] is None
     assert result["head_motion_px"] < 0.2
+
+
+def test_a_still_copy_of_the_reference_has_its_full_sharpness_at_any_size_and_a_blurred_one_does_not(
+    talk: dict, tmp_path: Path
+) -> None:
+    """Sharpness compares the faces at the size the video shows: a 256-px avatar shown at 256 px is not measured
+    against itself upscaled to 512 px (that scored an exact copy 0.65), and a half-size copy of a photo is as sharp
+    as the photo at half size. A blurred copy keeps well under half of the detail."""
+    avatar = Path(__file__).resolve().parents[2] / "examples" / "avatar_1.png"
+    still = np.asarray(Image.open(avatar).convert("RGB"))
+    photo = clips.astronaut()
+    half = np.asarray(Image.fromarray(photo).resize((256, 256), Image.Resampling.LANCZOS))
+    blurred = np.asarray(Image.fromarray(still).filter(ImageFilter.GaussianBlur(1.5)))
+    cases = {"avatar": (still, avatar), "half-size photo": (half, talk["same"]), "blurred avatar": (blurred, avatar)}
+    sharpness = {}
+    for name, (frame, reference) in cases.items():
+        video = clips.write_mp4(tmp_path / f"{name}.mp4", np.repeat(frame[None], 25, axis=0), crf=0)
+        sharpness[name] = evaluate_video(video, talk["audio"], reference=reference)["sharpness"]
+    assert 0.9 <= sharpness["avatar"] <= 1.1, sharpness
+    assert 0.9 <= sharpness["half-size photo"] <= 1.1, sharpness
+    assert sharpness["blurred avatar"] < 0.4, sharpness
 
 
 def test_a_reference_without_a_face_is_said_in_one_note(talk: dict) -> None:
