@@ -7,8 +7,8 @@ Curve: Pearson correlation of the two at lags -``MAX_LAG``..+``MAX_LAG`` frames;
 louder sound, so only positive correlation counts (no free sign, no free region: one hypothesis per lag).
 
 ``sync_confidence`` is the peak correlation. ``sync_chance`` is what the same search scores against the same audio
-circularly shifted far out of sync (``CHANCE_SHIFTS`` shifts between 1 s and the clip length minus 1 s): its mean,
-and ``sync_chance_max`` its best. ``offset_frames`` is given only when the peak beats the best out-of-sync score by
+circularly shifted far out of sync (``CHANCE_SHIFTS`` shifts between 1 s and the clip length minus 1 s, less those by
+which the audio repeats itself, as a looped clip does): its mean, and ``sync_chance_max`` its best. ``offset_frames`` is given only when the peak beats the best out-of-sync score by
 ``CHANCE_MARGIN``; otherwise it is None and ``sync_note`` says why, as it does for silent audio, a mouth that does
 not move, or too few frames with a face. Positive offset: the video lags the audio (delaying the audio track by k
 frames moves the offset by -k).
@@ -23,6 +23,7 @@ MIN_FRAMES = 2 * MAX_LAG + 30  # below this the overlap at the extreme lags is t
 DB_RANGE = 40.0  # envelope floor below the loud level: pauses sit at the floor instead of at -inf
 SILENCE_RMS = 10 ** (-50 / 20)  # loudest frame quieter than -50 dBFS: the audio is silent, there is nothing to sync
 CHANCE_SHIFTS = 24
+REPEAT_CORRELATION = 0.5  # audio this correlated with itself shifted repeats there: that shift is in sync, not chance
 CHANCE_MARGIN = 0.05  # correlation the peak must add to the best out-of-sync score to count as found
 MIN_FACE_SHARE = 0.5  # frames with a face below this share: the mouth signal is too gappy to trust
 MIN_MOUTH_MOTION = 1e-3  # std of the high-passed opening below this: the mouth does not move
@@ -71,9 +72,16 @@ def measure_sync(mouth: np.ndarray, rms: np.ndarray, fps: float) -> dict:
     lags = np.arange(-MAX_LAG, MAX_LAG + 1)
     curve = _lag_correlations(video, audio, lags)
     shifts = np.linspace(fps, n - fps, CHANCE_SHIFTS).astype(int) if n > 3 * fps else np.linspace(n // 4, 3 * n // 4, CHANCE_SHIFTS).astype(int)
-    chance = np.array([_lag_correlations(video, np.roll(audio, int(s)), lags).max() for s in shifts])
+    # A shift by which the audio repeats itself (a looped clip) is not out of sync: it is left out of the chance level.
+    shifted = [np.roll(audio, int(s)) for s in shifts]
+    shifted = [a for a in shifted if _lag_correlations(audio, a, lags).max() < REPEAT_CORRELATION]
     peak = int(np.argmax(curve))
     confidence = float(curve[peak])
+    if not shifted:
+        result.update(sync_confidence=round(confidence, 4), sync_curve=[round(float(c), 4) for c in curve],
+                      sync_note="the audio repeats itself at every out-of-sync shift: sync cannot be told from chance")  # fmt: skip
+        return result
+    chance = np.array([_lag_correlations(video, a, lags).max() for a in shifted])
     result.update(sync_confidence=round(confidence, 4), sync_chance=round(float(chance.mean()), 4),
                   sync_chance_max=round(float(chance.max()), 4), sync_curve=[round(float(c), 4) for c in curve])  # fmt: skip
     if confidence < float(chance.max()) + CHANCE_MARGIN:

@@ -57,6 +57,21 @@ def test_silent_audio_gives_no_offset_and_says_the_audio_is_silent(talk: dict) -
     assert any("silent" in note for note in result["notes"])
 
 
+def test_a_looped_clip_is_still_found_in_sync() -> None:
+    """Audio that repeats (a 3-s clip looped four times): a chance shift by a whole number of loops is in sync, not
+    chance, and must not count as the best out-of-sync score (it matched the peak, and the offset was lost)."""
+    from avatargen.eval.sync import frame_rms, measure_sync
+
+    audio, openness = clips.speech(3.0, seed=3)
+    loops = 4
+    rng = np.random.default_rng(0)
+    mouth = np.tile(openness, loops) + 0.05 * rng.standard_normal(loops * len(openness))  # a mouth that follows it
+    rms = frame_rms(np.tile(audio, loops), clips.SR, clips.FPS, len(mouth))
+    result = measure_sync(mouth, rms, clips.FPS)
+    assert result["offset_frames"] == 0, result
+    assert result["sync_chance_max"] < result["sync_confidence"] - 0.2, result
+
+
 def test_someone_else_speaking_gives_no_offset(talk: dict) -> None:
     other, _ = clips.speech(SECONDS, seed=7)
     wav = clips.write_wav(talk["folder"] / "other_speech.wav", other)
