@@ -202,6 +202,9 @@ def _open_inputs(request: RenderRequest, config: Config, warn: Callable[[str], N
         pipeline = replace(config.pipeline, motion_frames=motion_frames_for(config, composited=compositor is not None))
         config = replace(config, pipeline=pipeline)
         if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
+            if request.prompt:
+                warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at most a "
+                     "slightly different mouth); prompts are for the Wan-family models (docs/model-card.md, Prompts)")  # fmt: skip
             # the bundled model knows cartoons only
             warn_if_out_of_domain(loaded.square, f"image '{request.image}'", warn, composited=compositor is not None,
                                   warped=compositor is not None and compositor.mouth is not None,

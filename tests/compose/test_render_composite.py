@@ -94,3 +94,15 @@ def test_no_face_found_renders_the_model_square_with_the_warning(tmp_path, short
     assert "warning: no face found in image" in result.stderr
     assert (probe(out)["width"], probe(out)["height"]) == (256, 256)
     assert json.loads(result.stdout)["motion_frames"] == 0  # not composited: no motion frames by default
+
+
+@pytest.mark.skipif(not shipped_checkpoint("tiny").exists(), reason="no shipped checkpoint")
+def test_a_prompt_to_the_bundled_model_says_in_one_note_that_it_shows_no_style(tmp_path, short_speech):
+    out = tmp_path / "out.mp4"
+    avatar = REPO / "examples" / "avatar_1.png"
+    result = run_cli("render", "-i", str(avatar), "-a", str(short_speech), "-o", str(out), "-q", "--prompt", "smiling",
+                     "runtime.threads=1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "--prompt" in line]
+    assert len(notes) == 1 and "no visible style" in notes[0] and "docs/model-card.md" in notes[0], result.stderr
+    assert out.exists()
