@@ -99,6 +99,21 @@ def test_a_cut_every_two_seconds_is_found_as_a_seam_stride_without_being_told(ta
     assert set(result["seam_frames"]) >= {50, 100, 150, 200}
 
 
+def test_the_known_seam_ratio_of_bursty_motion_without_seams_is_one_and_a_jump_at_each_seam_is_far_above() -> None:
+    """Speech moves a mouth in bursts: the mean change sits well above the median (here 1.35x). The seam ratio
+    compares the seams with the same mean elsewhere, so seams that do nothing score ~1 (the mean over the median
+    scored 1.21), and a jump of one grey level at each seam is plain."""
+    from avatargen.eval.seams import measure_known_seams
+
+    _, openness = clips.speech(30.0, seed=5)
+    changes = 6.0 * np.abs(np.diff(openness, prepend=openness[0])) + 0.2  # (T,) grey levels, change into each frame
+    seams = list(range(12, len(changes), 16))
+    assert 0.9 <= measure_known_seams(changes, seams, [])["seam_ratio"] <= 1.1
+    jumps = changes.copy()
+    jumps[seams] += 1.0
+    assert measure_known_seams(jumps, seams, [])["seam_ratio"] > 1.5
+
+
 def test_keyframe_pops_of_a_heavily_compressed_smooth_clip_are_not_taken_for_seams(talk: dict) -> None:
     frames = clips.talking_frames(talk["openness"])
     video = clips.write_mp4(talk["folder"] / "crf35.mp4", frames, crf=35, gop=25)  # a keyframe every second
