@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from avatargen.compose.composite import CompositingSink, ReferenceCompositor
 from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
-from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
+from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp, dark_cue_sees_mouth
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource, motion_frames_for
 from avatargen.config.validate import idle_motion_settings
@@ -158,7 +158,8 @@ def compositor_for(
     (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
-    the feathered blend of the model's mouth; ``auto`` warps photographs and blends cartoons. ``is_photo`` says
+    the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose shut mouth the
+    cue reads open (``dark_cue_sees_mouth``; docs/model-card.md). ``is_photo`` says
     whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once)."""
     if not config.pipeline.composite or config.model.wan is not None:
         return None
@@ -173,10 +174,11 @@ def compositor_for(
     if is_photo is None:
         is_photo = partial(square_is_photo, loaded.square, loaded.square_face)
     photo = mode != MouthMode.blend and is_photo()
-    if mode == MouthMode.warp or (mode == MouthMode.auto and photo):
+    # auto: warp, but a cartoon whose shut mouth already reads open (a dark beard) hides an opening: blend it
+    if mode == MouthMode.warp or (mode == MouthMode.auto and (photo or dark_cue_sees_mouth(loaded.square))):
         cue = MouthCue.colour if photo else MouthCue.dark  # how the model draws an open mouth on each
         mapping = ModelMapping(*compositor.model_pixel_mapping())
-        compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue)
+        compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue, still=loaded.square)
     settings = idle_motion_settings(config)
     if settings.active:
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place

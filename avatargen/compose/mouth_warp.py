@@ -44,10 +44,17 @@ MODEL_SKIN_BANDS = ((0.50, 0.53), (0.70, 0.73))  # rows whose median grey is the
 # cavity; an interior reaching past it takes its edge. The decoder decodes only this (``MouthWarp.model_box``).
 MODEL_READ_BOX = (0.33, 0.47, 0.67, 0.74)
 CAVITY_LEVEL = (0.65, 0.45)  # MouthCue.dark: grey / skin grey: not cavity above the first, in full below the second
+# ... and its teeth, which on dark skin stand out more than its cavity: grey / skin grey from none to in full. What
+# the reference's own shut mouth reads as teeth (pale lips, a pale backdrop under a short chin) is taken off
+# (``shut_mouth``).
+TEETH_CUE_LEVEL = (1.10, 1.40)
 COLOUR_DEPARTURE = (20.0, 40.0)  # MouthCue.colour: colour distance from the skin's (grey levels), none .. in full
 # The area (fraction of the frame) a closed mouth shows, either cue: a drawn lip line and shadows; the model's
 # photo mouths in pauses (90th percentile 0.00067 over the pauses of 30 s of speech on the astronaut).
 CLOSED_AREA = 0.0007
+# A reference whose own shut mouth the dark cue reads this open (model pixels; a dark beard reads ~80) hides its
+# mouth from the cue: ``pipeline.mouth=auto`` blends it instead (``dark_cue_sees_mouth``).
+SHUT_OPENING_MAX = 8.0
 CAVITY_WIDTH = 0.10  # nominal width of an open mouth's cavity (fraction of the side): area / width = opening height
 
 # The mouth on the reference, in eye spans (outer eye corner to outer eye corner) from the landmarks. Measured on
@@ -69,7 +76,9 @@ EDGE_SPANS = 0.025  # the interior's edge is feathered over this (at least a pix
 CAVITY_SHADE = 0.3  # the cavity's tone: the reference's lip colour times this ...
 CAVITY_LIGHTS = (0.7, 1.3)  # ... times this, from the model's darkest cavity pixels to its skin level (tongue, depth)
 TEETH_COLOUR = (192.0, 187.0, 174.0)  # off-white in the mouth's shade, where the model draws teeth ...
-TEETH_LEVEL = (0.95, 1.20)  # ... pixels brighter than the model's skin: from this grey / skin (none) to this (all)
+# ... pixels brighter than the model's skin by this share of the way from its grey to white: none .. all (a share,
+# not a ratio to the skin's grey: on dark skin the lips' soft highlights pass 1.2x it and were drawn as teeth)
+TEETH_LEVEL = (0.10, 0.40)
 MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the reference as it is
 _GREY = torch.tensor([0.299, 0.587, 0.114])
 
@@ -97,8 +106,11 @@ class MouthReading(NamedTuple):
     cavity: np.ndarray  # (t,) the 10th percentile of the box's grey levels: its darkest
 
 
-def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark) -> MouthReading:
-    """How open the mouths of (t, S, S, 3) uint8 model frames are, read by ``cue`` (see the module docstring)."""
+def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark, shut: torch.Tensor | None = None) -> MouthReading:
+    """How open the mouths of (t, S, S, 3) uint8 model frames are, read by ``cue`` (see the module docstring).
+
+    ``shut`` (``MouthCue.dark``): (h, w) over the model's mouth box, what the reference's shut mouth already reads
+    as teeth (``shut_mouth``), taken off each frame's teeth."""
     count, side = generated.shape[0], generated.shape[1]
     x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
     top, bottom = int(MODEL_SKIN_BANDS[0][0] * side), int(MODEL_SKIN_BANDS[1][1] * side)
@@ -111,6 +123,10 @@ def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark) -> Mouth
         high, low = CAVITY_LEVEL
         level = skin[:, None, None]
         cavity = ((high * level - box) / ((high - low) * level).clamp_min(1.0)).clamp(0.0, 1.0)  # (t, h, w)
+        teeth = _teeth_cue(box, level)  # (t, h, w)
+        if shut is not None:
+            teeth = (teeth - shut).clamp_min(0.0)
+        cavity = (cavity + teeth).clamp(0.0, 1.0)
     else:
         hue = colour - grey[..., None]  # (t, rows, w, 3): colour with its grey taken out
         skin_hue = torch.cat([hue[:, rows].reshape(count, -1, 3) for rows in bands], dim=1).median(dim=1).values  # (t, 3)
@@ -141,16 +157,18 @@ class ModelMapping:
 class MouthWarp:
     """The mouth of ``background`` (H', W', 3) uint8, the output-sized reference, whose face is at ``layout`` (output
     pixels), moved by the generated model frames; ``to_model`` maps output pixels to model pixels; ``cue`` is how
-    their opening is read (``MouthCue.colour`` for a photograph).
+    their opening is read (``MouthCue.colour`` for a photograph); ``still`` the model's input square (the reference
+    with its mouth shut), whose own teeth reading the dark cue takes off each frame's (``shut_mouth``).
 
     ``paste(generated, frames)`` writes into the (t, H', W', 3) ``frames`` (the reference) the mouth of each
     (t, S, S, 3) generated frame. Nothing is carried between calls.
     """
 
     def __init__(self, background: np.ndarray, layout: FaceLayout, to_model: ModelMapping,
-                 cue: MouthCue = MouthCue.dark):  # fmt: skip
+                 cue: MouthCue = MouthCue.dark, still: np.ndarray | None = None):  # fmt: skip
         self.to_model = to_model
         self.cue = cue
+        self._shut = None if still is None else shut_mouth(still)  # (h, w) over the model's mouth box
         height, width = background.shape[:2]
         span = max(float(np.linalg.norm(layout.points[0] - layout.points[2])), 1.0)  # outer corner to outer corner
         along = layout.eye_right - layout.eye_left
@@ -188,7 +206,7 @@ class MouthWarp:
 
     def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
         """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them."""
-        reading = mouth_opening(generated, self.cue)
+        reading = mouth_opening(generated, self.cue, self._shut if self.cue == MouthCue.dark else None)
         linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
         return self._max_opening * np.tanh(linear / self._max_opening), reading
 
@@ -248,7 +266,7 @@ class MouthWarp:
         shade = ((grey - cavity) / max(skin - cavity, 1.0)).clamp(0.0, 1.0)  # (h, w)
         low, high = CAVITY_LIGHTS
         dark = self._cavity_tone[:, None, None] * (low + (high - low) * shade)  # (3, h, w)
-        teeth = _smoothstep((grey / max(skin, 1.0) - TEETH_LEVEL[0]) / (TEETH_LEVEL[1] - TEETH_LEVEL[0]))  # (h, w)
+        teeth = _teeth(grey, skin)  # (h, w)
         return dark + teeth * (torch.tensor(TEETH_COLOUR)[:, None, None] - dark)
 
     @staticmethod
@@ -300,6 +318,39 @@ def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarr
     group = np.split(strong, np.nonzero(np.diff(strong) > LIP_GAP + 1)[0] + 1)
     lips = next(rows_ for rows_ in group if strongest in rows_)
     return guess + 0.5 * (rows[lips[0]] + rows[lips[-1]]) * span * v
+
+
+def dark_cue_sees_mouth(square: np.ndarray) -> bool:
+    """Whether ``MouthCue.dark`` reads the shut mouth of ``square`` (S, S, 3) uint8, the model's input, as shut: False
+    where the reference is dark around its mouth already (a dark beard), so an opening could not be told."""
+    return float(mouth_opening(square[None], MouthCue.dark, shut_mouth(square)).opening[0]) <= SHUT_OPENING_MAX
+
+
+def shut_mouth(square: np.ndarray) -> torch.Tensor:
+    """(h, w) in [0, 1] over the model's mouth box: what ``MouthCue.dark`` reads as teeth in ``square`` (S, S, 3)
+    uint8, the model's input (the reference, its mouth shut: pale lips, a pale backdrop under a short chin), grown by
+    2 pixels (the model's drawing of it moves a little)."""
+    side = square.shape[0]
+    x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
+    grey = torch.tensor(square[None]).float() @ _GREY  # (1, S, S)
+    skin = torch.cat([grey[:, int(a * side) : int(b * side), x0:x1].reshape(1, -1) for a, b in MODEL_SKIN_BANDS], dim=1)
+    level = skin.median(dim=1).values[:, None, None]  # (1, 1, 1)
+    box = grey[:, y0:y1, x0:x1]  # (1, h, w)
+    return F.max_pool2d(_teeth_cue(box, level)[None], kernel_size=5, stride=1, padding=2)[0, 0]  # (h, w)
+
+
+def _teeth_cue(grey: torch.Tensor, skin: torch.Tensor) -> torch.Tensor:
+    """(t, h, w) in [0, 1]: how much each pixel of ``grey`` (t, h, w) looks like teeth against the ``skin`` grey
+    (t, 1, 1): brighter than the skin (``TEETH_CUE_LEVEL``; the model's teeth are tinted, not white)."""
+    start, full = TEETH_CUE_LEVEL
+    return ((grey / skin.clamp_min(1.0) - start) / (full - start)).clamp(0.0, 1.0)
+
+
+def _teeth(grey: torch.Tensor, skin: float) -> torch.Tensor:
+    """(h, w) in [0, 1]: how much of ``grey`` the interior draws as teeth: its share of the way from the ``skin``
+    grey to white, through ``TEETH_LEVEL``."""
+    share = (grey - skin) / max(255.0 - skin, 1.0)
+    return _smoothstep((share - TEETH_LEVEL[0]) / (TEETH_LEVEL[1] - TEETH_LEVEL[0]))
 
 
 def _smoothstep(x: torch.Tensor) -> torch.Tensor:

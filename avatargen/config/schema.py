@@ -38,7 +38,7 @@ class MouthMode(Enum):
 
     blend = "blend"  # the generated mouth and jaw blended in under a feathered ellipse (avatargen/compose/composite.py)
     warp = "warp"  # the reference's own lips and jaw moved by the generated opening; only the interior generated
-    auto = "auto"  # warp for photographs, blend for cartoon avatars (what measured best on each: docs/model-card.md)
+    auto = "auto"  # warp; blend for a cartoon whose shut mouth its cue reads open, a dark beard (docs/model-card.md)
 
 
 class Device(Enum):

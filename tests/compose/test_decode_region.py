@@ -84,7 +84,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     config = to_config(load_config(["runtime.dtype=float32"]))
     pipeline = Pipeline(config, build_modules(config, CPU))
     loaded = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, config.pipeline.image_fit.value)
-    compositor = compositor_for(loaded, config)  # as a render builds it (a cartoon: the blend)
+    compositor = compositor_for(loaded, config)  # as a render builds it (a cartoon: the warped mouth)
 
     def model_frames(read_box) -> np.ndarray:
         sink, source = FrameList(), AudioFileSource(audio, config.model.sample_rate)
@@ -100,6 +100,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     y0, y1, x0, x1 = box
     read = np.abs(whole[:, y0:y1, x0:x1].astype(int) - cropped[:, y0:y1, x0:x1].astype(int))
     assert read.max() <= 1 and read.mean() < 0.05, (read.max(), read.mean())  # a rounding step at most
-    # The colour match's gain (up to 2x) can make a rounding step two grey levels, in a few pixels.
+    # A rounding step in the model's mouth moves the opening it reads by a hair, and the resampled lip edge by up to
+    # 3 grey levels in a few pixels (the blend: its colour match's gain, up to 2x, makes a step two levels).
     diff = np.abs(compositor.compose(whole, 0).astype(int) - compositor.compose(cropped, 0).astype(int))
-    assert diff.max() <= 2 and diff.mean() < 0.01, (diff.max(), diff.mean())
+    assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())

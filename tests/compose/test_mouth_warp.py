@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.layout import FaceLayout
-from avatargen.compose.mouth_warp import JAW_STILL_BELOW, LOWER_SHARE, ModelMapping, MouthCue, MouthWarp, mouth_opening
+from avatargen.compose.mouth_warp import (JAW_STILL_BELOW, LOWER_SHARE, ModelMapping, MouthCue, MouthWarp,
+                                          dark_cue_sees_mouth, mouth_opening, shut_mouth)
 from avatargen.data import FacePose, FaceRenderer, identity_from_seed
 from tests.conftest import REPO, run_cli
 
@@ -27,7 +29,7 @@ def warp_setup():
     reference = _frame()
     compositor = ReferenceCompositor(reference, (0, 0, S), S)
     compositor.mouth = MouthWarp(compositor.background, FaceLayout.canonical(S),
-                                 ModelMapping(*compositor.model_pixel_mapping()))  # fmt: skip
+                                 ModelMapping(*compositor.model_pixel_mapping()), still=reference)  # fmt: skip
     return reference, compositor
 
 
@@ -43,7 +45,7 @@ def _lower_lip_bottom(frame: np.ndarray, column: int, lip_line: int, skin_row: i
 def test_a_closed_generated_mouth_leaves_the_reference_as_it_is(warp_setup):
     reference, compositor = warp_setup
     closed = np.stack([_frame(), _frame(mouth_open=0.02)])  # the model's shut mouth (and a barely parted one)
-    assert (mouth_opening(closed).opening == 0).all()
+    assert (compositor.mouth.openings(closed)[0] == 0).all()
     out = compositor.compose(closed, 0)
     assert np.array_equal(out[0], reference) and np.abs(out[1].astype(int) - reference).max() <= 1
 
@@ -69,10 +71,31 @@ def test_an_open_generated_mouth_moves_the_reference_lower_lip_down_with_a_dark_
 
 
 def test_the_opening_follows_the_generated_mouth_and_depends_on_nothing_else():
-    openings = mouth_opening(np.stack([_frame(mouth_open=a) for a in (0.0, 0.3, 0.6, 1.0)])).opening
+    shut = shut_mouth(_frame())  # the reference's shut mouth
+    openings = mouth_opening(np.stack([_frame(mouth_open=a) for a in (0.0, 0.3, 0.6, 1.0)]), shut=shut).opening
     assert openings[0] == 0 and (np.diff(openings) > 0).all()  # wider in the model frame: wider in the output
-    alone = [mouth_opening(_frame(mouth_open=a)[None]).opening[0] for a in (0.6, 1.0)]
+    alone = [mouth_opening(_frame(mouth_open=a)[None], shut=shut).opening[0] for a in (0.6, 1.0)]
     assert np.allclose(alone, openings[2:])  # each frame a function of itself: chunking and resume cannot change it
+
+
+def test_what_the_shut_reference_shows_bright_never_reads_as_teeth_and_a_wide_mouth_still_opens():
+    """The cartoon cue reads teeth (pixels brighter than the skin: on dark skin they stand out more than the
+    cavity); what the shut reference already shows that bright (here the pale backdrop under a short chin) must not
+    open the mouth, and a wide-open mouth still reads wide open."""
+    renderer = FaceRenderer(identity_from_seed(21), S)  # a training identity with a short chin over a pale backdrop
+    shut, wide = (renderer.render(FacePose(mouth_open=a))[0] for a in (0.0, 0.8))
+    assert mouth_opening(shut[None]).opening[0] > 5.0  # read alone, the backdrop would open the mouth
+    openings = mouth_opening(np.stack([shut, wide]), shut=shut_mouth(shut)).opening
+    assert openings[0] == 0 and openings[1] > 10.0, openings
+
+
+def test_auto_blends_a_cartoon_whose_shut_mouth_the_cue_reads_open_and_warps_the_rest():
+    """A dark beard reads as a dark cavity with the mouth shut: no opening could be told, so ``auto`` blends it."""
+    bearded = FaceRenderer(identity_from_seed(31), S).render(FacePose())[0]
+    assert not dark_cue_sees_mouth(bearded)
+    for name in ("avatar_1", "avatar_2", "avatar_3"):
+        square = np.asarray(Image.open(REPO / "examples" / f"{name}.png").convert("RGB"))
+        assert dark_cue_sees_mouth(square), name
 
 
 def test_on_a_photograph_a_coloured_smear_reads_open_and_plain_skin_closed():
@@ -130,8 +153,6 @@ def _detail(patch: np.ndarray) -> float:
 
 
 def _resize(image: np.ndarray) -> np.ndarray:
-    from PIL import Image
-
     return np.asarray(Image.fromarray(image).resize((S, S), Image.Resampling.LANCZOS))
 
 
