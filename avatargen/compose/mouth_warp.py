@@ -113,10 +113,8 @@ def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark, shut: to
     as teeth (``shut_mouth``), taken off each frame's teeth."""
     count, side = generated.shape[0], generated.shape[1]
     x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
-    top, bottom = int(MODEL_SKIN_BANDS[0][0] * side), int(MODEL_SKIN_BANDS[1][1] * side)
-    colour = torch.tensor(generated[:, top:bottom, x0:x1]).float()  # (t, rows, w, 3); a copy: frames may be read-only
+    colour, bands, top = _mouth_rows(generated)
     grey = colour @ _GREY  # (t, rows, w)
-    bands = [slice(int(a * side) - top, int(b * side) - top) for a, b in MODEL_SKIN_BANDS]
     skin = torch.cat([grey[:, rows].reshape(count, -1) for rows in bands], dim=1).median(dim=1).values  # (t,)
     box = grey[:, y0 - top : y1 - top]  # (t, h, w)
     if cue == MouthCue.dark:
@@ -330,13 +328,23 @@ def shut_mouth(square: np.ndarray) -> torch.Tensor:
     """(h, w) in [0, 1] over the model's mouth box: what ``MouthCue.dark`` reads as teeth in ``square`` (S, S, 3)
     uint8, the model's input (the reference, its mouth shut: pale lips, a pale backdrop under a short chin), grown by
     2 pixels (the model's drawing of it moves a little)."""
-    side = square.shape[0]
-    x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
-    grey = torch.tensor(square[None]).float() @ _GREY  # (1, S, S)
-    skin = torch.cat([grey[:, int(a * side) : int(b * side), x0:x1].reshape(1, -1) for a, b in MODEL_SKIN_BANDS], dim=1)
-    level = skin.median(dim=1).values[:, None, None]  # (1, 1, 1)
-    box = grey[:, y0:y1, x0:x1]  # (1, h, w)
-    return F.max_pool2d(_teeth_cue(box, level)[None], kernel_size=5, stride=1, padding=2)[0, 0]  # (h, w)
+    colour, bands, top = _mouth_rows(square[None])
+    grey = colour @ _GREY  # (1, rows, w)
+    skin = torch.cat([grey[:, rows].reshape(1, -1) for rows in bands], dim=1).median(dim=1).values  # (1,)
+    y0, y1 = (int(round(f * square.shape[0])) for f in MODEL_MOUTH_BOX[1::2])
+    teeth = _teeth_cue(grey[:, y0 - top : y1 - top], skin[:, None, None])  # (1, h, w)
+    return F.max_pool2d(teeth[None], kernel_size=5, stride=1, padding=2)[0, 0]  # (h, w)
+
+
+def _mouth_rows(frames: np.ndarray) -> tuple[torch.Tensor, list[slice], int]:
+    """The rows of (t, S, S, 3) uint8 ``frames`` from the skin band above the model's mouth box to the one below it,
+    across the box's columns, as (t, rows, w, 3) float (a copy: frames may be read-only); the skin bands' rows in
+    them; and the first row's index in the frame."""
+    side = frames.shape[1]
+    x0, x1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX[0::2])
+    top, bottom = int(MODEL_SKIN_BANDS[0][0] * side), int(MODEL_SKIN_BANDS[1][1] * side)
+    bands = [slice(int(a * side) - top, int(b * side) - top) for a, b in MODEL_SKIN_BANDS]
+    return torch.tensor(frames[:, top:bottom, x0:x1]).float(), bands, top
 
 
 def _teeth_cue(grey: torch.Tensor, skin: torch.Tensor) -> torch.Tensor:
