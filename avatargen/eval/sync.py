@@ -77,13 +77,12 @@ def measure_sync(mouth: np.ndarray, rms: np.ndarray, fps: float) -> dict:
     shifted = [a for a in shifted if _lag_correlations(audio, a, lags).max() < REPEAT_CORRELATION]
     peak = int(np.argmax(curve))
     confidence = float(curve[peak])
+    result.update(sync_confidence=round(confidence, 4), sync_curve=[round(float(c), 4) for c in curve])
     if not shifted:
-        result.update(sync_confidence=round(confidence, 4), sync_curve=[round(float(c), 4) for c in curve],
-                      sync_note="the audio repeats itself at every out-of-sync shift: sync cannot be told from chance")  # fmt: skip
+        result["sync_note"] = "the audio repeats itself at every out-of-sync shift: sync cannot be told from chance"
         return result
     chance = np.array([_lag_correlations(video, a, lags).max() for a in shifted])
-    result.update(sync_confidence=round(confidence, 4), sync_chance=round(float(chance.mean()), 4),
-                  sync_chance_max=round(float(chance.max()), 4), sync_curve=[round(float(c), 4) for c in curve])  # fmt: skip
+    result.update(sync_chance=round(float(chance.mean()), 4), sync_chance_max=round(float(chance.max()), 4))
     if confidence < float(chance.max()) + CHANCE_MARGIN:
         result["sync_note"] = (f"not clearly above chance (peak {confidence:.2f} vs {chance.max():.2f} out of sync): "
                                "the mouth does not follow this audio")  # fmt: skip
