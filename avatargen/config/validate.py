@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 
-from avatargen.config.schema import Config, Offload, interpolates
-from avatargen.config.wan import validate_wan_model
 from avatargen.compose.idle_motion import IdleMotionSettings
+from avatargen.config.families import family_of
+from avatargen.config.schema import Config, Offload
 from avatargen.errors import ConfigError
 
 MAX_THREADS = 1024  # far past any machine's cores; torch segfaults creating ~100,000 threads
 MAX_GOP_SECONDS = 60.0  # x264 rejects keyframe intervals near 2^31 frames; a minute is already a lot to lose on a kill
-
-MAX_LAYERS = 256  # depth-like keys of the native models: far past any CPU model, and a meta build stays instant
-DEPTH_KEYS = ("depth", "face_depth", "layers", "blocks_per_level")
 MIN_MAX_SIDE, MAX_MAX_SIDE = 64, 4096  # a face needs pixels; x264's level limits and memory end past 4K
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
@@ -26,22 +22,11 @@ def _require(condition: bool, message: str) -> None:
 
 
 def validate_config(config: Config) -> None:
-    """Raise ConfigError naming the first inconsistent key."""
+    """Raise ConfigError naming the first inconsistent key: the shared keys here, the family's own by its checks."""
     p, m, o = config.pipeline, config.model, config.output
+    family = family_of(config)
     _require(p.n_chunk_frames >= 1, "pipeline.n_chunk_frames must be >= 1")
-    _require(p.motion_frames is None or 0 <= p.motion_frames < p.n_chunk_frames,
-             "pipeline.motion_frames must be null or in [0, pipeline.n_chunk_frames)")  # fmt: skip
     _require(p.seam_frames >= 0 and p.anchor_frames >= 0, "pipeline.seam_frames and pipeline.anchor_frames must be >= 0")
-    if interpolates(config) and m.wan is None:  # a Wan model has its own seam sizes (model.wan.*)
-        _require(
-            p.seam_frames >= 1 and p.anchor_frames >= 1,
-            "pipeline.seam_frames and pipeline.anchor_frames must be >= 1 when pipeline.interpolate=true",
-        )
-        _require(
-            p.seam_frames + 2 * p.anchor_frames <= p.n_chunk_frames,
-            f"pipeline.seam_frames + 2 * pipeline.anchor_frames ({p.seam_frames + 2 * p.anchor_frames}) must be <= "
-            f"pipeline.n_chunk_frames ({p.n_chunk_frames}) so neighbouring seams do not overlap",
-        )
     _require(p.sampling_steps >= 1, "pipeline.sampling_steps must be >= 1")
     _require(p.sampling_shift > 0, "pipeline.sampling_shift must be > 0")
     _require(p.audio_block_s > 0, "pipeline.audio_block_s must be > 0")
@@ -51,26 +36,6 @@ def validate_config(config: Config) -> None:
     _require(m.sample_rate >= 1 and m.sample_rate % m.fps == 0,
              f"model.sample_rate ({m.sample_rate}) must be a positive multiple of model.fps ({m.fps})")  # fmt: skip
     _require(m.image_size >= 2 and m.image_size % 2 == 0, "model.image_size must be even and >= 2 (H.264 yuv420p)")
-    if m.wan is not None:
-        validate_wan_model(m)  # a Wan-family model: its own specs (the five native sub-models are unused)
-    else:
-        _require(m.text_encoder.max_tokens >= 2, "model.text_encoder.max_tokens must be >= 2 (room for BOS and EOS)")
-        _require(m.audio_encoder.fps == m.fps, f"model.audio_encoder.fps ({m.audio_encoder.fps}) must equal model.fps ({m.fps})")
-        _require(
-            m.audio_encoder.sample_rate == m.sample_rate,
-            f"model.audio_encoder.sample_rate ({m.audio_encoder.sample_rate}) must equal model.sample_rate ({m.sample_rate})",
-        )
-        _require(m.a2v.audio_dim == m.audio_encoder.out_dim, "model.a2v.audio_dim must equal model.audio_encoder.out_dim")
-        _require(m.a2v.text_dim == m.text_encoder.dim, "model.a2v.text_dim must equal model.text_encoder.dim")
-        factor = 2 ** len(m.vae.widths)
-        _require(
-            m.image_size == m.sr.high_size * factor,
-            f"model.image_size ({m.image_size}) must equal model.sr.high_size x {factor} (the VAE's spatial factor)",
-        )
-        _require(m.sr.high_size == 2 * m.sr.low_size, "model.sr.high_size must be 2 x model.sr.low_size")
-        _require(m.a2v.latent_size == m.sr.low_size, "model.a2v.latent_size must equal model.sr.low_size")
-        channels = {m.vae.latent_channels, m.a2v.latent_channels, m.sr.latent_channels}
-        _require(len(channels) == 1, "model.vae/a2v/sr latent_channels must all be equal")
     _require(0 <= o.crf <= 51, "output.crf must be in [0, 51]")
     _require(MIN_MAX_SIDE <= o.max_side <= MAX_MAX_SIDE, f"output.max_side must be in [{MIN_MAX_SIDE}, {MAX_MAX_SIDE}] (pixels of the long side)")
     _require(o.preset in X264_PRESETS, f"output.preset '{o.preset}' is not an x264 preset; valid choices: {', '.join(X264_PRESETS)}")
@@ -84,32 +49,10 @@ def validate_config(config: Config) -> None:
              "runtime.overlap=true needs runtime.offload=none (two threads would move models in and out at once); "
              "set runtime.overlap=null")  # fmt: skip
     _require(config.runtime.offload_resident_blocks >= 1, "runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)")
-    if m.wan is None:
-        _validate_model_shapes(config)
-
-
-def _validate_model_shapes(config: Config) -> None:
-    """Every model must be buildable from its keys: heads >= 1, then each model is built on the meta device (no memory,
-    no weights), so a shape the architecture rejects fails here, naming its section, not in the middle of loading."""
-    from avatargen.models import MODEL_CLASSES
-    from avatargen.models.meta import build_on_meta
-
-    for name in (f.name for f in dataclasses.fields(config.model)):
-        section = getattr(config.model, name)
-        if dataclasses.is_dataclass(section) and isinstance(getattr(section, "heads", None), int):
-            _require(section.heads >= 1, f"model.{name}.heads must be >= 1")
-        for key in DEPTH_KEYS:
-            value = getattr(section, key, None) if dataclasses.is_dataclass(section) else None
-            if isinstance(value, int):
-                _require(0 <= value <= MAX_LAYERS, f"model.{name}.{key} must be in [0, {MAX_LAYERS}]")
-    for name, model_class in MODEL_CLASSES.items():
-        try:
-            build_on_meta(partial(model_class, getattr(config.model, name)))
-        except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError) as error:
-            raise ConfigError(
-                f"model.{name} cannot be built from its config ({error}); fix the model.{name}.* keys, or use "
-                "the model config its checkpoint was trained with"
-            ) from None
+    _require(not (config.runtime.overlap and not family.overlap),
+             f"runtime.overlap=true: the {family.name} family's models cannot emit on a second thread (model="
+             f"{m.name}); set runtime.overlap=null")  # fmt: skip
+    family.validate(config)
 
 
 def idle_motion_settings(config: Config) -> IdleMotionSettings:

@@ -106,7 +106,7 @@ def _checkpoint(tmp_path: Path, mutate) -> Path:
 
     from avatargen.config.loader import load_config, to_config
     from avatargen.modules import save_checkpoint
-    from avatargen.pipeline.build import module_specs
+    from avatargen.families.tiny.build import module_specs
 
     config = to_config(load_config([]))
     path = tmp_path / "model.safetensors"

@@ -7,7 +7,7 @@ import json
 import torch
 from safetensors.torch import save_file
 
-from avatargen.config.wan import WAN_DIR
+from avatargen.families.wan.config import WAN_DIR
 from tests.conftest import run_cli
 from tests.models.wan.wan_tiny_folder import write_wan_tiny_folder
 
