@@ -28,3 +28,18 @@ def test_every_tensor_of_a_loaded_resume_point_moves_to_the_device():
     assert [t.shape for t in moved.tensors()] == [t.shape for t in loaded.tensors()]
     assert moved.family_state[1] == {"decoder_cache": 2}  # the family's part comes back as it saved it
     assert all(t.device.type == "cpu" for t in loaded.tensors())  # the loaded point itself is left as it was
+
+
+def test_a_resume_folder_of_another_format_is_noted_and_the_render_starts_over(tmp_path):
+    """Never misread: a folder written by another version (format 1 held the decoder cache in the engine's part)."""
+    import json
+
+    from avatargen.io.resume_store import ResumeStore
+    from avatargen.resume import resume_point
+
+    store = ResumeStore(tmp_path / "out.mp4")
+    store.folder.mkdir()
+    (store.folder / "resume.json").write_text(json.dumps({"version": 1, "fingerprint": {}, "parts": [], "checkpoints": []}))
+    notes: list[str] = []
+    assert resume_point(store, {}, tmp_path / "out.partial.mp4", notes.append) is None
+    assert len(notes) == 1 and "another avatargen version" in notes[0] and "from the start" in notes[0]
