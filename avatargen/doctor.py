@@ -210,16 +210,16 @@ def measure_precision(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 def check_ffmpeg() -> dict[str, Any]:
     """The ffmpeg every render runs (imageio-ffmpeg's, or ``IMAGEIO_FFMPEG_EXE``): does it run, its version, and
     whether it has the encoders the MP4 writer needs. ``problems`` holds each reason a render would fail."""
-    from avatargen.io.ffmpeg import ffmpeg_exe
+    from avatargen.io.ffmpeg import FfmpegUnusable, ffmpeg_path
 
     found: dict[str, Any] = {"path": None, "from_env": bool(os.environ.get("IMAGEIO_FFMPEG_EXE")), "version": None,
                              "encoders": {}, "problems": []}  # fmt: skip
     fix = ("unset IMAGEIO_FFMPEG_EXE or point it to a working ffmpeg" if found["from_env"]
            else "reinstall imageio-ffmpeg (pip install --force-reinstall imageio-ffmpeg), which bundles one")  # fmt: skip
     try:
-        found["path"] = path = ffmpeg_exe()
-    except RuntimeError as error:  # imageio-ffmpeg found none
-        found["problems"].append(f"no ffmpeg found ({error}); {fix}")
+        found["path"] = path = ffmpeg_path()  # run below, whatever it is: its own error is the most precise reason
+    except (FfmpegUnusable, ImportError) as error:
+        found["problems"].append(str(error))
         return found
     version = _run_ffmpeg(path, "-version")
     if isinstance(version, str):

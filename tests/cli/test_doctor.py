@@ -87,11 +87,7 @@ def test_an_ffmpeg_without_libx264_and_aac_is_a_problem(tmp_path, monkeypatch):
                     'echo " V....D mpeg4                MPEG-4 part 2"\n')  # fmt: skip
     bare.chmod(0o755)
     monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(bare))
-    ffmpeg_exe.cache_clear()
-    try:
-        found = check_ffmpeg()
-    finally:
-        ffmpeg_exe.cache_clear()  # the next caller finds the real one again
+    found = check_ffmpeg()
     assert found["version"] == "6.1-bare" and found["encoders"] == {"libx264": False, "aac": False}
     assert found["problems"] == [f"ffmpeg '{bare}' has no libx264 and no aac encoder (an MP4 needs H.264 video and "
                                  "AAC audio); unset IMAGEIO_FFMPEG_EXE or point it to a working ffmpeg"]  # fmt: skip
