@@ -38,20 +38,21 @@ FFMPEG_TIMEOUT_S = 20
 
 @dataclass(frozen=True)
 class Package:
-    """One package of an optional extra: what to import to know it works, and what it gives."""
+    """One package of an optional extra: what to import to know it works, and what is lost without it."""
 
     extra: str  # the pip extra that installs it: pip install 'avatargen[EXTRA]'
     distribution: str  # its name on PyPI
     module: str  # what avatargen imports
-    enables: str
+    without: str  # what a user loses when it does not work
 
 
+_NO_FACES = "references are centre-cropped instead of framed on their face, and avatargen eval / render --eval refuse"
 EXTRAS = (
-    Package("eval", "dlib-bin", "dlib", "pipeline.image_fit=face (framing on the face), avatargen eval, render --eval"),
-    Package("eval", "face-recognition-models", "face_recognition_models", "the face landmarks and identity network"),
-    Package("eval", "matplotlib", "matplotlib", "avatargen eval --sheet"),
-    Package("wan", "transformers", "transformers", "model=infinitetalk / multitalk (wav2vec2, the umT5 tokenizer)"),
-    Package("oracles", "diffusers", "diffusers", "the Wan-family parity tests (tests/models/wan)"),
+    Package("eval", "dlib-bin", "dlib", _NO_FACES),
+    Package("eval", "face-recognition-models", "face_recognition_models", _NO_FACES),
+    Package("eval", "matplotlib", "matplotlib", "avatargen eval cannot draw --sheet or --mouth-sheet"),
+    Package("wan", "transformers", "transformers", "model=infinitetalk and multitalk cannot render (wav2vec2, the umT5 tokenizer)"),
+    Package("oracles", "diffusers", "diffusers", "the Wan-family parity tests (tests/models/wan) skip"),
 )
 
 
@@ -95,9 +96,9 @@ def diagnose(output_dir: Path = Path(".")) -> Report:
     problems += ffmpeg.pop("problems")
     gpus = cuda_devices()
     extras = check_extras()
-    if any(not e["works"] for e in extras if e["extra"] == "eval"):
-        warnings.append("the eval extra does not work here: references are centre-cropped instead of framed on their face, "
-                        f"and avatargen eval / render --eval refuse; install it: {install_command('eval')}")  # fmt: skip
+    for row in extras:  # the eval extra changes what a default render does; the others, other commands
+        if row["extra"] == "eval" and not row["works"]:
+            warnings.append(f"{row['distribution']} does not work here, so {row['without']}: {row['install']}")
     default_render = check_default_render()
     problems += default_render.pop("problems")
     disk = check_disk(output_dir)
