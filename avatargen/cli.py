@@ -35,6 +35,21 @@ OVERRIDES_HELP = (
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from avatargen import __version__
+
+        print(f"avatargen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Render talking-avatar videos of any length from a reference image and an audio track."""
+
+
 def _fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
@@ -290,6 +305,32 @@ def batch(
 
     _run(action, debug)
     raise typer.Exit(code)
+
+
+@app.command(epilog=EXIT_CODES)
+def doctor(
+    output_dir: Path = typer.Option(Path("."), "--output-dir", help="Where videos will be written: its free disk and write permission are checked."),
+    as_json: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with everything found."),
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
+) -> None:
+    """What avatargen sees here: versions (torch and its CUDA, ffmpeg), CPU and GPUs, bf16/fp16 speed measured,
+    ffmpeg's libx264 and aac encoders, the optional extras (with the pip command for those missing), NUMA nodes,
+    cache folders, free disk at --output-dir. Exit 0 when a default render will work here, 2 (one line per reason)
+    when it will not."""
+    result: dict = {}
+
+    def action() -> None:
+        from avatargen.doctor import diagnose, format_report
+
+        report = diagnose(output_dir)
+        print(json.dumps(report.to_json(), indent=2) if as_json else format_report(report))
+        for problem in report.problems:
+            _fail(problem)
+        result["ok"] = report.ok
+
+    _run(action, debug)
+    if not result.get("ok", False):
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 _STDOUT_CLOSED = False  # set by main(): the process started with file descriptor 1 closed (`>&-`)
