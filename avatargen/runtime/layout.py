@@ -26,6 +26,7 @@ class SplittableWork:
 
     guidance_passes: int = 1  # independent model passes per sampling step (classifier-free guidance)
     sequence: bool = False  # its DiT's tokens can be split over ranks (its token path is a TokenSequence)
+    sequence_by_default: bool = True  # runtime.sequence_parallel=auto splits them (where the token counts pay)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def resolve_layout(config: Config, world_size: int, work: SplittableWork) -> Par
     rest = world_size // guidance
     choice = config.runtime.sequence_parallel
     if choice == "auto":
-        sequence = rest if work.sequence else 1
+        sequence = rest if work.sequence and work.sequence_by_default else 1
     else:
         sequence = int(choice)
         if sequence > 1 and not work.sequence:

@@ -1,6 +1,7 @@
 """One ``model=wan_tiny`` video on several CPU ranks (gloo, one thread each), its work split: the DiT's tokens over
 the ranks (Ulysses), a step's guidance passes over the ranks, and both; N and I chunks, token counts that the rank
-counts do not divide (tests/distributed/layout_renders.py). Each layout's frames against the single-process render.
+counts do not divide (tests/distributed/layout_renders.py); and the bundled model with its A2V's tokens split. Each
+layout's frames against the single-process render.
 
 Measured on this machine (x86 AVX-512 kernels, fp32, one thread a rank): the DiT's latents and the frames of every
 layout below equal the single-process ones exactly (max |difference| 0.0). Ulysses computes each head's attention over
@@ -35,10 +36,10 @@ def single() -> dict:
     return render_layout("single")
 
 
-def _compare(tmp_path, single: dict, layout: str, expected: dict) -> None:
+def _compare(tmp_path, single: dict, layout: str, expected: dict, shape: tuple = (15, 80, 80, 3)) -> None:
     result = np.load(tmp_path / f"{layout}.npz")
     assert json.loads(str(result["layout"])) == expected
-    assert result["frames"].shape == single["frames"].shape == (15, 80, 80, 3)
+    assert result["frames"].shape == single["frames"].shape == shape
     latents = float(np.abs(result["latents"] - single["latents"]).max())
     frames = int(np.abs(result["frames"].astype(int) - single["frames"]).max())
     assert latents <= LATENT_TOLERANCE, f"{layout}: latents differ by {latents}"
@@ -51,13 +52,17 @@ def _run(tmp_path, nproc: int, *layouts: str) -> None:
 
 
 def test_two_ranks_split_the_tokens_or_the_guidance_passes_and_keep_the_frames(tmp_path, single):
-    _run(tmp_path, 2, "sequence", "guidance")
+    _run(tmp_path, 2, "sequence", "guidance", "bundled_sequence")
     # 100 tokens a clip, 125 a seam window: the odd count is padded and masked
     _compare(tmp_path, single, "sequence",
              {"world": 2, "guidance": 1, "sequence": 2, "replicas": 1, "weights": "fsdp over 2 ranks"})  # fmt: skip
     # three passes a step on two ranks: two on rank 0, one on rank 1; no weight to share, each rank holds the DiT
     _compare(tmp_path, single, "guidance",
              {"world": 2, "guidance": 2, "sequence": 1, "replicas": 1, "weights": "whole on every rank"})  # fmt: skip
+    # the bundled model's A2V on request: 1,216 tokens a window split over the ranks, a window's frames cut
+    _compare(tmp_path, render_layout("bundled_single"), "bundled_sequence",
+             {"world": 2, "guidance": 1, "sequence": 2, "replicas": 1, "weights": "fsdp over 2 ranks"},
+             shape=(15, 256, 256, 3))  # fmt: skip
 
 
 @pytest.mark.slow  # a three-rank torchrun of two renders: ~30 s on the shared 2-core machine

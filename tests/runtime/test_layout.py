@@ -8,7 +8,7 @@ import pytest
 from avatargen.config.loader import load_config, to_config
 from avatargen.errors import ConfigError
 from avatargen.runtime.distributed import splittable_work
-from avatargen.runtime.layout import resolve_layout
+from avatargen.runtime.layout import SplittableWork, resolve_layout
 
 
 def layout(world: int, *overrides: str):
@@ -37,13 +37,13 @@ def test_one_process_splits_nothing_whatever_auto_would_do_under_torchrun():
     (4, [WAN, "runtime.guidance_parallel=true"], (2, 2, 1, True)),  # 2 and 1 passes
     (4, [WAN, "runtime.sequence_parallel=2", "runtime.guidance_parallel=false"], (1, 2, 2, True)),
     (2, [], (1, 1, 2, True)),  # the bundled model: its ranks compute the same video, the DiTs FSDP-sharded
+    (2, ["runtime.sequence_parallel=2"], (1, 2, 1, True)),  # its A2V's tokens split on request
 ])  # fmt: skip
 def test_auto_and_explicit_layouts(world, overrides, expected):
     assert layout(world, *overrides) == expected
 
 
 @pytest.mark.parametrize("world, overrides, message", [
-    (2, ["runtime.sequence_parallel=2"], "model=tiny cannot split its tokens"),
     (2, ["runtime.guidance_parallel=true"], "runs one model pass per sampling step"),
     (3, [WAN, "runtime.sequence_parallel=2"], "runtime.sequence_parallel=2 does not divide the 3 rank(s)"),
     (1, [WAN, "runtime.sequence_parallel=2"], "runtime.sequence_parallel=2 does not divide the 1 rank(s)"),
@@ -52,6 +52,13 @@ def test_auto_and_explicit_layouts(world, overrides, expected):
      "leaves 2 ranks computing the same video"),
 ])  # fmt: skip
 def test_a_layout_the_ranks_or_the_model_cannot_hold_is_one_line_naming_the_key(world, overrides, message):
-    with pytest.raises(ConfigError, match=None) as error:
+    with pytest.raises(ConfigError) as error:
         layout(world, *overrides)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_model_without_a_token_sequence_refuses_sequence_parallelism():
+    config = to_config(load_config(["runtime.sequence_parallel=2"]))
+    with pytest.raises(ConfigError) as error:
+        resolve_layout(config, 2, SplittableWork())  # a family that declares nothing to split
+    assert "model=tiny cannot split its tokens over ranks; set runtime.sequence_parallel=1" in str(error.value)
