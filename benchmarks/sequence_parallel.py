@@ -6,9 +6,9 @@
         single-process forward) against N ranks (torchrun, gloo or NCCL, the tokens split over them). Target on a
         2-core CPU, 2 ranks x 1 thread: wall-time ratio <= 0.6. --shard also FSDP-shards the weights over the ranks
         (the memory layout: every block all-gathered per forward) instead of whole weights on every rank.
-    python benchmarks/sequence_parallel.py render [--seconds 4] [--ranks 2]
-        the whole `model=wan_tiny` render, 1 rank x 1 thread against N ranks x 1 thread (torchrun, the default layout),
-        with each stage's seconds
+    python benchmarks/sequence_parallel.py render [--seconds 4] [--ranks 2] [override ...]
+        the whole `model=wan_tiny` render, 1 rank x 1 thread against N ranks x 1 thread (torchrun, the default layout
+        or the one the overrides ask for, e.g. runtime.shard=none), with each stage's seconds
     python benchmarks/sequence_parallel.py one-rank-mesh [--device cuda] [--grid 21 60 104]
         the cost of the Ulysses path itself: the same DiT forward with its tokens whole and split over a 1-rank group
         (two all-to-alls a block that move nothing). Target: <= 2 % (benchmarks/gpu_checks.sh runs it on a GPU)
@@ -216,15 +216,14 @@ def bench_render(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         image, audio = write_face_png(folder / "face.png"), write_speechlike_wav(folder / "a.wav", args.seconds)
-        request = ["render", "-i", str(image), "-a", str(audio), "-q", "--json", "model=wan_tiny", "runtime.threads=1",
-                   *args.overrides]  # fmt: skip
+        request = ["render", "-i", str(image), "-a", str(audio), "-q", "--json", "model=wan_tiny", "runtime.threads=1"]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         one = subprocess.run([sys.executable, "-m", "avatargen", *request, "-o", str(folder / "one.mp4")],
                              capture_output=True, text=True, env=env)  # fmt: skip
         if one.returncode:
             raise SystemExit(one.stderr[-3000:])
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.ranks),
-                   "--local-ranks-filter", "0", "-m", "avatargen", *request, "-o", str(folder / "many.mp4")]  # fmt: skip
+                   "--local-ranks-filter", "0", "-m", "avatargen", *request, *args.overrides, "-o", str(folder / "many.mp4")]  # fmt: skip
         many = subprocess.run(command, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"})
         if many.returncode:
             raise SystemExit(many.stderr[-3000:])
@@ -316,8 +315,8 @@ def main() -> None:
     parser.add_argument("--shard", action="store_true")
     parser.add_argument("--split", default="none")
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("overrides", nargs="*", help="render: config overrides for both renders")
-    args = parser.parse_args()
+    parser.add_argument("overrides", nargs="*", help="render: config overrides of the N-rank render (its layout)")
+    args = parser.parse_intermixed_args()
     if args.grid is None:
         args.grid = [21, 60, 104] if args.what == "flops" or args.device == "cuda" else [4, 32, 32]
     if args.what == "worker":
