@@ -18,7 +18,6 @@ model's ``sequence`` with one that splits the tokens over ranks (Ulysses) when a
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
