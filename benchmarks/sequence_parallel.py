@@ -1,11 +1,12 @@
 """One video on several ranks (a benchmark, not CI): what sequence parallelism (Ulysses) buys, and what it costs.
 
-    python benchmarks/sequence_parallel.py dit [--grid 4 32 32] [--ranks 2] [--shard]
+    python benchmarks/sequence_parallel.py dit [--grid 4 32 32] [--ranks 2] [--shard] [--spec wan_1_3b]
         one Wan DiT forward at Wan2.1-1.3B's width and depth (dim 1536, 30 layers, 12 heads, ffn 8960; T2V, random
         weights) over a small latent grid (default 4 x 32 x 32: 1,024 tokens), one thread a rank: 1 rank (the
         single-process forward) against N ranks (torchrun, gloo or NCCL, the tokens split over them). Target on a
         2-core CPU, 2 ranks x 1 thread: wall-time ratio <= 0.6. --shard also FSDP-shards the weights over the ranks
-        (the memory layout: every block all-gathered per forward) instead of whole weights on every rank.
+        (the memory layout: every block all-gathered per forward) instead of whole weights on every rank; --spec
+        wan_tiny --grid 5 10 6 checks the script itself in seconds.
     python benchmarks/sequence_parallel.py render [--seconds 4] [--ranks 2] [override ...]
         the whole `model=wan_tiny` render, 1 rank x 1 thread against N ranks x 1 thread (torchrun, the default layout
         or the one the overrides ask for, e.g. runtime.shard=none), with each stage's seconds
@@ -44,7 +45,7 @@ SPEC = "wan_1_3b"  # Wan2.1-T2V-1.3B: dim 1536, ffn 8960, 12 heads, 30 layers
 # -- one DiT forward ------------------------------------------------------------------------------------------------
 
 
-def dit_forward(grid: list[int], device: str, split: str, shard: bool, repeats: int, dtype: str) -> dict:
+def dit_forward(grid: list[int], device: str, split: str, shard: bool, repeats: int, dtype: str, spec: str) -> dict:
     """Time ``repeats`` forwards (after one warm-up) of the 1.3B DiT in this process, one rank of torchrun's world
     (or alone). ``split``: ``none`` (tokens whole), ``world`` (Ulysses over every rank), ``one`` (Ulysses over a
     1-rank group of this process alone)."""
@@ -65,7 +66,7 @@ def dit_forward(grid: list[int], device: str, split: str, shard: bool, repeats: 
     joined = "WORLD_SIZE" in os.environ
     if joined:
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
-    params = dit_params(SPEC)
+    params = dit_params(spec)
     model = build_on_meta(lambda: WanDiT(params))
     mesh = None
     if shard:
@@ -82,6 +83,7 @@ def dit_forward(grid: list[int], device: str, split: str, shard: bool, repeats: 
     frames, height, width = grid
     latents = torch.randn(1, params.in_dim, frames, height, width, generator=g).to(dev)
     text = torch.randn(1, params.text_len, params.text_dim, generator=g).to(dev)
+    clip = torch.randn(1, 257, params.clip_dim, generator=g).to(dev) if params.image_to_video else None
     t = torch.tensor([500.0], device=dev)
 
     def sync() -> None:
@@ -95,7 +97,7 @@ def dit_forward(grid: list[int], device: str, split: str, shard: bool, repeats: 
         for _ in range(1 + repeats):
             sync()
             started = time.perf_counter()
-            out = model(latents, t, text)
+            out = model(latents, t, text, clip)
             sync()
             times.append(time.perf_counter() - started)
     tokens = frames * (height // 2) * (width // 2)
@@ -116,7 +118,7 @@ def _last_json(text: str) -> dict:
 
 def bench_dit(args: argparse.Namespace) -> dict:
     common = ["--grid", *map(str, args.grid), "--device", args.device, "--repeats", str(args.repeats),
-              "--dtype", args.dtype]  # fmt: skip
+              "--dtype", args.dtype, "--spec", args.spec]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, __file__, "worker", "--split", "none", *common], capture_output=True,
                          text=True, env=env)  # fmt: skip
@@ -126,7 +128,7 @@ def bench_dit(args: argparse.Namespace) -> dict:
     if many.returncode:
         raise SystemExit(many.stderr[-3000:])
     single, split = _last_json(one.stdout), _last_json(many.stdout)
-    return {"benchmark": "one Wan DiT forward, Wan2.1-1.3B width and depth", "device": args.device,
+    return {"benchmark": f"one Wan DiT forward, {args.spec}", "device": args.device,
             "dtype": args.dtype, "tokens": single["tokens"], "grid": args.grid, "one_rank_s": single["seconds"],
             f"{args.ranks}_ranks_s": split["seconds"], "ratio": round(split["seconds"] / single["seconds"], 3),
             "weights": "fsdp over the ranks" if args.shard else "whole on every rank",
@@ -240,7 +242,7 @@ def bench_render(args: argparse.Namespace) -> dict:
 
 def bench_one_rank_mesh(args: argparse.Namespace) -> dict:
     common = ["--grid", *map(str, args.grid), "--device", args.device, "--repeats", str(args.repeats),
-              "--dtype", args.dtype]  # fmt: skip
+              "--dtype", args.dtype, "--spec", args.spec]  # fmt: skip
     results = {}
     for split in ("none", "one"):
         run = _torchrun(1, ["worker", "--split", split, *common], threads=1 if args.device == "cpu" else 4)
@@ -313,6 +315,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--shard", action="store_true")
+    parser.add_argument("--spec", default=SPEC, help="the DiT (a DIT_SPECS name; wan_tiny checks the script in seconds)")
     parser.add_argument("--split", default="none")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("overrides", nargs="*", help="render: config overrides of the N-rank render (its layout)")
@@ -320,7 +323,7 @@ def main() -> None:
     if args.grid is None:
         args.grid = [21, 60, 104] if args.what == "flops" or args.device == "cuda" else [4, 32, 32]
     if args.what == "worker":
-        result = dit_forward(args.grid, args.device, args.split, args.shard, args.repeats, args.dtype)
+        result = dit_forward(args.grid, args.device, args.split, args.shard, args.repeats, args.dtype, args.spec)
         if int(os.environ.get("RANK", 0)) == 0:
             print(json.dumps(result), flush=True)
         return

@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-# torch >= 2.13 names it all_gather_single (all_gather_into_tensor, its older name, now warns)
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from avatargen.runtime.sequence_parallel import all_gather_single
+
 
 
 class GuidanceSplit:
@@ -44,6 +44,6 @@ class GuidanceSplit:
             mine.append(torch.zeros_like(mine[0]))
         local = torch.stack(mine)  # (per_rank, ...)
         gathered = local.new_empty((self.size * per_rank, *local.shape[1:]))  # (G * per_rank, ...)
-        _all_gather_single(gathered, local, group=self.group)
+        all_gather_single(gathered, local, group=self.group)
         gathered = gathered.unflatten(0, (self.size, per_rank))  # (G, per_rank, ...)
         return [gathered[i % self.size, i // self.size] for i in range(len(passes))]

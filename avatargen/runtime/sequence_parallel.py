@@ -35,7 +35,7 @@ from avatargen.models.sequence import TokenSequence, TokenSpan, attention, has_t
 
 
 # torch >= 2.13 names it all_gather_single (all_gather_into_tensor, its older name, now warns)
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class UlyssesSpan(TokenSpan):
@@ -77,7 +77,7 @@ class UlyssesSpan(TokenSpan):
     def gather(self, tokens: Tensor, dim: int) -> Tensor:
         moved = tokens.movedim(dim, 0).contiguous()  # (C, ...)
         whole = moved.new_empty((self.size * self.local, *moved.shape[1:]))  # (P*C, ...)
-        _all_gather_single(whole, moved, group=self.group)
+        all_gather_single(whole, moved, group=self.group)
         return whole[: self.length].movedim(0, dim)
 
 
