@@ -267,7 +267,7 @@ def _render(
     if config.runtime.threads:
         torch.set_num_threads(config.runtime.threads)
     device = resolve_device(config)
-    parallel = start_parallel(config, device, resume=resume)  # alone, or one rank of an FSDP-sharded render
+    parallel = start_parallel(config, device)  # alone, or one rank of a render over torchrun's ranks
     if request.audio == STREAM and parallel.world.world_size > 1:
         raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
     file = request.output_file if parallel.world.is_primary else None  # only rank 0 touches the output
@@ -296,9 +296,10 @@ def _render_locked(
     models = pipeline.models
     # Compositing reads only the mouth region of the model's frames: only that part is decoded.
     decode_only = {"read_box": compositor.model_box()} if compositor is not None else {}
-    if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
+    if not parallel.world.is_primary:  # computes its share of what rank 0 computes; only rank 0 writes the output
+        checkpoint = parallel.from_primary(None) if resume else None  # rank 0 reads the resume point
         return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested),
-                                  **decode_only)  # fmt: skip
+                                  resume=checkpoint, **decode_only)  # fmt: skip
 
     fps = config.model.fps
     height, width = compositor.size if compositor is not None else (config.model.image_size, config.model.image_size)
@@ -309,10 +310,13 @@ def _render_locked(
     partial = partial_path_for(file) if file is not None else None
     if file is not None and not streamed_audio:
         store = ResumeStore(file)
-        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device, models.precision.name)
+        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device, models.precision.name,
+                            parallel.layout)  # fmt: skip
         checkpoint = resume_point(store, found, partial, warn) if resume else None
         if checkpoint is None:
             store.reset(found)
+    if resume:
+        checkpoint = parallel.from_primary(checkpoint)  # the other ranks continue from the same point
     start = checkpoint.frames if checkpoint is not None else 0
     if store is not None:
         store.begin_run(start)
@@ -445,6 +449,7 @@ def _render_locked(
         "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
         "dtype_choice": models.precision.describe(),
         "overlap": pipeline.overlap,  # segments emitted on a second thread (runtime.overlap)
+        "parallel": parallel.layout.report(),  # how torchrun's ranks shared the render (docs/distributed.md)
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
         "resumed_from": stats.resumed_from,

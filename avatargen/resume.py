@@ -83,22 +83,27 @@ class StopRequests:
 NOT_FINGERPRINTED = (
     "output.save_config", "output.publish", "output.on_publish_failure", "output.publish_timeout_s",
     "output.hls_window", "output.realtime", "output.realtime_buffer_s",
-    "runtime.shard", "runtime.batch_mode", "runtime.dist_timeout_s", "runtime.numa",
+    "runtime.shard", "runtime.sequence_parallel", "runtime.guidance_parallel", "runtime.batch_mode",
+    "runtime.dist_timeout_s", "runtime.numa",
     "runtime.offload", "runtime.offload_resident_blocks",
 )  # fmt: skip
 
 
 def fingerprint(
-    image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config, device: Any, dtype: str = "float32"
+    image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config, device: Any, dtype: str = "float32",
+    layout: Any = None,
 ) -> dict[str, str]:
     """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config but
     ``NOT_FINGERPRINTED`` (with the device, thread count and compute dtype this process resolved: ``runtime.dtype=auto``
-    can resolve differently on another machine), and the checkpoint files (path, size, mtime)."""
+    can resolve differently on another machine; and, for a render whose ranks split the work, the guidance and
+    sequence degrees of its ``layout``: they change float sums), and the checkpoint files (path, size, mtime)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     for key in NOT_FINGERPRINTED:
         section, _, leaf = key.partition(".")
         container.get(section, {}).pop(leaf, None)
     container.setdefault("runtime", {}).update(device=str(device), threads=torch.get_num_threads(), dtype=dtype)
+    if layout is not None and layout.split:  # FSDP alone changes no frame: a sharded render resumes in one process
+        container["runtime"]["layout"] = {"guidance": layout.guidance, "sequence": layout.sequence}
     found = {
         "image": file_digest(image),
         "audio": file_digest(audio),

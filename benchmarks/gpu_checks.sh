@@ -12,10 +12,12 @@
 # Steps: install the wheels (if present) and avatargen, offline; pytest tests/runtime (with the CUDA paths, slow ones
 # too); benchmarks/gpu_block_overlap.py (GPU busy share during a block-offloaded forward >= 95 %, pinned host bytes
 # <= 1.05 x the weights); a short `avatargen render` of the shipped model on CUDA with runtime.offload=block;
-# benchmarks/gpu_wan.py (InfiniteTalk at full size, random weights: s/step, device memory, RSS, TTFF per policy); then
-# benchmarks/gpu_offload.py with whatever time is left of GPU_CHECKS_BUDGET_S (default 450 s).
+# benchmarks/gpu_wan.py (InfiniteTalk at full size, random weights: s/step, device memory, RSS, TTFF per policy);
+# benchmarks/sequence_parallel.py one-rank-mesh (the Wan2.1-1.3B DiT at 480p's 32,760 tokens, bf16: its forward with
+# the tokens whole against the Ulysses path on a 1-rank group, target <= 2 %); then benchmarks/gpu_offload.py with
+# whatever time is left of GPU_CHECKS_BUDGET_S (default 450 s).
 # Writes under $OUT (default out/gpu_checks): gpu_checks.log (everything), env.txt, block_overlap.json, render.json,
-# render.mp4 (+ render.yaml), gpu_wan.json, gpu_offload.json. Exit code 0 when every step passed.
+# render.mp4 (+ render.yaml), gpu_wan.json, one_rank_mesh.json, gpu_offload.json. Exit code 0 when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/gpu_checks}
@@ -70,13 +72,19 @@ main() {
   timeout 300 $PY benchmarks/gpu_wan.py --policies none block --clips 2 --steps 2 --json-out "$OUT/gpu_wan.json"
   wan_rc=$?
 
+  step "benchmarks/sequence_parallel.py one-rank-mesh: the Ulysses path on one GPU costs <= 2 % (Wan2.1-1.3B, 32,760 tokens, bf16)"
+  timeout 150 $PY benchmarks/sequence_parallel.py one-rank-mesh --device cuda --dtype bfloat16 --repeats 3 \
+    | tee "$OUT/one_rank_mesh.json"
+  mesh_rc=${PIPESTATUS[0]}
+  grep -q '"met": true' "$OUT/one_rank_mesh.json" || mesh_rc=1
+
   left=$((BUDGET - (SECONDS - START) - 15))
   step "benchmarks/gpu_offload.py (budget ${left} s)"
   timeout $((left + 30)) $PY benchmarks/gpu_offload.py --budget-s "$left" --json-out "$OUT/gpu_offload.json"
   bench_rc=$?
 
-  step "done: pytest rc=$pytest_rc, block_overlap rc=$overlap_rc, render rc=$render_rc, gpu_wan rc=$wan_rc, gpu_offload rc=$bench_rc"
-  [[ $pytest_rc == 0 && $overlap_rc == 0 && $render_rc == 0 && $wan_rc == 0 && $bench_rc == 0 ]]
+  step "done: pytest rc=$pytest_rc, block_overlap rc=$overlap_rc, render rc=$render_rc, gpu_wan rc=$wan_rc, one_rank_mesh rc=$mesh_rc, gpu_offload rc=$bench_rc"
+  [[ $pytest_rc == 0 && $overlap_rc == 0 && $render_rc == 0 && $wan_rc == 0 && $mesh_rc == 0 && $bench_rc == 0 ]]
 }
 
 main 2>&1 | tee "$OUT/gpu_checks.log"

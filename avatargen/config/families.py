@@ -37,7 +37,9 @@ class Family:
     ``build_models(config, device, parallel) -> PlacedModels`` builds and places its modules once per process;
     ``chunk_steps(config, models, composited) -> ChunkSteps`` gives the per-chunk steps the engine runs;
     ``weight_files(config) -> list[Path]`` the files a render reads (resume fingerprints, never overwritten);
-    ``check_weights(config, folder) -> report`` (optional) checks a downloaded folder (``avatargen weights check``).
+    ``check_weights(config, folder) -> report`` (optional) checks a downloaded folder (``avatargen weights check``);
+    ``parallel_work(config) -> SplittableWork`` (optional, avatargen/runtime/layout.py) what of one render its ranks
+    can split under torchrun (guidance passes, the DiT's tokens); without it the ranks split nothing.
     """
 
     name: str
@@ -47,6 +49,7 @@ class Family:
     weight_files: Callable[[Config], list[Path]]
     validate: Callable[[Config], None] = _no_checks  # cross-key checks (ConfigError naming the key)
     check_weights: Callable[..., Any] | None = None
+    parallel_work: Callable[[Config], Any] | None = None
     interpolates: bool = True  # ``pipeline.interpolate=null`` runs I chunks
     composited: bool = False  # its frames are the framed face square the compositor can put back into the picture
     overlap: bool = False  # its segments can leave on a second thread while the next chunks generate

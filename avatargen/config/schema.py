@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import List, Optional
+from typing import List, Optional, Union
 
 
 
@@ -71,7 +71,7 @@ class ShardMode(Enum):
 
     auto = "auto"  # fsdp when world_size > 1, else none
     none = "none"  # one process renders alone (refused when torchrun started several ranks for one render)
-    fsdp = "fsdp"  # the A2V and SR DiTs are sharded per transformer block with FSDP2 over all ranks
+    fsdp = "fsdp"  # the DiTs (and umT5) are sharded per transformer block with FSDP2 (docs/distributed.md)
 
 
 class BatchMode(Enum):
@@ -151,6 +151,9 @@ class RuntimeConfig:
     offload: Offload = Offload.none
     offload_resident_blocks: int = 2  # offload=block: most blocks of one model on the device at once (>= 1)
     shard: ShardMode = ShardMode.auto
+    # Under torchrun, how the ranks of one render split its work (docs/distributed.md, "Choosing a layout"):
+    sequence_parallel: Union[int, str] = "auto"  # ranks that split the DiT's tokens (Ulysses); auto: all a Wan model has; 1 = off
+    guidance_parallel: Union[bool, str] = "auto"  # run a step's guidance passes on different ranks; auto: when they divide evenly
     batch_mode: BatchMode = BatchMode.spread
     dist_timeout_s: float = 300.0  # process-group init and every collective: a lost rank ends the group, not hangs it
     numa: bool = True  # under torchrun, pin each rank to the CPUs of its GPU's (or its share of) NUMA node

@@ -45,6 +45,11 @@ def validate_config(config: Config) -> None:
     _require(o.realtime_buffer_s >= 0, "output.realtime_buffer_s must be >= 0 (seconds)")
     _require(0 <= config.runtime.threads <= MAX_THREADS, f"runtime.threads must be in [0, {MAX_THREADS}] (0 = torch's default)")
     _require(config.runtime.dist_timeout_s > 0, "runtime.dist_timeout_s must be > 0 (seconds)")
+    sequence, guidance = config.runtime.sequence_parallel, config.runtime.guidance_parallel
+    _require(sequence == "auto" or (isinstance(sequence, int) and not isinstance(sequence, bool) and sequence >= 1),
+             f"runtime.sequence_parallel must be auto or a number of ranks >= 1 (1 = off), got {sequence!r}")  # fmt: skip
+    _require(isinstance(guidance, bool) or guidance == "auto",
+             f"runtime.guidance_parallel must be true, false or auto, got {guidance!r}")  # fmt: skip
     _require(not (config.runtime.overlap and config.runtime.offload != Offload.none),
              "runtime.overlap=true needs runtime.offload=none (two threads would move models in and out at once); "
              "set runtime.overlap=null")  # fmt: skip

@@ -1,7 +1,7 @@
 """What every family's build shares, and the one model cache of a process.
 
 ``build_pipeline`` gives a render its Pipeline: the family's modules (built and placed once per process, reused while
-the model config, seed, device, sharding and precision stay the same: ``avatargen batch`` renders many jobs with one
+the model config, seed, device, layout over the ranks and precision stay the same: ``avatargen batch`` renders many jobs with one
 set) and the family's chunk steps over them.
 """
 
@@ -20,6 +20,7 @@ from torch import nn
 from avatargen.config.families import family_of
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
+from avatargen.models.sequence import has_token_sequence
 from avatargen.models.structure import model_blocks
 from avatargen.pipeline.family import PlacedModels
 from avatargen.pipeline.overlap import overlaps
@@ -58,18 +59,21 @@ def resolve_device(config: Config) -> torch.device:
 
 def placement_plan(config: Config, device: torch.device, parallel: ParallelContext, model: nn.Module) -> PlacementPlan:
     """Where one module's weights go: FSDP shards for a model with declared block stacks in a sharded render (its
-    shards idling in host memory under ``runtime.offload=model|block``), else the ``runtime.offload`` policy."""
+    shards idling in host memory under ``runtime.offload=model|block``), else the ``runtime.offload`` policy; and
+    a model with a token sequence has it split over the render's sequence group, if it has one."""
     offload = config.runtime.offload.value
+    sequence = parallel.sequence_group if has_token_sequence(model) else None
     if parallel.sharded and model_blocks(model):
-        return PlacementPlan("fsdp", device, mesh=parallel.mesh, fsdp_host_offload=offload in ("model", "block"))
-    return PlacementPlan(offload, device, resident_blocks=config.runtime.offload_resident_blocks)
+        return PlacementPlan("fsdp", device, mesh=parallel.mesh, fsdp_host_offload=offload in ("model", "block"),
+                             sequence_group=sequence)  # fmt: skip
+    return PlacementPlan(offload, device, resident_blocks=config.runtime.offload_resident_blocks, sequence_group=sequence)
 
 
 def resolve_precision(config: Config, device: torch.device, parallel: ParallelContext) -> Precision:
     """``runtime.dtype`` for this device (avatargen/runtime/precision.py); the ranks of a sharded render agree:
     bfloat16 only when every rank chose it."""
     chosen = choose_precision(config.runtime.dtype.value, device)
-    if parallel.sharded:
+    if parallel.joined:
         vote = torch.tensor([1 if chosen.dtype == torch.bfloat16 else 0], dtype=torch.int32)
         dist.all_reduce(vote, op=dist.ReduceOp.MIN)  # CPU tensor: gloo, also beside nccl
         if chosen.dtype == torch.bfloat16 and not vote.item():
@@ -87,7 +91,8 @@ def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) 
     seed = config.seed if config.model.weights == WeightsSource.random else None
     runtime = config.runtime
     placement = [runtime.offload.value, runtime.offload_resident_blocks, str(device), runtime.dtype.value]
-    return json.dumps([model, seed, placement, parallel.sharded, parallel.world.world_size], sort_keys=True, default=str)
+    layout = [parallel.sharded, parallel.world.world_size, asdict(parallel.layout)]
+    return json.dumps([model, seed, placement, layout], sort_keys=True, default=str)
 
 
 def place_models(config: Config, device: torch.device, parallel: ParallelContext) -> PlacedModels:

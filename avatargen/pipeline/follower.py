@@ -1,4 +1,4 @@
-"""A non-primary rank of a sharded render: it runs what rank 0 runs, and writes nothing."""
+"""A non-primary rank of a render over several ranks: it runs its share of what rank 0 runs, and writes nothing."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ def render_as_follower(
     pipeline: Pipeline, reference: np.ndarray, source: Any, prompt: str, should_stop: Callable[[], bool],
     **render_options: Any,
 ) -> dict[str, Any]:
-    """A non-primary rank of a sharded render: the same steps and collectives as rank 0, frames into a NullSink, the
-    user's output path never touched; ``render_options`` are the primary's that shape the work (``read_box``).
-    Returns a small report (the primary's is the real one)."""
+    """A non-primary rank of a render over several ranks: the same steps and collectives as rank 0, frames into a
+    NullSink, the user's output path never touched; ``render_options`` are the primary's that shape the work
+    (``read_box``, and ``resume``: the resume point rank 0 read). Returns a small report (the primary's is the real
+    one)."""
     try:
         stats = pipeline.render(reference, source, [NullSink()], prompt, should_stop=should_stop, **render_options)
     finally:
@@ -30,4 +31,4 @@ def render_as_follower(
             "gen_fps": round(stats.frames / wall, 3) if wall > 0 else None,
             "rtf": round(wall / duration, 4) if duration > 0 else None, "peak_rss_mb": None, "device": None,
             "stage_s": {k: round(v, 4) for k, v in stats.stage_s.items()}, "seams": stats.seams,
-            "resumed_from": 0}  # fmt: skip
+            "resumed_from": stats.resumed_from}  # fmt: skip

@@ -1,9 +1,10 @@
 """The job torchrun started: rank and world size, the process group and device mesh, and how ranks agree.
 
-Every rank of a sharded render runs the same schedule on the same inputs, so the collectives FSDP issues line up by
-construction. What this module adds is the rest of the contract: one process group with a timeout (a lost rank ends
-the group instead of hanging it), a device mesh, an agreed stop between steps, and ``rank_failures()``, which turns
-"another rank died mid-collective" into one line naming that rank and its error.
+Every rank of a render over several ranks runs the same schedule on the same inputs, so the collectives FSDP, sequence
+and guidance parallelism issue line up by construction. What this module adds is the rest of the contract: one
+process group with a timeout (a lost rank ends the group instead of hanging it), the device meshes of the render's
+layout (avatargen/runtime/layout.py), an agreed stop between steps, rank 0's resume point on every rank, and
+``rank_failures()``, which turns "another rank died mid-collective" into one line naming that rank and its error.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import atexit
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
 
-from avatargen.config.schema import Config, ShardMode
-from avatargen.errors import EXIT_FAILURE, AvatarGenError, ConfigError
+from avatargen.config.families import family_of
+from avatargen.config.schema import Config
+from avatargen.errors import EXIT_FAILURE, AvatarGenError
+from avatargen.runtime.guidance import GuidanceSplit
+from avatargen.runtime.layout import ParallelLayout, SplittableWork, resolve_layout
 from avatargen.runtime.numa import pin_rank
 from avatargen.runtime.world import WorldInfo, full_world, solo_rank, world_info
 
@@ -50,14 +54,32 @@ def _destroy() -> None:
 
 @dataclass
 class ParallelContext:
-    """How this process takes part in one render: alone, or as one rank of an FSDP-sharded render."""
+    """How this process takes part in one render: alone, or as one rank of a render over torchrun's ranks, laid out
+    as ``layout`` says (avatargen/runtime/layout.py)."""
 
     world: WorldInfo
-    mesh: Any = None  # torch.distributed.device_mesh.DeviceMesh when sharded
+    mesh: Any = None  # FSDP's DeviceMesh when the weights are sharded: (shard,), or (guidance, shard) for HSDP
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    work_mesh: Any = None  # DeviceMesh (guidance, replica, sequence) of a render over several ranks
 
     @property
     def sharded(self) -> bool:
+        """Whether the big models' weights are FSDP-sharded over the ranks."""
         return self.mesh is not None
+
+    @property
+    def joined(self) -> bool:
+        """Whether this process renders together with other ranks (collectives every rank must meet)."""
+        return self.mesh is not None or self.work_mesh is not None
+
+    @property
+    def sequence_group(self) -> Any:
+        """The process group a DiT's tokens are split over (None: each rank holds them whole)."""
+        return self.work_mesh.get_group("sequence") if self.layout.sequence > 1 else None
+
+    def guidance_split(self) -> GuidanceSplit:
+        """How a sampling step's guidance passes are shared over this rank's guidance group (all here without)."""
+        return GuidanceSplit(self.work_mesh.get_group("guidance") if self.layout.guidance > 1 else None)
 
     def device_for(self, device: torch.device) -> torch.device:
         """Each rank of a CUDA job drives the GPU of its local rank."""
@@ -68,7 +90,7 @@ class ParallelContext:
     def agreed(self, flag: Callable[[], bool]) -> Callable[[], bool]:
         """``flag`` as all ranks see it: true on every rank as soon as it is true on one (a stop request after
         SIGINT/SIGTERM must end the render at the same step everywhere, or the next collective would hang)."""
-        if not self.sharded:
+        if not self.joined:
             return flag
 
         def any_rank() -> bool:
@@ -78,39 +100,52 @@ class ParallelContext:
 
         return any_rank
 
-
-def shard_mode(config: Config, world: WorldInfo) -> ShardMode:
-    """``runtime.shard`` resolved for this world; one render over several ranks must be sharded."""
-    mode = config.runtime.shard
-    if mode == ShardMode.auto:
-        mode = ShardMode.fsdp if world.world_size > 1 else ShardMode.none
-    if mode == ShardMode.none and world.world_size > 1:
-        raise ConfigError(
-            f"torchrun started {world.world_size} ranks but runtime.shard=none: one render would be written "
-            f"{world.world_size} times; use runtime.shard=auto (or fsdp), avatargen batch, or --nproc-per-node 1"
-        )
-    return mode
+    def from_primary(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank (pickled; small objects and CPU tensors, e.g. a resume point)."""
+        if not self.joined:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)  # CPU objects: gloo, also beside nccl
+        return box[0]
 
 
-def start_parallel(config: Config, device: torch.device, resume: bool = False) -> ParallelContext:
-    """Decide how this process renders; for a sharded render pin to NUMA, then join the process group and build
-    the mesh."""
-    world = world_info()
-    mode = shard_mode(config, world)
-    if mode == ShardMode.none:
-        return ParallelContext(world)
-    if resume and world.world_size > 1:
-        raise ConfigError(
-            "--resume of a sharded render is not supported yet; resume it in one process (plain avatargen render "
-            "--resume: runtime.* may differ from the stopped render's)"
-        )
+def splittable_work(config: Config) -> SplittableWork:
+    """What the model family of ``config`` can split over ranks (``Family.parallel_work``; nothing without it)."""
+    declared = family_of(config).parallel_work
+    return declared(config) if declared is not None else SplittableWork()
+
+
+_meshes: dict[tuple[str, int, int, int], tuple[Any, Any]] = {}
+
+
+def _device_meshes(device_type: str, layout: ParallelLayout) -> tuple[Any, Any]:
+    """(the work mesh (guidance, replica, sequence), FSDP's mesh) for ``layout``, built once per process: a batch in
+    shard mode renders many jobs on the same groups. torchtitan's way: one world mesh, unflattened into named views
+    (FSDP shards over replica x sequence, torchtitan's ``dp_shard x cp``; guidance is HSDP's replicate dimension)."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    key = (device_type, layout.guidance, layout.replicas, layout.sequence)
+    if key not in _meshes:
+        world = init_device_mesh(device_type, (layout.world,), mesh_dim_names=("world",))
+        g, r, s = layout.guidance, layout.replicas, layout.sequence
+        work = world._unflatten(0, (g, r, s), ("guidance", "replica", "sequence"))
+        fsdp = world if g == 1 else world._unflatten(0, (g, r * s), ("guidance", "shard"))
+        _meshes[key] = (work, fsdp)
+    return _meshes[key]
+
+
+def start_parallel(config: Config, device: torch.device) -> ParallelContext:
+    """Decide how this process renders (``resolve_layout``); for a render over several ranks (or sharded) pin to
+    NUMA, then join the process group and build the meshes."""
+    world = world_info()
+    layout = resolve_layout(config, world.world_size, splittable_work(config))
+    if world.world_size == 1 and not layout.sharded:
+        return ParallelContext(world, layout=layout)
     if config.runtime.numa:  # first: the process group's and CUDA's threads then inherit the binding
         pin_rank(world, device)
     ensure_process_group(device, config.runtime.dist_timeout_s)
-    mesh = init_device_mesh(device.type, (world.world_size,), mesh_dim_names=("fsdp",))
-    return ParallelContext(world, mesh)
+    work, fsdp = _device_meshes(device.type, layout)
+    return ParallelContext(world, fsdp if layout.sharded else None, layout, work)
 
 
 # -- failures across ranks -----------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 
 1. **Structure**: the model's declared block stacks (``avatargen/models/structure.py``) split it into groups: one per
    block, plus "the rest". Nothing is guessed from the module tree and no model is named.
-2. **Parallelism or offload** (one of):
+2. **Parallelism or offload**: a model with a token sequence (avatargen/models/sequence.py) first has it split over
+   ``sequence_group`` when the plan has one (runtime/sequence_parallel.py; it changes no weight); then one of:
    - ``fsdp``: ``fully_shard`` each block, then the root, with forward prefetch (``runtime/sharding.py``), on the
      meta device; the rank's shards are then allocated on the device (or in host memory under CPU offload);
    - ``none``: each group gets one flat buffer on the device;
@@ -41,6 +42,7 @@ from avatargen.runtime.offload import (
     Unmanaged,
     WholeModel,
 )
+from avatargen.runtime.sequence_parallel import apply_sequence_parallel
 from avatargen.runtime.tensor_source import StateDictSource, TensorSource
 
 POLICIES = ("none", "model", "block", "fsdp")
@@ -68,6 +70,7 @@ class PlacementPlan:
     resident_blocks: int = 2  # block: most blocks of one model on the device at once
     mesh: Any = None  # fsdp: the DeviceMesh
     fsdp_host_offload: bool = False  # fsdp: shards idle in host memory (CPUOffloadPolicy)
+    sequence_group: Any = None  # a model with a token sequence splits it over this process group (Ulysses)
 
 
 def check_state_dict(name: str, model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> None:
@@ -183,6 +186,13 @@ def place(model: nn.Module, weights: Weights, plan: PlacementPlan, monitor: Offl
         raise ValueError(f"unknown placement policy '{plan.policy}'; valid: {', '.join(POLICIES)}")
     if not isinstance(weights, RandomInit):
         check_state_dict(name, model, weights.shapes())
+    placement = _place_weights(model, weights, plan, monitor, name)
+    if plan.sequence_group is not None:  # the model's token path only: its weights are where the policy put them
+        apply_sequence_parallel(model, plan.sequence_group)
+    return placement
+
+
+def _place_weights(model: nn.Module, weights: Weights, plan: PlacementPlan, monitor: OffloadMonitor, name: str) -> Placement:
     if plan.policy == "fsdp":
         _place_sharded(model, weights, plan)
         return Unmanaged(model, plan.device, monitor, name)

@@ -30,6 +30,8 @@ def test_render_writes_a_playable_mp4_with_exact_frames_and_aligned_audio(tmp_pa
     assert report["seams"][:4] == [12, 20, 28, 36] and report["seam_ratio"] > 0
     assert report["frames"] == 75 and report["fps"] == 25
     assert report["weights"] == "random" and "weights=random" in result.stderr  # the output says so
+    # one process: no rank to split the work with, whatever runtime.sequence_parallel / guidance_parallel=auto say
+    assert report["parallel"] == {"world": 1, "guidance": 1, "sequence": 1, "replicas": 1, "weights": "whole on every rank"}
 
     info = probe(out)
     assert (info["video_streams"], info["audio_streams"]) == (1, 1)

@@ -190,3 +190,22 @@ def test_the_fingerprint_covers_every_config_key_but_those_that_cannot_change_a_
         assert digest(tree) != reference
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_layout_that_splits_the_work_is_in_the_fingerprint_fsdp_alone_is_not(inputs):
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.resume import fingerprint
+    from avatargen.runtime.layout import ParallelLayout
+
+    face, audio, _ = inputs
+    cfg = load_config(FAST)
+
+    def digest(layout: ParallelLayout | None) -> str:
+        return fingerprint(face, audio, "", cfg, to_config(cfg), torch.device("cpu"), "float32", layout)["config"]
+
+    alone = digest(None)
+    assert digest(ParallelLayout(world=4, sharded=True)) == alone  # FSDP only: resumable in one process (same threads)
+    split = {digest(ParallelLayout(4, 1, 4, True)), digest(ParallelLayout(4, 2, 2, True)), digest(ParallelLayout(4, 2, 1, True))}
+    assert len(split) == 3 and alone not in split  # another split: other float sums, so another render

@@ -1,5 +1,6 @@
 """Test-only entry point: ``torchrun -m tests.distributed.faulty_rank RANK ARGS`` is ``torchrun -m avatargen ARGS``
-with rank RANK raising in its second A2V forward (mid-render, while the other ranks are inside FSDP collectives).
+with rank RANK raising in its second DiT forward (the bundled A2V or the Wan DiT: mid-render, while the other ranks
+are inside FSDP's or sequence parallelism's collectives).
 
 The fault lives here, in test code: production code has no fault hooks.
 """
@@ -10,25 +11,27 @@ import os
 import sys
 
 from avatargen.families.tiny.models.a2v_dit import A2VDiT
+from avatargen.families.wan.models.dit import WanDiT
 
 
-def fail_in_second_a2v_forward(rank: int) -> None:
-    original = A2VDiT.forward
+def fail_in_second_dit_forward(rank: int) -> None:
     calls = {"n": 0}
+    for model in (A2VDiT, WanDiT):
+        original = model.forward
 
-    def forward(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError(f"test fault on rank {rank} in an A2V forward")
-        return original(self, *args, **kwargs)
+        def forward(self, *args, __original=original, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError(f"test fault on rank {rank} in a DiT forward")
+            return __original(self, *args, **kwargs)
 
-    A2VDiT.forward = forward
+        model.forward = forward
 
 
 if __name__ == "__main__":
     failing = int(sys.argv.pop(1))
     if int(os.environ.get("RANK", 0)) == failing:
-        fail_in_second_a2v_forward(failing)
+        fail_in_second_dit_forward(failing)
     from avatargen.cli import main
 
     main()

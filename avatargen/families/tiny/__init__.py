@@ -3,7 +3,7 @@ avatars, shipped in the package (docs/model-card.md). Its frames are the framed 
 back into the reference picture."""
 
 from avatargen.config.families import Family
-from avatargen.families.tiny.build import build_modules, weight_files
+from avatargen.families.tiny.build import build_modules, parallel_work, weight_files
 from avatargen.families.tiny.chunks import TinyChunks
 from avatargen.families.tiny.config import TinyModelConfig, validate_tiny
 
@@ -17,4 +17,5 @@ FAMILY = Family(
     interpolates=True,
     composited=True,
     overlap=True,
+    parallel_work=parallel_work,  # the A2V's tokens, on request only (docs/distributed.md, "The bundled model")
 )

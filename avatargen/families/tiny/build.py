@@ -16,6 +16,7 @@ from avatargen.families.tiny.models import MODEL_CLASSES
 from avatargen.modules import Module, ModuleSpec
 from avatargen.pipeline.build import placement_plan, resolve_checkpoint, resolve_precision
 from avatargen.runtime.distributed import ParallelContext, world_info
+from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.placement import RandomInit, build_on_meta, place
 from avatargen.runtime.precision import Precision
@@ -50,6 +51,15 @@ def weight_files(config: Config) -> list[Path]:
         return []
     checkpoint = resolve_checkpoint(config)
     return sorted(checkpoint.glob("*.safetensors")) if checkpoint.is_dir() else [checkpoint]
+
+
+def parallel_work(config: Config) -> SplittableWork:
+    """What one render of the bundled model can split over torchrun's ranks: the A2V's tokens (about 1,200 a window),
+    on request (``runtime.sequence_parallel=N``) but not by ``auto``: on a CPU, N ranks of one thread split them no
+    faster than one process's N threads, while every rank would still run SR and the decoder whole; on a GPU a
+    1,200-token forward is too short for the exchanges to pay (docs/distributed.md, "The bundled model"). One sampling
+    pass a step: no guidance to split."""
+    return SplittableWork(sequence=True, sequence_by_default=False)
 
 
 def build_modules(

@@ -2,7 +2,7 @@
 loaded from the files as their users download them (docs/models.md); ``wan_tiny`` is the same code at toy size."""
 
 from avatargen.config.families import Family
-from avatargen.families.wan.build import build_wan_modules, weight_files
+from avatargen.families.wan.build import build_wan_modules, parallel_work, weight_files
 from avatargen.families.wan.check import check_wan_weights
 from avatargen.families.wan.chunks import WanChunks
 from avatargen.families.wan.config import WanConfig, validate_wan
@@ -15,6 +15,7 @@ FAMILY = Family(
     weight_files=weight_files,
     validate=validate_wan,
     check_weights=check_wan_weights,
+    parallel_work=parallel_work,  # its guidance passes, and its DiT's tokens (Ulysses)
     interpolates=False,  # its clips already continue from their motion frames (docs/models.md)
     composited=False,  # it renders the whole picture at its own resolution
     overlap=False,  # a clip's motion frames are the frames the last one showed: emission cannot lag generation

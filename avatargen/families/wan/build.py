@@ -4,7 +4,7 @@ files (``model.checkpoint`` + ``model.wan.*``) or a seeded init where its weight
 from __future__ import annotations
 
 import glob
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,11 +22,14 @@ from avatargen.families.wan.models.vae import WanVAE
 from avatargen.modules import Module
 from avatargen.pipeline.build import placement_plan
 from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.guidance import GuidanceSplit
+from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.precision import Precision
 from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, place
 from avatargen.families.wan.sources import dit_source, wav2vec2_folder_config, wav2vec2_source
 from avatargen.runtime.tensor_source import pth_source
+from avatargen.families.wan.stages.sampler import Guidance, guidance_passes
 from avatargen.families.wan.stages.text import Tokenizer, tokenizer_for
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -45,6 +48,7 @@ class WanModelSet:
     tokenizer: Tokenizer
     monitor: OffloadMonitor
     precision: Precision  # the DiT's run dtype (model.wan.dtype; runtime.dtype is for avatargen's own models)
+    guidance: GuidanceSplit = field(default_factory=GuidanceSplit)  # which guidance passes of a step run here
 
     def all(self) -> list[Module]:
         return [self.audio_encoder, self.text_encoder, self.image_encoder, self.vae, self.dit]
@@ -112,7 +116,7 @@ def part_plan(
     else:
         policy = "none" if config.runtime.offload.value == "none" else "model"
         plan = PlacementPlan(policy, device)
-    return PlacementPlan(plan.policy, plan.device, part.dtype, plan.resident_blocks, plan.mesh, plan.fsdp_host_offload)
+    return replace(plan, dtype=part.dtype)
 
 
 def build_wan_modules(config: Config, device: torch.device, parallel: ParallelContext) -> WanModelSet:
@@ -128,7 +132,16 @@ def build_wan_modules(config: Config, device: torch.device, parallel: ParallelCo
         modules.append(Module(part.name, place(model, part.weights(), plan, monitor, part.name)))
     tokenizer = tokenizer_for(config.model.wan, root, family_spec(config.model.wan.spec).dit.text_len)
     precision = Precision(DTYPES[config.model.wan.dtype.value], "model.wan.dtype")
-    return WanModelSet(family_spec(config.model.wan.spec), *modules, tokenizer=tokenizer, monitor=monitor, precision=precision)
+    return WanModelSet(family_spec(config.model.wan.spec), *modules, tokenizer=tokenizer, monitor=monitor,
+                       precision=precision, guidance=parallel.guidance_split())  # fmt: skip
+
+
+def parallel_work(config: Config) -> SplittableWork:
+    """What one Wan render can split over torchrun's ranks: its DiT's tokens (Ulysses), and the 2 or 3 guidance
+    passes of each sampling step."""
+    wan = config.model.wan
+    passes = guidance_passes(Guidance(wan.text_guide_scale, wan.audio_guide_scale))
+    return SplittableWork(guidance_passes=passes, sequence=True)
 
 
 def weight_files(config: Config) -> list[Path]:

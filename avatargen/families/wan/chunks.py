@@ -107,7 +107,7 @@ class WanChunks:
             config.seed, model.fps, context_frames,
         )  # fmt: skip
         guidance = Guidance(wan.text_guide_scale, wan.audio_guide_scale)
-        self.sampler = WanSamplerStage(models.dit, wan.sampling_steps, wan.sampling_shift, guidance)
+        self.sampler = WanSamplerStage(models.dit, wan.sampling_steps, wan.sampling_shift, guidance, models.guidance)
         self.device = models.vae.device
         self.audio_context_frames = context_frames
         # Audio frames before a clip's start that later steps still hear (motion frames, the seam window's start).

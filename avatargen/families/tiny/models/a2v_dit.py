@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from avatargen.models.sequence import WHOLE, TokenSpan, span_of_frames, whole_frames
+
 from avatargen.families.tiny.models.layers import (
     MLP,
     AdaLNZero,
@@ -58,20 +60,44 @@ class A2VBlock(nn.Module):
         self.mlp = MLP(dim, int(dim * mlp_ratio))
         self.ada = AdaLNZero(dim, dim, 9)  # shift/scale/gate x (self-attn, audio cross-attn, MLP)
 
-    def forward(self, x: Tensor, c: Tensor, audio_windows: Tensor, audio_mask: Tensor, n_ref: int) -> Tensor:
+    def forward(self, x: Tensor, c: Tensor, audio_windows: Tensor, audio_mask: Tensor, n_ref: int,
+                tokens: TokenSpan | None = None) -> Tensor:  # fmt: skip
         """``x``: (B, n_ref + T*N, D); ``c``: (B, D); ``audio_windows``: (B*T, 2w+1, D) with ``audio_mask``
-        (B*T, 1, 1, 2w+1) -> (B, n_ref + T*N, D)."""
+        (B*T, 1, 1, 2w+1) -> (B, n_ref + T*N, D). With ``tokens`` (sequence parallelism), ``x`` is that span of the
+        sequence (B, C, D) and so is the output."""
         s1, sc1, g1, s2, sc2, g2, s3, sc3, g3 = self.ada(c)  # 9 x (B, D)
-        x = x + g1[:, None] * self.attn(modulate(self.norm1(x), s1, sc1))  # (B, L, D)
+        split = tokens is not None and tokens.local != tokens.length
+        x = x + g1[:, None] * self.attn(modulate(self.norm1(x), s1, sc1), tokens=tokens if split else None)  # (B, L, D)
 
-        frames = audio_windows.shape[0] // x.shape[0]
-        video = x[:, n_ref:]  # (B, T*N, D)
-        q = rearrange(modulate(self.norm2(video), s2, sc2), "b (t n) d -> (b t) n d", t=frames)  # (B*T, N, D)
-        heard = self.audio_attn(q, context=audio_windows, mask=audio_mask)  # (B*T, N, D)
-        heard = rearrange(heard, "(b t) n d -> b (t n) d", t=frames)  # (B, T*N, D)
+        if split:
+            heard, n_ref = self._heard_span(x, s2, sc2, audio_windows, audio_mask, n_ref, tokens)  # (B, C - k, D)
+            video = x[:, n_ref:]
+        else:
+            frames = audio_windows.shape[0] // x.shape[0]
+            video = x[:, n_ref:]  # (B, T*N, D)
+            q = rearrange(modulate(self.norm2(video), s2, sc2), "b (t n) d -> (b t) n d", t=frames)  # (B*T, N, D)
+            heard = self.audio_attn(q, context=audio_windows, mask=audio_mask)  # (B*T, N, D)
+            heard = rearrange(heard, "(b t) n d -> b (t n) d", t=frames)  # (B, T*N, D)
         x = torch.cat([x[:, :n_ref], video + g2[:, None] * heard], dim=1)  # (B, L, D)
 
         return x + g3[:, None] * self.mlp(modulate(self.norm3(x), s3, sc3))  # (B, L, D)
+
+    def _heard_span(self, x: Tensor, shift: Tensor, scale: Tensor, audio_windows: Tensor, audio_mask: Tensor,
+                    n_ref: int, tokens: TokenSpan) -> tuple[Tensor, int]:  # fmt: skip
+        """The audio attention of the video tokens in span ``tokens`` (each hears its own frame's window): (B, V, D)
+        for its V video tokens, and k, its reference tokens before them."""
+        b, frames = x.shape[0], audio_windows.shape[0] // x.shape[0]
+        frame_tokens = (tokens.length - n_ref) // frames
+        k = min(max(n_ref - tokens.start, 0), x.shape[1])  # the span's reference tokens come first
+        video = modulate(self.norm2(x[:, k:]), shift, scale)  # (B, V, D)
+        start = tokens.start + k - n_ref  # the first one's index among the video tokens
+        grouped, first = whole_frames(video, start, frame_tokens)  # (B, n, N, D)
+        n = grouped.shape[1]
+        chosen = torch.arange(first, first + n, device=x.device).clamp(max=frames - 1)  # padding repeats the last
+        windows = audio_windows.unflatten(0, (b, frames))[:, chosen].flatten(0, 1)  # (B*n, 2w+1, D)
+        mask = audio_mask.unflatten(0, (b, frames))[:, chosen].flatten(0, 1)  # (B*n, 1, 1, 2w+1)
+        heard = self.audio_attn(grouped.flatten(0, 1), context=windows, mask=mask).unflatten(0, (b, n))  # (B, n, N, D)
+        return span_of_frames(heard, start, video.shape[1]), k
 
 
 class A2VDiT(nn.Module):
@@ -105,6 +131,7 @@ class A2VDiT(nn.Module):
         self.audio_offset_embed = nn.Parameter(torch.zeros(2 * p.audio_window + 1, p.dim))  # offset f'-f in window
         self.blocks = nn.ModuleList(A2VBlock(p.dim, p.heads, p.mlp_ratio) for _ in range(p.depth))
         self.final = FinalLayer(p.dim, p.dim, patch_dim)
+        self.sequence = WHOLE  # every token on this process; sequence parallelism replaces it (models/sequence.py)
         self.init_weights()
 
     def block_stacks(self) -> list[nn.ModuleList]:
@@ -183,12 +210,15 @@ class A2VDiT(nn.Module):
         ref = ref + self.spatial_pos + self.ref_type_embed  # (B, N, D)
         n_ref = ref.shape[1]
         x = torch.cat([ref, video], dim=1)  # (B, N + T*N, D)
+        tokens = self.sequence.span(x.shape[1])  # the tokens this process computes: all, or a rank's slice
+        x = tokens.take(x, dim=1)  # (B, C, D)
 
         cond = self.t_embed(t) + self.text_proj(text)  # (B, D)
         windows, window_mask = self.audio_windows(audio)  # (B*T, 2w+1, D), (B*T, 1, 1, 2w+1)
         for block in self.blocks:
-            x = block(x, cond, windows, window_mask, n_ref)  # (B, N + T*N, D)
+            x = block(x, cond, windows, window_mask, n_ref, tokens)  # (B, C, D)
 
+        x = tokens.gather(x, dim=1)  # (B, N + T*N, D)
         out = self.final(x[:, n_ref:], cond)  # (B, T*N, C p p)
         out = rearrange(out, "b (t n) e -> (b t) n e", t=frames)  # (B*T, N, C p p)
         out = unpatchify(out, p.patch_size, h, w)  # (B*T, C, h, w)

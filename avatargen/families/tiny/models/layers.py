@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from avatargen.models.sequence import TokenSpan
+
 # --------------------------------------------------------------------------------------------------------------
 # Positional / timestep embeddings
 # --------------------------------------------------------------------------------------------------------------
@@ -93,10 +95,15 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
 
     def forward(
-        self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None, queries_from: int = 0
+        self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None, queries_from: int = 0,
+        tokens: TokenSpan | None = None,
     ) -> Tensor:
         """``x``: (B, L, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, L - queries_from, D): the outputs
-        of the tokens from ``queries_from`` on (self-attention: every token is still a key and a value)."""
+        of the tokens from ``queries_from`` on (self-attention: every token is still a key and a value).
+        ``tokens``: ``x`` is that span of a longer sequence, whose whole is attended to (models/sequence.py)."""
+        if tokens is not None and not self.is_cross:
+            q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b l h d", three=3, h=self.heads)
+            return self.proj(tokens.attend(q, k, v))  # (B, L, D)
         if self.is_cross:
             if context is None:
                 raise ValueError("cross-attention needs a context")

@@ -1,6 +1,7 @@
 """The three attentions of a Wan2.1 block, with the reference's tensor names.
 
-- :class:`SelfAttention` (``self_attn``): q/k RMS-normed over the full width, 3D RoPE on q and k.
+- :class:`SelfAttention` (``self_attn``): q/k RMS-normed over the full width, 3D RoPE on q and k; the one attention
+  across the video tokens (the token span's ``attend``: under sequence parallelism the exchange of tokens for heads).
 - :class:`CrossAttention` (``cross_attn``): queries attend to the text tokens and, for I2V, separately to the CLIP
   image tokens (``k_img`` / ``v_img``); the two results are summed before the output projection.
 - :class:`AudioCrossAttention` (``audio_cross_attn``, InfiniteTalk/MultiTalk): the tokens of each latent frame
@@ -9,16 +10,11 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
+import torch
 from torch import Tensor, nn
 
 from avatargen.families.wan.models.layers import RMSNorm, apply_rope
-
-
-def _attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """q (B, Lq, H, D), k/v (B, Lk, H, D) -> (B, Lq, H*D); softmax scale 1/sqrt(D), no mask."""
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, Lq, D)
-    return out.transpose(1, 2).flatten(2)  # (B, Lq, H*D)
+from avatargen.models.sequence import TokenSpan, attention, span_of_frames, whole_frames
 
 
 class _NormedQKVAttention(nn.Module):
@@ -54,11 +50,12 @@ class _NormedQKVAttention(nn.Module):
 class SelfAttention(_NormedQKVAttention):
     """Full self-attention over the video tokens with q/k RMS norm and 3D RoPE."""
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        """``x`` (B, L, dim), ``rope`` (cos, sin) each (L, head_dim/2) -> (B, L, dim)."""
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], tokens: TokenSpan) -> Tensor:
+        """``x`` (B, L, dim) the span's tokens, ``rope`` (cos, sin) each (L, head_dim/2) at their positions ->
+        (B, L, dim); their queries attend to the keys of the whole sequence (``tokens.attend``)."""
         q = self.queries(x)  # (B, L, H, D)
         k, v = self.keys_values(x)  # (B, L, H, D) each
-        return self.o(_attend(apply_rope(q, *rope), apply_rope(k, *rope), v))  # (B, L, dim)
+        return self.o(tokens.attend(apply_rope(q, *rope), apply_rope(k, *rope), v))  # (B, L, dim)
 
 
 class CrossAttention(_NormedQKVAttention):
@@ -75,13 +72,13 @@ class CrossAttention(_NormedQKVAttention):
     def forward(self, x: Tensor, text: Tensor, image: Tensor | None) -> Tensor:
         """``x`` (B, L, dim), ``text`` (B, Lt, dim), ``image`` (B, Li, dim) or None -> (B, L, dim)."""
         q = self.queries(x)  # (B, L, H, D)
-        out = _attend(q, *self.keys_values(text))  # (B, L, dim)
+        out = attention(q, *self.keys_values(text))  # (B, L, dim)
         if self.with_image:
             if image is None:
                 raise ValueError("this Wan DiT is image-to-video: pass the CLIP image tokens (clip_tokens)")
             k_img = self.split_heads(self.norm_k_img(self.k_img(image)))  # (B, Li, H, D)
             v_img = self.split_heads(self.v_img(image))  # (B, Li, H, D)
-            out = out + _attend(q, k_img, v_img)  # (B, L, dim)
+            out = out + attention(q, k_img, v_img)  # (B, L, dim)
         return self.o(out)  # (B, L, dim)
 
 
@@ -98,11 +95,21 @@ class AudioCrossAttention(nn.Module):
         self.kv_linear = nn.Linear(audio_dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, audio: Tensor) -> Tensor:
-        """``x`` (B, F*S, dim) with S tokens per latent frame, ``audio`` (B, F, Na, audio_dim) -> (B, F*S, dim)."""
+    def forward(self, x: Tensor, audio: Tensor, frame_tokens: int | None = None, start: int = 0) -> Tensor:
+        """``x`` (B, L, dim): tokens ``[start, start + L)`` of the F*S video tokens (S = ``frame_tokens`` per latent
+        frame; None: all of them), ``audio`` (B, F, Na, audio_dim) -> (B, L, dim)."""
         b, f = audio.shape[:2]
-        x = x.reshape(b * f, -1, x.shape[-1])  # (B*F, S, dim)
+        if frame_tokens is None or (start == 0 and x.shape[1] == f * frame_tokens):
+            return self._per_frame(x.reshape(b * f, -1, x.shape[-1]), audio).reshape(b, -1, x.shape[-1])  # (B, L, dim)
+        # a span of the sequence (sequence parallelism): its frames, whole, then its own tokens of them
+        grouped, first = whole_frames(x, start, frame_tokens)  # (B, n, S, dim)
+        n = grouped.shape[1]
+        frames = torch.arange(first, first + n, device=audio.device).clamp(max=f - 1)  # a padded tail repeats the last
+        out = self._per_frame(grouped.flatten(0, 1), audio[:, frames]).unflatten(0, (b, n))  # (B, n, S, dim)
+        return span_of_frames(out, start, x.shape[1])  # (B, L, dim)
+
+    def _per_frame(self, x: Tensor, audio: Tensor) -> Tensor:
+        """``x`` (B*F, S, dim) grouped by latent frame, ``audio`` (B, F, Na, audio_dim) -> (B*F, S, dim)."""
         q = self.q_linear(x).unflatten(-1, (self.heads, -1))  # (B*F, S, H, D)
         k, v = self.kv_linear(audio.flatten(0, 1)).unflatten(-1, (2, self.heads, -1)).unbind(2)  # (B*F, Na, H, D)
-        out = self.proj(_attend(q, k, v))  # (B*F, S, dim)
-        return out.reshape(b, -1, out.shape[-1])  # (B, F*S, dim)
+        return self.proj(attention(q, k, v))  # (B*F, S, dim)

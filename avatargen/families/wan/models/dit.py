@@ -8,6 +8,8 @@ load with ``strict=True``. Differences from the reference that do not change the
 - no padding of the video sequence to a fixed ``seq_len``: every sample in a batch has the same grid;
 - RoPE and timestep tables are computed per call (no buffers), so a meta-device build needs no re-init;
 - one speaker: MultiTalk's two-speaker routing (the 1D RoPE over speaker masks) is not implemented.
+- the token path is written against a ``TokenSequence`` (``self.sequence``, avatargen/models/sequence.py): whole on
+  one process; split over ranks when the runtime applies sequence parallelism (avatargen/runtime/sequence_parallel.py).
 
 Block (``blocks.N``), with ``e`` the six modulation vectors ``modulation + time_projection(t)``::
 
@@ -29,6 +31,7 @@ from avatargen.families.wan.models.attention import AudioCrossAttention, CrossAt
 from avatargen.families.wan.models.audio_proj import AudioAdapterParams, AudioProjModel
 from avatargen.families.wan.models.layers import FP32LayerNorm, rope_angles, timestep_sinusoid
 from avatargen.families.wan.models.named_specs import lookup_spec
+from avatargen.models.sequence import WHOLE, TokenSpan
 
 CLIP_DIM = 1280  # width of the CLIP ViT-H/14 penultimate-layer tokens that I2V conditions on
 
@@ -125,14 +128,17 @@ class WanBlock(nn.Module):
         text: Tensor,
         image: Tensor | None,
         audio: Tensor | None,
+        tokens: TokenSpan,
+        frame_tokens: int,
     ) -> Tensor:
-        """``x`` (B, L, dim), ``time`` (B, 6, dim) fp32, ``audio`` (B, F, Na, audio_dim) or None -> (B, L, dim)."""
+        """``x`` (B, L, dim) the tokens of span ``tokens`` (``frame_tokens`` a latent frame), ``time`` (B, 6, dim)
+        fp32, ``audio`` (B, F, Na, audio_dim) or None -> (B, L, dim)."""
         shift1, scale1, gate1, shift2, scale2, gate2 = (self.modulation.float() + time).unbind(1)  # (B, dim) each
         h = self.norm1(x).float() * (1 + scale1[:, None]) + shift1[:, None]  # (B, L, dim) fp32
-        x = (x.float() + self.self_attn(h.type_as(x), rope).float() * gate1[:, None]).type_as(x)  # (B, L, dim)
+        x = (x.float() + self.self_attn(h.type_as(x), rope, tokens).float() * gate1[:, None]).type_as(x)  # (B, L, dim)
         x = x + self.cross_attn(self.norm3(x), text, image)  # (B, L, dim)
         if self.has_audio and audio is not None:
-            x = x + self.audio_cross_attn(self.norm_x(x), audio)  # (B, L, dim)
+            x = x + self.audio_cross_attn(self.norm_x(x), audio, frame_tokens, tokens.start)  # (B, L, dim)
         h = self.norm2(x).float() * (1 + scale2[:, None]) + shift2[:, None]  # (B, L, dim) fp32
         return (x.float() + self.ffn(h.type_as(x)).float() * gate2[:, None]).type_as(x)  # (B, L, dim)
 
@@ -194,6 +200,7 @@ class WanDiT(nn.Module):
             self.img_emb = ImageEmbedding(dim, params.clip_dim)
         if params.audio is not None:
             self.audio_proj = AudioProjModel(params.audio)
+        self.sequence = WHOLE  # every token on this process; sequence parallelism replaces it (models/sequence.py)
 
     def block_stacks(self) -> list[nn.ModuleList]:
         """This model's repeated block stacks, in forward order (``models/structure.py``)."""
@@ -233,8 +240,10 @@ class WanDiT(nn.Module):
         dtype = self.patch_embedding.weight.dtype  # inputs follow the weights (bf16 checkpoints); modulation is fp32
 
         x = self.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)  # (B, L, dim), L = F'*H'*W'
+        tokens = self.sequence.span(x.shape[1])  # the tokens this process computes: all, or a rank's slice
+        x = tokens.take(x, dim=1)  # (B, C, dim), C = L or the slice's
         angles = rope_angles(grid, p.head_dim, latents.device)  # (L, head_dim/2) float64
-        rope = (angles.cos().float(), angles.sin().float())
+        rope = (tokens.take(angles.cos().float(), dim=0), tokens.take(angles.sin().float(), dim=0))  # (C, hd/2) each
 
         time = self.time_embedding(timestep_sinusoid(timesteps, p.freq_dim).to(dtype))  # (B, dim)
         time_mod = self.time_projection(time).unflatten(1, (6, p.dim)).float()  # (B, 6, dim) fp32
@@ -256,9 +265,9 @@ class WanDiT(nn.Module):
                 raise ValueError(f"audio covers {audio_tokens.shape[1]} latent frames, the latents {grid[0]}")
 
         for block in self.blocks:
-            x = block(x, time_mod, rope, text, image, audio_tokens)  # (B, L, dim)
+            x = block(x, time_mod, rope, text, image, audio_tokens, tokens, grid[1] * grid[2])  # (B, C, dim)
 
-        x = self.head(x, time)  # (B, L, pt*ph*pw*out_dim)
+        x = tokens.gather(self.head(x, time), dim=1)  # (B, L, pt*ph*pw*out_dim)
         x = x.reshape(b, *grid, pt, ph, pw, p.out_dim)  # (B, F', H', W', pt, ph, pw, C)
         x = x.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, F', pt, H', ph, W', pw)
         return x.reshape(b, p.out_dim, frames, height, width).float()  # (B, C, F, H, W)

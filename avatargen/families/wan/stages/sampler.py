@@ -13,12 +13,14 @@ windows (fed through the audio projection, as the reference does). Update: ``x <
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from avatargen.families.wan.models.conditioning import i2v_input
 from avatargen.modules import Module
+from avatargen.runtime.guidance import GuidanceSplit
 from avatargen.families.wan.stages.context import WanReference
 
 TRAIN_TIMESTEPS = 1000
@@ -39,15 +41,22 @@ class Guidance:
     audio_scale: float = 4.0
 
 
+def guidance_passes(guidance: Guidance) -> int:
+    """DiT passes per step: three, or two when the text scale is 1 (its two text terms cancel)."""
+    return 2 if guidance.text_scale == 1.0 else 3
+
+
 class WanSamplerStage:
     """Generates the latents of one clip whose first latent frames (the motion frames) are given, or of one seam
-    window whose first and last latent frames (its anchors) are given."""
+    window whose first and last latent frames (its anchors) are given. ``split`` says which of a step's guidance
+    passes run on this rank (all of them on one process; avatargen/runtime/guidance.py)."""
 
-    def __init__(self, dit: Module, steps: int, shift: float, guidance: Guidance):
+    def __init__(self, dit: Module, steps: int, shift: float, guidance: Guidance, split: GuidanceSplit | None = None):
         self.dit = dit
         self.steps = steps
         self.shift = shift
         self.guidance = guidance
+        self.split = split if split is not None else GuidanceSplit()
 
     @torch.inference_mode()
     def sample(self, reference: WanReference, audio: Tensor, motion: Tensor, noise: Tensor,
@@ -78,15 +87,19 @@ class WanSamplerStage:
                 inputs = i2v_input(x, condition[:, :4], condition[:, 4:])  # (1, 36, T, h, w)
                 return dit(inputs, t, text, reference.clip_tokens, sound)  # (1, z, T, h, w) fp32
 
+            # the passes of a step, in this order: (text, audio) of cond, then no_audio, or no_text and uncond
+            if guidance_passes(g) == 2:
+                inputs = [(reference.text, audio), (reference.text, silence)]
+            else:
+                inputs = [(reference.text, audio), (reference.negative, audio), (reference.negative, silence)]
             for t_now, t_next in zip(times[:-1], times[1:]):
                 t = torch.full((1,), t_now, device=x.device)
-                cond = run(reference.text, audio, t)
-                if g.text_scale == 1.0:
-                    no_audio = run(reference.text, silence, t)
+                outputs = self.split.run([partial(run, text, sound, t) for text, sound in inputs])
+                if len(outputs) == 2:
+                    cond, no_audio = outputs
                     v = no_audio + g.audio_scale * (cond - no_audio)
                 else:
-                    no_text = run(reference.negative, audio, t)
-                    uncond = run(reference.negative, silence, t)
+                    cond, no_text, uncond = outputs
                     v = uncond + g.text_scale * (cond - no_text) + g.audio_scale * (no_text - uncond)
                 x = x - v * ((t_now - t_next) / TRAIN_TIMESTEPS)  # (1, z, T, h, w)
                 pin(x)

@@ -1,0 +1,64 @@
+"""How the ranks of one render split it (avatargen/runtime/layout.py): what ``auto`` resolves to for each family and
+world size, and the one-line errors for a layout the ranks or the model cannot hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from avatargen.config.loader import load_config, to_config
+from avatargen.errors import ConfigError
+from avatargen.runtime.distributed import splittable_work
+from avatargen.runtime.layout import SplittableWork, resolve_layout
+
+
+def layout(world: int, *overrides: str):
+    config = to_config(load_config(list(overrides)))
+    found = resolve_layout(config, world, splittable_work(config))
+    return found.guidance, found.sequence, found.replicas, found.sharded
+
+
+WAN = "model=wan_tiny"  # text and audio guidance: three DiT passes a step
+TWO_PASSES = "model.wan.text_guide_scale=1"  # a distilled LoRA's setting: two passes a step
+
+
+def test_one_process_splits_nothing_whatever_auto_would_do_under_torchrun():
+    assert layout(1, WAN) == (1, 1, 1, False)
+    assert layout(1) == (1, 1, 1, False)
+
+
+@pytest.mark.parametrize("world, overrides, expected", [
+    (2, [WAN], (1, 2, 1, True)),  # three passes do not divide over 2: the tokens do
+    (3, [WAN], (3, 1, 1, False)),  # one pass a rank; no rank left to shard with
+    (6, [WAN], (3, 2, 1, True)),
+    (8, [WAN], (1, 8, 1, True)),
+    (8, [WAN, TWO_PASSES], (2, 4, 1, True)),  # the 8-GPU layout: 2 guidance x 4 sequence
+    (8, [WAN, TWO_PASSES, "runtime.shard=none"], (2, 4, 1, False)),  # for speed: whole weights, no all-gather
+    (4, [WAN, "runtime.sequence_parallel=1", "runtime.guidance_parallel=false"], (1, 1, 4, True)),  # FSDP only
+    (4, [WAN, "runtime.guidance_parallel=true"], (2, 2, 1, True)),  # 2 and 1 passes
+    (4, [WAN, "runtime.sequence_parallel=2", "runtime.guidance_parallel=false"], (1, 2, 2, True)),
+    (2, [], (1, 1, 2, True)),  # the bundled model: its ranks compute the same video, the DiTs FSDP-sharded
+    (2, ["runtime.sequence_parallel=2"], (1, 2, 1, True)),  # its A2V's tokens split on request
+])  # fmt: skip
+def test_auto_and_explicit_layouts(world, overrides, expected):
+    assert layout(world, *overrides) == expected
+
+
+@pytest.mark.parametrize("world, overrides, message", [
+    (2, ["runtime.guidance_parallel=true"], "runs one model pass per sampling step"),
+    (3, [WAN, "runtime.sequence_parallel=2"], "runtime.sequence_parallel=2 does not divide the 3 rank(s)"),
+    (1, [WAN, "runtime.sequence_parallel=2"], "runtime.sequence_parallel=2 does not divide the 1 rank(s)"),
+    (3, [WAN, TWO_PASSES, "runtime.guidance_parallel=true"], "3 rank(s) cannot split the 2 guidance passes"),
+    (4, [WAN, "runtime.sequence_parallel=2", "runtime.guidance_parallel=false", "runtime.shard=none"],
+     "leaves 2 ranks computing the same video"),
+])  # fmt: skip
+def test_a_layout_the_ranks_or_the_model_cannot_hold_is_one_line_naming_the_key(world, overrides, message):
+    with pytest.raises(ConfigError) as error:
+        layout(world, *overrides)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_model_without_a_token_sequence_refuses_sequence_parallelism():
+    config = to_config(load_config(["runtime.sequence_parallel=2"]))
+    with pytest.raises(ConfigError) as error:
+        resolve_layout(config, 2, SplittableWork())  # a family that declares nothing to split
+    assert "model=tiny cannot split its tokens over ranks; set runtime.sequence_parallel=1" in str(error.value)
