@@ -91,6 +91,7 @@ def render(
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
     audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM [default: 1].", show_default=False),
     prompt: str = typer.Option("", "--prompt", "-p", help="Text prompt (scene, style) for the models that read one (docs/models.md); the bundled model shows no visible style (docs/model-card.md, Prompts).", show_default="none"),
+    face: Optional[int] = typer.Option(None, "--face", help="Which face of the image to animate, counted left to right from 1 (pipeline.face) [default: the largest].", show_default=False),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
@@ -116,6 +117,8 @@ def render(
             cfg.output.publish = [*cfg.output.publish, *publish]
         if realtime:
             cfg.output.realtime = True
+        if face is not None:
+            cfg.pipeline.face = face
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
         raw = RawPcm(audio_rate, audio_channels or 1) if audio_rate is not None else None

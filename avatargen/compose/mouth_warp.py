@@ -10,17 +10,19 @@ photograph it is a smear of colours unlike the skin, seldom dark (pixels whose c
 the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
 pure function of the frame (no smoothing, no state: sync keeps offset 0 and a resumed render the same pixels).
 
-``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed from the face's
-five landmarks (``FaceLayout``: eye corners and nose base, in output pixels): the lip line is looked for about
-``LIP_BELOW_NOSE`` eye spans below the nose and found on the reference's own lips (``_lip_line``), the mouth
-``MOUTH_HALF_WIDTH`` spans to each side. Below the lip line the lower lip and
-jaw move down by ``LOWER_SHARE`` of the opening, in full at the lip centre, falling smoothly to nothing at the mouth
-corners; further down the moving part widens to the jaw and fades out below the chin; above it the upper lip rises
-by the rest, fading out at the nose. One bicubic ``grid_sample`` of the reference gives the moved pixels. The gap
-that opens between the lips is filled with the generated frame's mouth interior (its dark cavity, teeth and tongue
-where the model draws them), placed so its cavity centre sits in the gap, at the model-to-output scale, and its
-colours shifted so the cavity takes a dark tone of the reference's own lips; its edge is feathered over
-``EDGE_SPANS`` under the lips.
+``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed on the reference's
+own lips (``avatargen.face.lips``: inner and outer contours in output pixels; without the lip finder,
+``estimated_lips`` from the five landmarks). Everything is measured in the mouth's half-width, along the line
+between its corners and across it. The lip line is the lower lip's inner edge (closed lips: where they meet; a
+smile: under its teeth, which stay with the upper lip). Below it the lower lip and jaw move down by
+``LOWER_SHARE`` of the opening, in full at the lip centre, falling smoothly to nothing at the mouth corners; further
+down the moving part widens to the jaw and fades out below the chin; above it the upper lip rises by the rest,
+fading out towards the nose. One bicubic ``grid_sample`` of the reference gives the moved pixels. The gap that
+opens between the lips, and nothing else, is filled with the generated frame's mouth interior (its dark cavity,
+teeth and tongue where the model draws them), placed so its cavity centre sits in the gap, at the model-to-output
+scale, and its colours shifted so the cavity takes a dark tone of the reference's own lips (teeth in the
+reference's own teeth colour where its open lips show them); its edge is feathered over ``EDGE_HALF_WIDTHS`` under
+the lips.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image, ImageDraw
 
 from avatargen.compose.layout import FaceLayout
+from avatargen.face.lips import Lips
 
 # The model's mouth box in its own frame (fractions of the side; the framing of the training frames puts every mouth
 # there: composite.MOUTH_REGION spans x 0.37-0.63, y 0.51-0.70) and the skin bands just above and below it.
@@ -53,30 +57,39 @@ COLOUR_DEPARTURE = (20.0, 40.0)  # MouthCue.colour: colour distance from the ski
 # photo mouths in pauses (90th percentile 0.00067 over the pauses of 30 s of speech on the astronaut).
 CLOSED_AREA = 0.0007
 # A reference whose own shut mouth the dark cue reads this open (model pixels; a dark beard reads ~80) hides its
-# mouth from the cue: ``pipeline.mouth=auto`` blends it instead (``dark_cue_sees_mouth``).
+# mouth from the cue: ``pipeline.mouth=auto`` blends it instead (``still_opening``, ``mouth_choice.mouth_for``).
 SHUT_OPENING_MAX = 8.0
 CAVITY_WIDTH = 0.10  # nominal width of an open mouth's cavity (fraction of the side): area / width = opening height
 
-# The mouth on the reference, in eye spans (outer eye corner to outer eye corner) from the landmarks. Measured on
-# skimage's astronaut (lip line 13.5 px below the nose base, span 60 px: 0.225; mouth half-width 0.33) and
-# examples/avatar_1.png (0.25; 0.32).
+# Without the lip finder, the mouth on the reference in eye spans (outer eye corner to outer eye corner) from the
+# landmarks (``estimated_lips``). Measured on skimage's astronaut (lip line 13.5 px below the nose base, span 60 px:
+# 0.225; mouth half-width 0.33) and examples/avatar_1.png (0.25; 0.32).
 LIP_BELOW_NOSE = 0.24  # where the lip line is looked for first ...
 LIP_SEARCH = (-0.14, 0.22)  # ... then the lips themselves, this far above and below it: the band of rows whose
 # colour departs most from the cheeks' (at least half the strongest departure; joined across gaps of LIP_GAP rows),
 # its middle the lip line; no row departing by LIP_DEPARTURE grey levels: the first guess
 LIP_DEPARTURE, LIP_GAP = 25.0, 3
 MOUTH_HALF_WIDTH = 0.34
-LOWER_LIP_DEPTH = 0.12  # the lower lip: this far below the lip line it moves with the lip line's profile ...
-JAW_HALF_WIDTH = 0.62  # ... then the moving part widens to this half-width towards the chin
-JAW_FULL_BELOW = 0.30  # down to this far below the lip line the jaw moves in full ...
-JAW_STILL_BELOW = 0.80  # ... and from this far below it nothing moves (the neck, the collar)
+ESTIMATED_LIP_THICKNESS = 0.06  # each lip's thickness at the middle
+
+# The warp, in the mouth's half-widths (corner to middle; 0.34 eye spans on a face like the training faces' and
+# the astronaut's, where these were first measured in eye spans).
+LOWER_LIP_DEPTH = (0.15, 0.8)  # the lower lip (the contours' depth under the lip line, held within these) moves with
+# the lip line's profile ...
+JAW_HALF_WIDTH = 1.8  # ... then the moving part widens to this half-width towards the chin
+JAW_FULL_BELOW = 0.9  # down to this far below the lip line the jaw moves in full ...
+JAW_STILL_BELOW = 2.35  # ... and from this far below it nothing moves (the neck, the collar)
+UPPER_FADE = 0.64  # the upper lip's rise fades out this far above the lip line (towards the nose)
 LOWER_SHARE = 0.8  # of the opening: the lower lip and jaw move down by this share, the upper lip up by the rest
-MAX_OPENING_SPANS = 0.30  # the opening (eye spans) saturates towards this: a broken model frame must not tear the chin off
-EDGE_SPANS = 0.025  # the interior's edge is feathered over this (at least a pixel) under the lips
+# The opening saturates towards this (a broken model frame must not tear the chin off; the gap's floor then stays
+# within 0.35 mouth widths of the lip line, inside the lips' reach: avatargen eval's mouth spill)
+MAX_OPENING_HALF_WIDTHS = 0.88  # (0.30 eye spans before, on a face like the training faces)
+EDGE_HALF_WIDTHS = 0.075  # the interior's edge is feathered over this (at least a pixel) under the lips
 CAVITY_SHADE = 0.3  # the cavity's tone: the reference's lip colour times this ...
 CAVITY_LIGHTS = (0.7, 1.3)  # ... times this, from the model's darkest cavity pixels to its skin level (tongue, depth)
 TEETH_COLOUR = (192.0, 187.0, 174.0)  # off-white in the mouth's shade, where the model draws teeth ...
-# ... pixels brighter than the model's skin by this share of the way from its grey to white: none .. all (a share,
+OWN_TEETH_PIXELS = 12  # ... or the reference's own teeth colour, where its open lips show this many pale pixels;
+# pixels brighter than the model's skin by this share of the way from its grey to white: none .. all (a share,
 # not a ratio to the skin's grey: on dark skin the lips' soft highlights pass 1.2x it and were drawn as teeth)
 TEETH_LEVEL = (0.10, 0.40)
 MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the reference as it is
@@ -91,7 +104,7 @@ class MouthCue(Enum):
 
 
 # Output opening over the model's, at the model-to-output scale, for small openings, saturating (tanh) towards
-# MAX_OPENING_SPANS. Chosen by the eval's sync confidence on 30 s of speech (docs/model-card.md): on avatar_1 the dark
+# MAX_OPENING_HALF_WIDTHS. Chosen by the eval's sync confidence on 30 s of speech (docs/model-card.md): on avatar_1 the dark
 # cue at gain 1.6 (a hard cap then) / 2.5 / 3.5 read 0.71 / 0.75 / 0.76, identity 0.144-0.149 throughout; the colour
 # cue reads larger areas, and on the astronaut at 1.6 / 2.2 read 0.68 / 0.73 for identity p95 0.31 / 0.35.
 OPENING_GAIN = {"dark": 3.5, "colour": 1.6}
@@ -153,27 +166,34 @@ class ModelMapping:
 
 
 class MouthWarp:
-    """The mouth of ``background`` (H', W', 3) uint8, the output-sized reference, whose face is at ``layout`` (output
-    pixels), moved by the generated model frames; ``to_model`` maps output pixels to model pixels; ``cue`` is how
-    their opening is read (``MouthCue.colour`` for a photograph); ``still`` the model's input square (the reference
-    with its mouth shut), whose own teeth reading the dark cue takes off each frame's (``shut_mouth``).
+    """The mouth of ``background`` (H', W', 3) uint8, the output-sized reference, whose ``lips`` are known (output
+    pixels: ``avatargen.face.lips``, or ``estimated_lips`` from the five landmarks), moved by the generated model
+    frames; ``to_model`` maps output pixels to model pixels; ``cue`` is how their opening is read
+    (``MouthCue.colour`` for a photograph); ``still`` the model's input square (the reference with its mouth shut),
+    whose own teeth reading the dark cue takes off each frame's (``shut_mouth``).
 
     ``paste(generated, frames)`` writes into the (t, H', W', 3) ``frames`` (the reference) the mouth of each
     (t, S, S, 3) generated frame. Nothing is carried between calls.
     """
 
-    def __init__(self, background: np.ndarray, layout: FaceLayout, to_model: ModelMapping,
+    def __init__(self, background: np.ndarray, lips: Lips, to_model: ModelMapping,
                  cue: MouthCue = MouthCue.dark, still: np.ndarray | None = None):  # fmt: skip
         self.to_model = to_model
         self.cue = cue
+        self.lips = lips
         self._shut = None if still is None else shut_mouth(still)  # (h, w) over the model's mouth box
         height, width = background.shape[:2]
-        span = max(float(np.linalg.norm(layout.points[0] - layout.points[2])), 1.0)  # outer corner to outer corner
-        along = layout.eye_right - layout.eye_left
-        u = along / max(float(np.linalg.norm(along)), 1e-6)  # (2,) along the mouth, to the image's right
-        v = np.array([-u[1], u[0]])  # (2,) down the face
-        self.span, self._u, self._v = span, u, v  # output pixels from outer eye corner to outer eye corner
-        self.lip_centre = _lip_line(background, layout.nose + LIP_BELOW_NOSE * span * v, u, v, span)  # (2,) x, y
+        u, v = lips.along, lips.down
+        half = max(lips.width / 2, 1.0)  # output pixels: the mouth's half-width
+        self.half, self._u, self._v = half, u, v
+        # The lip line: where the lower lip's inner edge is (closed lips: where they meet; a smile: under its teeth),
+        # as spans along the mouth -> pixels below the corners' midpoint; and the lower lip's outer edge.
+        split = _profile(lips.inner[:11], lips.centre, u, v, half)
+        lower_edge = _profile(lips.outer[:11], lips.centre, u, v, half)
+        centre_split = float(np.interp(0.0, *split))
+        self.lip_centre = lips.centre + centre_split * v  # (2,) x, y: the lip line's middle
+        lip_depth = float(np.clip(np.interp(0.0, *lower_edge) - centre_split, LOWER_LIP_DEPTH[0] * half,
+                                  LOWER_LIP_DEPTH[1] * half))  # fmt: skip
         self.box = self._moving_box(height, width)
         if self.box is None:
             return
@@ -181,25 +201,29 @@ class MouthWarp:
         ys, xs = torch.meshgrid(torch.arange(top, bottom, dtype=torch.float32),
                                 torch.arange(left, right, dtype=torch.float32), indexing="ij")  # fmt: skip
         self._pixels = torch.stack([xs, ys], dim=-1)  # (h, w, 2) output pixels
-        offset = self._pixels - torch.tensor(self.lip_centre, dtype=torch.float32)
-        along_mouth = offset @ torch.tensor(u, dtype=torch.float32) / span  # (h, w) spans
-        below_lip = offset @ torch.tensor(v, dtype=torch.float32) / span  # (h, w) spans, down positive
-        self._below = below_lip * span  # (h, w) output pixels below the lip line
-        self._lip_profile = _bump(along_mouth.abs() / MOUTH_HALF_WIDTH)  # (h, w): 1 at the centre, 0 at the corners
+        offset = self._pixels - torch.tensor(lips.centre, dtype=torch.float32)
+        along_mouth = offset @ torch.tensor(u, dtype=torch.float32) / half  # (h, w): -1, 1 at the corners
+        down = offset @ torch.tensor(v, dtype=torch.float32)  # (h, w) output pixels below the corners' midpoint
+        split_at = torch.from_numpy(np.interp(along_mouth.numpy(), *split)).float()  # (h, w)
+        self._below = down - split_at  # (h, w) output pixels below the lip line
+        below_lip = self._below / half  # (h, w) half-widths
+        self._lip_profile = _bump(along_mouth.abs())  # (h, w): 1 at the centre, 0 at the corners
         # (h, w): 0 down to the lower lip's edge (the lip keeps its thickness), 1 from where the jaw moves in full
-        jaw = _smoothstep((below_lip - LOWER_LIP_DEPTH) / (JAW_FULL_BELOW - LOWER_LIP_DEPTH))
-        half_width = MOUTH_HALF_WIDTH + (JAW_HALF_WIDTH - MOUTH_HALF_WIDTH) * jaw
+        jaw = _smoothstep((below_lip - lip_depth / half) / (JAW_FULL_BELOW - lip_depth / half))
+        half_width = 1.0 + (JAW_HALF_WIDTH - 1.0) * jaw
         fade = 1.0 - _smoothstep((below_lip - JAW_FULL_BELOW) / (JAW_STILL_BELOW - JAW_FULL_BELOW))
         self._lower_profile = _bump(along_mouth.abs() / half_width) * fade  # (h, w)
-        nose = _smoothstep(1.0 + below_lip / (0.9 * LIP_BELOW_NOSE))  # (h, w): 0 at the nose, 1 at the lip line
+        nose = _smoothstep(1.0 + below_lip / UPPER_FADE)  # (h, w): 0 towards the nose, 1 at the lip line
         self._upper_profile = self._lip_profile * nose  # (h, w)
         patch = torch.from_numpy(np.ascontiguousarray(background[top:bottom, left:right])).float()  # (h, w, 3)
         self._patch = patch.permute(2, 0, 1)[None]  # (1, 3, h, w)
-        lips = patch[(along_mouth.abs() < 0.3 * MOUTH_HALF_WIDTH) & (below_lip.abs() < 0.06)]  # (n, 3)
-        lip_colour = lips.median(dim=0).values if len(lips) else patch.reshape(-1, 3).median(dim=0).values
+        band = (along_mouth.abs() < 0.3) & (below_lip.abs() < 0.18) & (self._below < lip_depth)  # around the lip line
+        lips_colour = patch[band]  # (n, 3)
+        lip_colour = lips_colour.median(dim=0).values if len(lips_colour) else patch.reshape(-1, 3).median(dim=0).values
         self._cavity_tone = lip_colour * CAVITY_SHADE  # (3,)
-        self._edge = max(1.0, EDGE_SPANS * span)  # output pixels
-        self._max_opening = MAX_OPENING_SPANS * span
+        self._teeth_colour = _own_teeth(background, lips)  # (3,)
+        self._edge = max(1.0, EDGE_HALF_WIDTHS * half)  # output pixels
+        self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
 
     def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
@@ -265,7 +289,7 @@ class MouthWarp:
         low, high = CAVITY_LIGHTS
         dark = self._cavity_tone[:, None, None] * (low + (high - low) * shade)  # (3, h, w)
         teeth = _teeth(grey, skin)  # (h, w)
-        return dark + teeth * (torch.tensor(TEETH_COLOUR)[:, None, None] - dark)
+        return dark + teeth * (self._teeth_colour[:, None, None] - dark)
 
     @staticmethod
     def model_box(side: int) -> tuple[int, int, int, int]:
@@ -282,13 +306,58 @@ class MouthWarp:
 
     def _moving_box(self, height: int, width: int) -> tuple[int, int, int, int] | None:
         """(top, bottom, left, right) of the output pixels the warp can change, clipped to the frame; None: none."""
-        span, u, v = self.span, self._u, self._v
-        corners = [self.lip_centre + span * (a * u + b * v)
-                   for a in (-JAW_HALF_WIDTH, JAW_HALF_WIDTH) for b in (-LIP_BELOW_NOSE, JAW_STILL_BELOW)]  # fmt: skip
+        half, u, v = self.half, self._u, self._v
+        corners = [self.lip_centre + half * (a * u + b * v)
+                   for a in (-JAW_HALF_WIDTH, JAW_HALF_WIDTH) for b in (-UPPER_FADE - 0.5, JAW_STILL_BELOW)]  # fmt: skip
         xs, ys = [c[0] for c in corners], [c[1] for c in corners]
         top, bottom = max(0, int(math.floor(min(ys))) - 2), min(height, int(math.ceil(max(ys))) + 3)
         left, right = max(0, int(math.floor(min(xs))) - 2), min(width, int(math.ceil(max(xs))) + 3)
         return (top, bottom, left, right) if bottom > top + 1 and right > left + 1 else None
+
+
+def _profile(points: np.ndarray, centre: np.ndarray, u: np.ndarray, v: np.ndarray,
+             half: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """A lip edge as (along, down): ``points`` (n, 2) from one mouth corner to the other, as half-widths along the
+    mouth from ``centre`` (increasing) and output pixels below it, for ``np.interp`` (flat past the corners)."""
+    along = (points - centre) @ u / half
+    down = (points - centre) @ v
+    order = np.argsort(along)
+    return along[order], down[order]
+
+
+def _own_teeth(background: np.ndarray, lips: Lips) -> torch.Tensor:
+    """(3,) the colour the interior draws teeth in: the reference's own, where its open lips show teeth (pale pixels
+    inside the inner contour, at least ``OWN_TEETH_PIXELS``), else ``TEETH_COLOUR``."""
+    height, width = background.shape[:2]
+    x0, y0 = np.maximum(np.floor(lips.inner.min(axis=0)).astype(int), 0)
+    x1, y1 = np.ceil(lips.inner.max(axis=0)).astype(int) + 1
+    x1, y1 = min(x1, width), min(y1, height)
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return torch.tensor(TEETH_COLOUR)
+    mask = Image.new("L", (x1 - x0, y1 - y0), 0)
+    ImageDraw.Draw(mask).polygon([(x - x0, y - y0) for x, y in lips.inner], fill=1)
+    pixels = background[y0:y1, x0:x1][np.asarray(mask, bool)].astype(np.float32)  # (n, 3)
+    pale = pixels[(pixels.min(axis=1) > 110) & (pixels.max(axis=1) - pixels.min(axis=1) < 70)]
+    if len(pale) < OWN_TEETH_PIXELS:
+        return torch.tensor(TEETH_COLOUR)
+    return torch.from_numpy(np.median(pale, axis=0))
+
+
+def estimated_lips(background: np.ndarray, layout: FaceLayout) -> Lips:
+    """Closed lips where the five landmarks of ``layout`` (output pixels) put them, for a render without the lip
+    finder (``avatargen[eval]`` not installed): the lip line looked for ``LIP_BELOW_NOSE`` eye spans below the nose
+    and found on the reference's own lips (``_lip_line``), the corners ``MOUTH_HALF_WIDTH`` spans to each side."""
+    span = max(float(np.linalg.norm(layout.points[0] - layout.points[2])), 1.0)  # outer corner to outer corner
+    along = layout.eye_right - layout.eye_left
+    u = along / max(float(np.linalg.norm(along)), 1e-6)  # (2,) along the mouth, to the image's right
+    v = np.array([-u[1], u[0]])  # (2,) down the face
+    centre = _lip_line(background, layout.nose + LIP_BELOW_NOSE * span * v, u, v, span)
+    a = np.linspace(-1.0, 1.0, 11)[:, None]  # corner to corner
+    thickness = ESTIMATED_LIP_THICKNESS * span * np.sqrt(1.0 - a**2)  # (11, 1)
+    line = centre + a * MOUTH_HALF_WIDTH * span * u  # (11, 2)
+    inner = np.concatenate([line, line[-2:0:-1]])  # (20, 2): lower edge, then upper, both on the line
+    outer = np.concatenate([line + thickness * v, (line - thickness * v)[-2:0:-1]])  # (20, 2)
+    return Lips(outer, inner)
 
 
 def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarray, span: float) -> np.ndarray:
@@ -318,10 +387,11 @@ def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarr
     return guess + 0.5 * (rows[lips[0]] + rows[lips[-1]]) * span * v
 
 
-def dark_cue_sees_mouth(square: np.ndarray) -> bool:
-    """Whether ``MouthCue.dark`` reads the shut mouth of ``square`` (S, S, 3) uint8, the model's input, as shut: False
-    where the reference is dark around its mouth already (a dark beard), so an opening could not be told."""
-    return float(mouth_opening(square[None], MouthCue.dark, shut_mouth(square)).opening[0]) <= SHUT_OPENING_MAX
+def still_opening(square: np.ndarray) -> float:
+    """How open ``MouthCue.dark`` reads the mouth of ``square`` (S, S, 3) uint8, the model's input (model pixels):
+    over ``SHUT_OPENING_MAX`` where the reference is dark around its mouth already (a dark beard) or shows its mouth
+    open (a smile with its teeth showing reads 21-25)."""
+    return float(mouth_opening(square[None], MouthCue.dark, shut_mouth(square)).opening[0])
 
 
 def shut_mouth(square: np.ndarray) -> torch.Tensor:

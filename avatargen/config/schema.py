@@ -117,6 +117,7 @@ class PipelineConfig:
     sampling_steps: int = 1  # Euler steps of the A2V sampler: the shipped A2V is distilled to one (docs/model-card.md)
     sampling_shift: float = 1.0  # timestep shift (>1 spends more steps at high noise)
     image_fit: ImageFit = ImageFit.face
+    face: Optional[int] = None  # image_fit=face: which face to animate, 1-based left to right (--face); null: the largest
     # Reference compositing: the output is the reference picture at its own size with only the generated mouth and
     # jaw blended in (avatargen/compose/composite.py); false: the model's square frames as they come.
     composite: bool = True

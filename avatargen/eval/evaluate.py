@@ -24,7 +24,10 @@ from avatargen.eval.seams import coarse_gray, find_periodic_seams, frame_change,
 from avatargen.eval.sharpness import measure_sharpness
 from avatargen.eval.sync import frame_rms, measure_sync
 from avatargen.eval.video import analysis_size, iter_frames, keyframe_indices, probe_video
-from avatargen.face.detector import Face, FaceDetector, shared_detector
+from avatargen.eval.mouth_spill import MouthSpill
+from avatargen.face.choice import shared_lip_finder
+from avatargen.face.detector import INSTALL_HINT, Face, FaceDetector, shared_detector
+from avatargen.face.lips import lips_installed
 from avatargen.io.audio import load_audio
 from avatargen.io.image import Reference, load_reference
 
@@ -78,6 +81,7 @@ def evaluate_video(
             reference_embedding = detector.embedding(image, face)
             reference_face = (loaded, side, face)
 
+    spill = _mouth_spill(reference_face, notes) if reference_face is not None else None
     tracker = FaceTracker(detector, embed_every=max(1, int(round(EMBED_EVERY_S * rate))))
     changes: list[float] = [0.0]  # changes[t]: frame t - 1 -> t
     second_differences: list[float] = []
@@ -85,7 +89,9 @@ def evaluate_video(
     before = previous = previous_coarse = None
     n = 0
     for n, frame in enumerate(iter_frames(video, analysis_size(info)), start=1):
-        tracker.update(n - 1, frame)
+        face = tracker.update(n - 1, frame)
+        if spill is not None:
+            spill.update(frame, face)
         coarse, small = coarse_gray(frame), coarse_gray(frame, FLICKER_SIDE)
         cells.append(frame_cells(small))
         if previous_coarse is not None:
@@ -138,6 +144,7 @@ def evaluate_video(
     else:
         result["seam_ratio"] = None
     result.update(measure_flicker(np.asarray(second_differences)))
+    result.update(spill.summary() if spill is not None else {"mouth_spill_frames": None})
     result.update(measure_head_motion(track["centre"], rate))
     result.update(measure_blinks(track["eyes"], rate))
     if curves:
@@ -179,6 +186,22 @@ def reference_sharpness_at(detector: FaceDetector, reference: Reference, side: i
     if found is not None and np.abs(found.points - face.points).max() <= 0.1 * face.width:
         face = found
     return chip_measures(detector.chip(picture, face))[2]
+
+
+def _mouth_spill(reference_face: tuple[Reference, int, Face], notes: list[str]) -> MouthSpill | None:
+    """The spill measure against the reference ``(loaded, side, face)`` (the face found in its square at ``side``),
+    or None, with a note, where its lips are not found."""
+    loaded, side, face = reference_face
+    left, top, square_side = loaded.crop
+    face = _scaled_face(face, square_side / side, (left, top))
+    if not lips_installed():
+        notes.append(f"mouth spill not measured: finding the lips needs MediaPipe's face mesh ({INSTALL_HINT})")
+        return None
+    search = shared_lip_finder().find(loaded.picture, face)
+    if search.lips is None:
+        notes.append(f"mouth spill not measured: the reference's lips were not found reliably ({search.problem})")
+        return None
+    return MouthSpill(loaded.picture, face, search.lips)
 
 
 def _scaled_face(face: Face, scale: float, offset: tuple[float, float]) -> Face:

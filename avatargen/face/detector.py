@@ -139,13 +139,7 @@ class FaceDetector:
         match around it is accepted (see ``_NEAR_THRESHOLD``).
         """
         rgb = np.ascontiguousarray(rgb)
-        search, scale = _search_image(rgb)
-        rects, scores, _ = self._hog.run(search, 0, _FIRST_PASS_THRESHOLD)
-        if not rects:
-            rects, scores, _ = self._hog.run(search, 1, _SECOND_PASS_THRESHOLD)
-        if scale != 1.0:
-            rects = [self._dlib.rectangle(*(int(round(v / scale)) for v in (r.left(), r.top(), r.right(), r.bottom())))
-                     for r in rects]  # fmt: skip
+        rects, scores = self._search(rgb)
         offset = (0, 0)
         if not rects and near is not None:
             x0, y0, x1, y1 = near.box
@@ -160,11 +154,32 @@ class FaceDetector:
         if not rects:
             return None
         best = int(np.argmax(scores))
-        r = rects[best]
+        return self._face(rgb, rects[best], float(scores[best]), offset)
+
+    def find_all(self, rgb: np.ndarray) -> list[Face]:
+        """Every face of an (H, W, 3) uint8 RGB image, left to right (by box centre); the same search as ``find``."""
+        rgb = np.ascontiguousarray(rgb)
+        rects, scores = self._search(rgb)
+        faces = [self._face(rgb, rect, float(score)) for rect, score in zip(rects, scores)]
+        return sorted(faces, key=lambda face: face.centre[0])
+
+    def _search(self, rgb: np.ndarray) -> tuple[list, list[float]]:
+        """dlib rectangles (in ``rgb``'s pixels) and scores of the faces the two HOG passes find in ``rgb``."""
+        search, scale = _search_image(rgb)
+        rects, scores, _ = self._hog.run(search, 0, _FIRST_PASS_THRESHOLD)
+        if not rects:
+            rects, scores, _ = self._hog.run(search, 1, _SECOND_PASS_THRESHOLD)
+        if scale != 1.0:
+            rects = [self._dlib.rectangle(*(int(round(v / scale)) for v in (r.left(), r.top(), r.right(), r.bottom())))
+                     for r in rects]  # fmt: skip
+        return list(rects), list(scores)
+
+    def _face(self, rgb: np.ndarray, r, score: float, offset: tuple[int, int] = (0, 0)) -> Face:
+        """The ``Face`` of dlib rectangle ``r`` found at ``offset`` (x, y) in ``rgb``: its five landmarks."""
         rect = self._dlib.rectangle(r.left() + offset[0], r.top() + offset[1], r.right() + offset[0], r.bottom() + offset[1])
         shape = self._shape(rgb, rect)
         points = np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float64)  # (5, 2)
-        return Face((rect.left(), rect.top(), rect.right(), rect.bottom()), points, float(scores[best]))
+        return Face((rect.left(), rect.top(), rect.right(), rect.bottom()), points, score)
 
     def chip(self, rgb: np.ndarray, face: Face, size: int = CHIP_SIZE) -> np.ndarray:
         """The face rotated, scaled and cropped by its five points as the ResNet sees it -> (size, size, 3) uint8."""

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from avatargen.face.choice import choose_face
 from avatargen.face.detector import INSTALL_HINT, Face, FaceDetector, face_networks_installed, shared_detector
 
 EYES_AT = (0.498, 0.388)  # (x, y) of the eye centre, fractions of the training frame
@@ -28,29 +29,32 @@ ALREADY_FRAMED = 0.2
 
 
 class Framing(NamedTuple):
-    """What ``frame_face`` cut: the ``crop`` (S, S, 3), the ``face`` found in the image (None: none, centre crop)
-    and the ``square`` (left, top, side) of the image the crop covers (it may reach past the image's edges)."""
+    """What ``frame_face`` cut: the ``crop`` (S, S, 3), the ``face`` found in the image (None: none, centre crop),
+    the ``square`` (left, top, side) of the image the crop covers (it may reach past the image's edges) and the
+    ``picture`` it was cut from (the image, turned upright where it lay on its side: ``choose_face``)."""
 
     crop: np.ndarray
     face: Face | None
     square: tuple[int, int, int]
+    picture: np.ndarray
 
 
 def frame_face(rgb: np.ndarray, warn: Callable[[str], None], name: str = "the reference image",
-               detector: FaceDetector | None = None) -> Framing:  # fmt: skip
+               detector: FaceDetector | None = None, number: int | None = None) -> Framing:  # fmt: skip
     """The square around the face of ``rgb`` (H, W, 3) uint8 as the model was trained to see it -> (S, S, 3), the
-    face found in ``rgb`` (None: no face, centre crop, ``warn`` called with one line) and where the square is."""
+    face found in ``rgb`` (None: no face, centre crop, ``warn`` called with one line) and where the square is.
+    ``number``: which face to frame, 1-based, left to right (None: the largest; ``choose_face``)."""
     if detector is None and not face_networks_installed():
         warn(f"warning: pipeline.image_fit=face needs the face detector ({INSTALL_HINT}); centre-cropped {name}")
-        return Framing(centre_crop(rgb), None, centre_square(rgb))
-    face = (detector or shared_detector()).find(rgb)
+        return Framing(centre_crop(rgb), None, centre_square(rgb), rgb)
+    rgb, face = choose_face(rgb, detector or shared_detector(), warn, name, number)
     if face is None:
         warn(f"warning: no face found in {name}; centre-cropped it: the model draws a front-facing face where it "
              "expects one, from the picture's colours (docs/model-card.md; give a front-facing portrait, or "
              "pipeline.image_fit=crop or pad to frame it yourself)")  # fmt: skip
-        return Framing(centre_crop(rgb), None, centre_square(rgb))
+        return Framing(centre_crop(rgb), None, centre_square(rgb), rgb)
     square = kept_square(rgb, *face_square(face))
-    return Framing(crop_square(rgb, *square), face, square)
+    return Framing(crop_square(rgb, *square), face, square, rgb)
 
 
 def face_square(face: Face) -> tuple[int, int, int]:

@@ -64,9 +64,10 @@ def load_reference_image(
 
 
 def load_reference(
-    path: str | Path, size: int, fit: str = "crop", warn: Callable[[str], None] | None = None
+    path: str | Path, size: int, fit: str = "crop", warn: Callable[[str], None] | None = None, face: int | None = None
 ) -> Reference:
-    """``load_reference_image``, keeping the picture, the crop square and the face found (``Reference``)."""
+    """``load_reference_image``, keeping the picture, the crop square and the face found (``Reference``); ``face``:
+    with ``fit="face"``, which face to frame (1-based, left to right; None: the largest)."""
     if fit not in FITS:
         raise ValueError(f"fit must be one of {FITS}, got {fit!r}")
     if size <= 0:
@@ -81,9 +82,9 @@ def load_reference(
         raise BadInputError(
             f"image '{path}' is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}"
         )
-    face = None
+    number, face = face, None
     if fit == "face":
-        square, face, crop = frame_face(rgb, warn or _print_warning, f"image '{path}'")
+        square, face, crop, rgb = frame_face(rgb, warn or _print_warning, f"image '{path}'", number=number)
     elif fit == "crop":
         square, crop = centre_crop(rgb), centre_square(rgb)
     else:

@@ -43,6 +43,7 @@ def test_eval_json_and_sheet_on_a_talking_photo(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["offset_frames"] == 0 and report["face_found"] == 1.0 and "curves" not in report
+    assert report["mouth_spill_frames"] == 0.0  # the clip's cavity is drawn on her mouth, the crop drifting with it
     image = np.asarray(Image.open(sheet))
     assert image.shape[0] > 600 and image.shape[1] > 1000 and image.std() > 20  # a drawn sheet, not a blank
     # The mouth sheet: ten crops of the loudest syllables, each showing the clip's dark mouth cavity wide open.

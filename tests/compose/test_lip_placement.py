@@ -1,0 +1,101 @@
+"""The warped mouth is drawn where the photo's lips are: dark pixels only within the lips' reach (avatargen eval's
+mouth spill), the smile's own teeth kept, the contour carried by the head's idle motion, and the still picture's
+mouth kept where the lips do not show."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from avatargen.compose.mouth_choice import StillMouth
+from avatargen.compose.mouth_warp import MouthWarp
+from avatargen.config.loader import load_config, to_config
+from avatargen.eval.mouth_spill import MouthSpill
+from avatargen.face.choice import reference_lips
+from avatargen.face.detector import shared_detector
+from avatargen.io.image import load_reference, save_png
+from avatargen.render import compositor_for
+from tests.face import photos
+
+S = 256
+
+
+def _composited(tmp_path, picture: np.ndarray, *overrides: str):
+    """The compositor a render builds for ``picture``, its loaded reference and the warnings it printed."""
+    save_png(tmp_path / "reference.png", picture)
+    config = to_config(load_config(["pipeline.idle_motion.head_motion=false", "pipeline.idle_motion.blinks_per_minute=0",
+                                    *overrides]))  # fmt: skip
+    lines: list[str] = []
+    loaded = load_reference(tmp_path / "reference.png", S, "face", lines.append)
+    return compositor_for(loaded, config, warn=lines.append), loaded, lines
+
+
+def _talking(square: np.ndarray, count: int = 6) -> np.ndarray:
+    """(count, S, S, 3): the model's input square with its mouth drawn shut, then ever wider open, as the bundled
+    model draws a photo's open mouth: a smear of colour unlike the skin (here a dark violet)."""
+    frames = np.repeat(square[None], count, axis=0).copy()
+    rows, cols = slice(int(0.53 * S), int(0.70 * S)), slice(int(0.38 * S), int(0.62 * S))
+    frames[:, rows, cols] = np.median(square[int(0.50 * S), cols], axis=0)  # shut
+    for i in range(1, count):
+        height = int(0.012 * S * i)
+        frames[i, int(0.60 * S) - height : int(0.60 * S) + height, int(0.44 * S) : int(0.56 * S)] = (70, 30, 90)
+    return frames
+
+
+def _spill(picture: np.ndarray, frames: np.ndarray) -> list[float]:
+    """Per-frame mouth spill of ``frames`` against ``picture`` (avatargen eval's measure)."""
+    detector = shared_detector()
+    face = detector.find(picture)
+    lips = reference_lips(picture, face).lips
+    spill = MouthSpill(picture, face, lips)
+    for frame in frames:
+        spill.update(frame, detector.find(frame))
+    return spill.spill
+
+
+@pytest.mark.parametrize("name", ["tilted", "half_body"])
+def test_the_cavity_opens_between_the_lips_and_nowhere_else(tmp_path, name):
+    picture = photos.TEST_PHOTOS[name]()
+    compositor, loaded, _ = _composited(tmp_path, picture)
+    assert isinstance(compositor.mouth, MouthWarp)
+    frames = compositor.compose(_talking(loaded.square), 0)
+    darkened = (picture.astype(int) - frames.astype(int)).max(axis=3) > 40  # (t, H, W)
+    assert darkened[0].sum() == 0 and darkened[-1].sum() > 20  # shut: the photo; open: a cavity
+    assert max(_spill(picture, frames)) < 0.15, name  # every frame's darkening lies within the lips' reach
+
+
+def test_a_smile_keeps_its_own_teeth_when_the_mouth_opens(tmp_path):
+    picture = photos.astronaut()
+    compositor, loaded, _ = _composited(tmp_path, picture)
+    lips = compositor.mouth.lips
+    frames = compositor.compose(_talking(loaded.square), 0)
+    # Her upper teeth: just under the upper inner lip, at the middle of the mouth.
+    x, y = np.rint(lips.inner[15] + 0.35 * (lips.inner[5] - lips.inner[15])).astype(int)
+    assert picture[y, x].min() > 150  # pale in the photo
+    opened = frames[-1]
+    up = int(np.ceil(0.2 * compositor.mouth.openings(_talking(loaded.square)[-1:])[0][0]))  # they rise with the lip
+    assert opened[y - up : y + 1, x].min(axis=1).max() > 150  # still pale teeth, not the cavity drawn over them
+
+
+def test_with_idle_motion_the_mouth_moves_with_the_head(tmp_path):
+    picture = photos.tilted()
+    save_png(tmp_path / "reference.png", picture)
+    config = to_config(load_config(["pipeline.idle_motion.blinks_per_minute=0"]))
+    loaded = load_reference(tmp_path / "reference.png", S, "face", lambda line: None)
+    compositor = compositor_for(loaded, config, warn=lambda line: None)
+    talking = _talking(loaded.square)
+    frames = np.concatenate([compositor.compose(talking[i : i + 1], index) for i, index in enumerate((0, 40, 80, 120, 160, 200))])
+    moved = [np.abs(frames[i].astype(int) - picture).mean() for i in range(len(frames))]
+    assert max(moved) > 0.5  # the head sways
+    assert max(_spill(picture, frames)) < 0.15
+
+
+@pytest.mark.parametrize("make", [photos.hand_over_mouth, photos.masked], ids=["hand", "mask"])
+def test_lips_that_do_not_show_keep_the_still_mouth_with_one_warning(tmp_path, make):
+    picture = make()
+    compositor, loaded, lines = _composited(tmp_path, picture)
+    assert isinstance(compositor.mouth, StillMouth)
+    frames = compositor.compose(_talking(loaded.square), 0)
+    assert (frames == picture[None]).all()  # the picture's own mouth, in every frame
+    said = [line for line in lines if "lips cannot" in line]
+    assert len(said) == 1 and "stays as in the picture" in said[0], lines

@@ -1,0 +1,83 @@
+"""Reference pictures for the lip tests and benchmarks/lip_contours.py, made from what ships offline.
+
+Real photographs: skimage's astronaut (Eileen Collins, public domain: a smile that shows her teeth) and matplotlib's
+Grace Hopper (closed lips). From them, by affine warps and pasting: a tilted head, a small face in a half-body
+picture, two people in one picture, a picture turned on its side, a hand over the mouth and a mask. And a render of
+the project's own synthetic faces (``avatargen.data``), smiling with its teeth showing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+from avatargen.data.identity import identity_from_seed
+from avatargen.data.pose import FacePose
+from avatargen.data.render import FaceRenderer
+from tests.eval.clips import astronaut, grace_hopper
+
+ASTRONAUT_MOUTH = (224, 146)  # (x, y) centre of the astronaut's mouth, her own pixels
+ASTRONAUT_FACE = (222, 128)  # ... and of her face
+
+
+def tilted(degrees: float = 20.0) -> np.ndarray:
+    """(512, 512, 3): the astronaut, her head (and the whole picture) turned by ``degrees`` about her face."""
+    image = Image.fromarray(astronaut())
+    return np.asarray(image.rotate(degrees, Image.Resampling.BICUBIC, center=ASTRONAUT_FACE, fillcolor=(96, 96, 104)))
+
+
+def half_body(scale: float = 0.5) -> np.ndarray:
+    """(720, 560, 3): the astronaut scaled by ``scale`` in a larger picture, below a plain wall: a small face."""
+    small = Image.fromarray(astronaut()).resize((round(512 * scale),) * 2, Image.Resampling.LANCZOS)
+    canvas = Image.new("RGB", (560, 720), (182, 176, 164))
+    canvas.paste(small, (560 // 2 - round(ASTRONAUT_FACE[0] * scale), 720 - small.height))
+    return np.asarray(canvas)
+
+
+def two_people() -> np.ndarray:
+    """(600, 1024, 3): the astronaut on the left (her face 87 px wide) and Grace Hopper on the right (larger)."""
+    canvas = Image.new("RGB", (1024, 600), (120, 120, 120))
+    canvas.paste(Image.fromarray(astronaut()), (0, 44))
+    canvas.paste(Image.fromarray(grace_hopper()), (512, 0))
+    return np.asarray(canvas)
+
+
+def on_its_side() -> np.ndarray:
+    """The astronaut turned a quarter turn clockwise, as a camera without an orientation tag saves a portrait."""
+    return np.ascontiguousarray(np.rot90(astronaut(), k=-1))
+
+
+def hand_over_mouth() -> np.ndarray:
+    """The astronaut with her mouth under a skin-coloured hand (her own cheek, stretched over it)."""
+    image = Image.fromarray(astronaut())
+    hand = image.crop((186, 120, 208, 140)).resize((120, 64), Image.Resampling.BICUBIC).filter(ImageFilter.GaussianBlur(2))
+    mask = Image.new("L", hand.size, 0)
+    ImageDraw.Draw(mask).ellipse((0, 0, hand.width - 1, hand.height - 1), fill=255)
+    image.paste(hand, (ASTRONAUT_MOUTH[0] - 60, ASTRONAUT_MOUTH[1] - 28), mask.filter(ImageFilter.GaussianBlur(3)))
+    return np.asarray(image)
+
+
+def masked() -> np.ndarray:
+    """The astronaut wearing a pale blue mask from her nose to her chin."""
+    image = Image.fromarray(astronaut())
+    draw = ImageDraw.Draw(image)
+    draw.polygon([(176, 128), (270, 128), (262, 176), (222, 196), (184, 176)], fill=(150, 186, 206))
+    for y in (142, 156, 170):  # pleats
+        draw.line([(186, y), (258, y)], fill=(128, 164, 186), width=2)
+    return np.asarray(image)
+
+
+def smiling_render(size: int = 384, seed: int = 7) -> np.ndarray:
+    """(size, size, 3): one of the project's synthetic faces smiling, its mouth a little open over its teeth."""
+    frame, _ = FaceRenderer(identity_from_seed(seed), size=size).render(FacePose(smile=0.8, mouth_open=0.3))
+    return np.ascontiguousarray(frame)
+
+
+# The pictures the compositor must handle, by name (benchmarks/lip_contours.py renders each).
+TEST_PHOTOS = {
+    "astronaut": astronaut,
+    "grace_hopper": grace_hopper,
+    "tilted": tilted,
+    "half_body": half_body,
+    "smiling_render": smiling_render,
+}
