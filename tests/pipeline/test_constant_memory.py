@@ -46,8 +46,8 @@ def test_what_a_render_keeps_alive_is_the_same_at_its_end_as_after_its_first_chu
     from avatargen.config.loader import load_config, to_config
     from avatargen.io.audio import AudioFileSource
     from avatargen.io.image import load_reference
-    from avatargen.pipeline.build import build_modules
-    from avatargen.pipeline.pipeline import Pipeline
+    from avatargen.families.tiny.build import build_modules
+    from avatargen.pipeline.build import pipeline_for
     from avatargen.threads import torch_threads
 
     config = to_config(load_config([*FAST, "pipeline.composite=false"]))  # the model's frames, 4 at a time
@@ -57,7 +57,7 @@ def test_what_a_render_keeps_alive_is_the_same_at_its_end_as_after_its_first_chu
     sink = LiveTensorSink()
     try:
         with torch_threads(1):
-            Pipeline(config, models, overlap=False).render(square, source, [sink])
+            pipeline_for(config, models, overlap=False).render(square, source, [sink])
     finally:
         source.close()
     assert sink.frames == 100
