@@ -107,7 +107,8 @@ def job_state(output: Path) -> JobState:
 
 
 def write_manifest(out_dir: Path, outputs: list[Path]) -> None:
-    absolute = [os.path.abspath(o) for o in outputs]  # so that `batch status` works from any folder
+    # absolute, so that `batch status` works from any folder; an output named twice (a duplicate row) is listed once
+    absolute = list(dict.fromkeys(os.path.realpath(o) for o in outputs))
     write_atomic(out_dir / MANIFEST_NAME, json.dumps({"outputs": absolute}, indent=1))
 
 
@@ -120,12 +121,13 @@ def batch_status(out_dir: Path) -> list[JobState]:
         outputs = [Path(o) for o in json.loads((out_dir / MANIFEST_NAME).read_text())["outputs"]]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no manifest: what the files say
+    outputs = [Path(o) for o in dict.fromkeys(os.path.realpath(o) for o in outputs)]  # each job once
     seen = set(outputs)
     for pattern, suffix in (("*.mp4", ".mp4"), ("*.lock", ".lock"), ("*.failed.json", ".failed.json")):
         for found in sorted(out_dir.rglob(pattern)):
             if found.name.startswith(".") or found.name.endswith(".partial.mp4") or ".resume" in found.parent.name:
                 continue
-            output = Path(os.path.abspath(found.with_name(found.name[: -len(suffix)] + ".mp4")))
+            output = Path(os.path.realpath(found.with_name(found.name[: -len(suffix)] + ".mp4")))
             if output not in seen:
                 seen.add(output)
                 outputs.append(output)

@@ -21,6 +21,26 @@ from avatargen.config.schema import GROUPS, Config
 from avatargen.config.validate import validate_config
 from avatargen.errors import ConfigError
 
+MAX_NESTING = 32  # levels of a dotted key or of a value's lists and mappings: far past any config, far below recursion limits
+SHOWN_CHARS = 80  # of an override echoed in a message
+
+
+def _shown(text: str) -> str:
+    """``text`` as a message quotes it: at most ``SHOWN_CHARS`` characters."""
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in ``text`` (an upper bound on a YAML flow value's nesting)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
 
 def default_config_dir() -> Path:
     """The top-level ``conf/`` folder: in a source checkout beside the package, in a wheel as ``avatargen.conf``."""
@@ -43,19 +63,33 @@ class Override:
 def parse_override(text: str) -> Override:
     """Parse one Hydra-style override; raise ConfigError on malformed text."""
     if text.startswith("~"):
-        return Override(key=text[1:].split("=", 1)[0], value=None, delete=True)
+        key = text[1:].split("=", 1)[0]
+        _check_key(text, key)
+        return Override(key=key, value=None, delete=True)
     if "=" not in text:
-        raise ConfigError(f"override '{text}' is not key=value; write e.g. pipeline.n_chunk_frames=32 or model=tiny")
+        raise ConfigError(f"override '{_shown(text)}' is not key=value; write e.g. pipeline.n_chunk_frames=32 or model=tiny")
     key, raw = text.split("=", 1)
     add = key.startswith("+")
     key = key.lstrip("+")
-    if not key or not all(part.isidentifier() for part in key.split(".")):
-        raise ConfigError(f"override '{text}' has an invalid key '{key}'; keys are dotted names like pipeline.seam_frames")
+    _check_key(text, key)
+    if _bracket_depth(raw) > MAX_NESTING:
+        raise ConfigError(f"override '{_shown(text)}' nests lists or mappings over {MAX_NESTING} levels deep; flatten it")
     try:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw  # not YAML: keep the text, the schema decides whether a string is acceptable
+    except RecursionError:
+        raise ConfigError(f"override '{_shown(text)}' nests too deep to read; flatten it") from None
     return Override(key=key, value=value, add=add)
+
+
+def _check_key(text: str, key: str) -> None:
+    if not key or not all(part.isidentifier() for part in key.split(".")):
+        raise ConfigError(f"override '{_shown(text)}' has an invalid key '{_shown(key)}'; keys are dotted names like "
+                          "pipeline.seam_frames")  # fmt: skip
+    if key.count(".") >= MAX_NESTING:
+        raise ConfigError(f"override '{_shown(text)}' has a key {key.count('.') + 1} levels deep, over {MAX_NESTING}; "
+                          "use a flatter key")  # fmt: skip
 
 
 def group_options(config_dir: Path, group: str) -> list[str]:
@@ -87,7 +121,7 @@ def _defaults_choices(root: DictConfig, path: Path) -> dict[str, str]:
 
 def _one_line(error: OmegaConfBaseException) -> str:
     message = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
-    return message.replace("Key '", "key '")
+    return _shown(message.replace("Key '", "key '"))
 
 
 def _valid_keys(node: Any) -> str:
@@ -157,7 +191,7 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
             options = group_options(config_dir, override.key)
             if str(override.value) not in options:
                 raise ConfigError(
-                    f"unknown {override.key} option '{override.value}'; valid choices: {', '.join(options)}"
+                    f"unknown {override.key} option '{_shown(str(override.value))}'; valid choices: {', '.join(options)}"
                 )
             choices[override.key] = str(override.value)
         else:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import partial
+from typing import Any
 
 from avatargen.config.schema import Config, Offload, interpolates
 from avatargen.config.wan import validate_wan_model
@@ -19,14 +21,72 @@ MIN_MAX_SIDE, MAX_MAX_SIDE = 64, 4096  # a face needs pixels; x264's level limit
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
+# Upper bounds past any useful value, so that no number reaches an allocation, a clock or a C integer that overflows
+MAX_SEED = 2**63 - 1  # torch and numpy generators take 64-bit seeds
+MAX_SAMPLING_STEPS = 1000
+MAX_CHUNK_FRAMES = 1024  # 41 s of video in one chunk: its latents and activations are held at once
+MAX_AUDIO_BLOCK_S = 60.0
+MAX_BUFFER_S = 3600.0  # seconds a live output may lag (realtime buffer), or a network peer may stay silent
+MAX_DIST_TIMEOUT_S = 7 * 86400.0
+MAX_FPS, MAX_SAMPLE_RATE, MAX_IMAGE_SIZE = 240, 384_000, 4096
+MAX_MODEL_SIZE = 16_384  # any width, length or count of avatargen's own models but their sample rate
+MAX_MODEL_PARAMETERS = 2**33  # 8.6 G parameters (34 GB in float32): a thousand times the shipped model's 14 M
+NATIVE_MODELS = ("audio_encoder", "text_encoder", "vae", "a2v", "sr")
+
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
 
 
+def _numbers(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every number in a config section, list items included (``model.vae.widths[1]``)."""
+    found: list[tuple[str, Any]] = []
+    for field in dataclasses.fields(node):
+        value, key = getattr(node, field.name), f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value):
+            found += _numbers(value, f"{key}.")
+        elif isinstance(value, (list, tuple)):
+            found += [(f"{key}[{i}]", item) for i, item in enumerate(value) if isinstance(item, (int, float))]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.append((key, value))
+    return found
+
+
+def _require_in(value: float, low: float, high: float, key: str, unit: str = "") -> None:
+    shown = lambda number: f"{number:g}" if isinstance(number, float) else str(number)  # noqa: E731
+    _require(low <= value <= high, f"{key} must be in [{shown(low)}, {shown(high)}]{unit}, got {shown(value)[:40]}")
+
+
+def _check_numbers(config: Config) -> None:
+    """Every number finite; the keys that size memory, time or a C integer within bounds (one line naming the key)."""
+    for key, value in _numbers(config):
+        _require(not isinstance(value, float) or math.isfinite(value), f"{key} must be a finite number, got {value}")
+    p, m, o = config.pipeline, config.model, config.output
+    _require_in(config.seed, 0, MAX_SEED, "seed")
+    _require_in(p.n_chunk_frames, 1, MAX_CHUNK_FRAMES, "pipeline.n_chunk_frames")
+    _require_in(p.seam_frames, 0, MAX_CHUNK_FRAMES, "pipeline.seam_frames")
+    _require_in(p.anchor_frames, 0, MAX_CHUNK_FRAMES, "pipeline.anchor_frames")
+    _require_in(p.sampling_steps, 1, MAX_SAMPLING_STEPS, "pipeline.sampling_steps")
+    _require(0 < p.audio_block_s <= MAX_AUDIO_BLOCK_S, f"pipeline.audio_block_s must be in (0, {MAX_AUDIO_BLOCK_S:g}] (seconds)")
+    _require_in(m.fps, 1, MAX_FPS, "model.fps")
+    _require_in(m.sample_rate, 1, MAX_SAMPLE_RATE, "model.sample_rate")
+    _require_in(m.image_size, 2, MAX_IMAGE_SIZE, "model.image_size")
+    _require_in(o.realtime_buffer_s, 0, MAX_BUFFER_S, "output.realtime_buffer_s", " (seconds)")
+    _require(0 < o.publish_timeout_s <= MAX_BUFFER_S, f"output.publish_timeout_s must be in (0, {MAX_BUFFER_S:g}] (seconds)")
+    _require_in(o.hls_window, 0, 1_000_000, "output.hls_window", " (0 = keep every segment)")
+    _require(0 < config.runtime.dist_timeout_s <= MAX_DIST_TIMEOUT_S,
+             f"runtime.dist_timeout_s must be in (0, {MAX_DIST_TIMEOUT_S:g}] (seconds)")  # fmt: skip
+    _require_in(config.runtime.offload_resident_blocks, 1, MAX_LAYERS, "runtime.offload_resident_blocks")
+    if m.wan is None:
+        for key, value in _numbers(m):
+            if key.split(".")[0] in NATIVE_MODELS and isinstance(value, int) and key.split(".")[-1] not in DEPTH_KEYS:
+                _require_in(value, 0, MAX_SAMPLE_RATE if key.endswith("sample_rate") else MAX_MODEL_SIZE, f"model.{key}")
+
+
 def validate_config(config: Config) -> None:
     """Raise ConfigError naming the first inconsistent key."""
+    _check_numbers(config)
     p, m, o = config.pipeline, config.model, config.output
     _require(p.n_chunk_frames >= 1, "pipeline.n_chunk_frames must be >= 1")
     _require(p.motion_frames is None or 0 <= p.motion_frames < p.n_chunk_frames,
@@ -104,12 +164,16 @@ def _validate_model_shapes(config: Config) -> None:
                 _require(0 <= value <= MAX_LAYERS, f"model.{name}.{key} must be in [0, {MAX_LAYERS}]")
     for name, model_class in MODEL_CLASSES.items():
         try:
-            build_on_meta(partial(model_class, getattr(config.model, name)))
-        except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError) as error:
+            model = build_on_meta(partial(model_class, getattr(config.model, name)))
+        except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError, OverflowError, MemoryError) as error:
+            reason = (str(error).strip().splitlines() or [error.__class__.__name__])[0]  # torch appends a C++ trace
             raise ConfigError(
-                f"model.{name} cannot be built from its config ({error}); fix the model.{name}.* keys, or use "
+                f"model.{name} cannot be built from its config ({reason[:200]}); fix the model.{name}.* keys, or use "
                 "the model config its checkpoint was trained with"
             ) from None
+        count = sum(t.numel() for t in model.state_dict().values())
+        _require(count <= MAX_MODEL_PARAMETERS, f"model.{name} would have {count:,} parameters, over the limit of "
+                 f"{MAX_MODEL_PARAMETERS:,}; fix the model.{name}.* keys")  # fmt: skip
 
 
 def idle_motion_settings(config: Config) -> IdleMotionSettings:
