@@ -375,6 +375,8 @@ def _render_locked(
     try:
         if streamed_audio:
             source.encoder_audio = writer.write_audio
+            # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.
+            stop.on_request(source.end_input)
         if config.output.realtime:
 
             def underrun(count: int) -> None:
@@ -388,7 +390,8 @@ def _render_locked(
         if compositor is not None:  # the model's square frames become the reference picture with their mouth
             sink = CompositingSink(compositor, [sink], first_frame=start)
         progress_cm = progress_factory(fps, estimate) if progress_factory else None
-        run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested), **decode_only)
+        should_stop = None if streamed_audio else parallel.agreed(stop.requested)  # a stream stops at its end
+        run = dict(record_seams=record_seams, resume=checkpoint, should_stop=should_stop, **decode_only)
         if store is not None:
             run.update(checkpoints=grid, on_checkpoint=checkpoint_saver(store))
         models.monitor.reset()  # the modules outlive a render (batch reuses them); their placement costs do not
@@ -413,6 +416,9 @@ def _render_locked(
                 partial.unlink(missing_ok=True)
             if store is not None:
                 store.remove()
+            if streamed_audio and stop.requested():  # stopped before the stream gave any audio
+                raise RenderInterrupted(f"interrupted by {stop.name} before any audio came on stdin; nothing was "
+                                        "written", stop.exit_code) from None  # fmt: skip
         elif isinstance(error, AvatarGenError) and not isinstance(error, PublishError) and rendered:
             error.args = (f"{error}; {kept_so_far()}",)  # what was rendered is never deleted by an error after it
         raise
@@ -420,7 +426,7 @@ def _render_locked(
         if pacer is not None:
             pacer.discard()  # after an error: its thread ends and its queued frames are dropped
         source.close()
-    if stats.stopped:
+    if stats.stopped or (streamed_audio and stop.requested()):  # a stream's stop ended its input
         stop.finishing()
         try:
             partial = writer.close_partial()
