@@ -173,10 +173,16 @@ class InputInfo:
     error: str | None = None  # why ffmpeg could not open it; None when it could
     duration_s: float | None = None  # container duration, absent for some streams ("Duration: N/A")
     stream_kinds: list[str] = field(default_factory=list)  # "Audio", "Video", ... in stream order
+    stream_codecs: list[str] = field(default_factory=list)  # "pcm_f32le", "h264", ... in stream order
+
+    @property
+    def audio_codec(self) -> str | None:
+        """The codec of the first audio stream (None: no audio stream)."""
+        return next((c for k, c in zip(self.stream_kinds, self.stream_codecs) if k == "Audio"), None)
 
 
 _DURATION = re.compile(r"Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
-_STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+):")
+_STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+): ?(\w*)")
 
 
 def read_input_info(path: str | Path) -> InputInfo:
@@ -203,4 +209,5 @@ def read_input_info(path: str | Path) -> InputInfo:
         stream = _STREAM.match(line)
         if stream:
             info.stream_kinds.append(stream.group(1))
+            info.stream_codecs.append(stream.group(2))
     return info
