@@ -138,8 +138,8 @@ def render(
                 print(format_report(metrics), file=sys.stderr)
         if json_out:
             if out is sys.stdout:
-                where = f"'{report['output']}'" if report["output"] not in (None, "-") else "its outputs"
-                _write_stdout(json.dumps(report) + "\n", f"the render's report (the video is written: {where})")
+                where = f"to '{report['output']}'" if report["output"] not in (None, "-") else "to its live outputs"
+                _write_stdout(json.dumps(report) + "\n", f"the video is written {where}, but its report")
             else:
                 print(json.dumps(report), file=out)
         elif not quiet:
@@ -241,17 +241,16 @@ def _check_sheets(sheets: dict[str, Path], inputs: list[Path]) -> None:
 
 def _write_stdout(text: str, what: str) -> None:
     """Write ``text`` to stdout at once, unbuffered: a stdout that cannot take it (a full disk, ``> /dev/full``, a
-    closed pipe) is reported here, not by the interpreter at exit. What the command wrote before stays."""
+    closed pipe) is reported here as one line (``what`` it was), not by the interpreter at exit. Files the command
+    wrote before stay."""
     sys.stdout.flush()
     data = text.encode()
     try:
         while data:
             data = data[os.write(sys.stdout.fileno(), data) :]
     except OSError as err:
-        raise StdoutLostError(f"{what} could not be written to stdout ({err.strerror}); {_kept_note}") from None
-
-
-_kept_note = "what was written to files is kept; give stdout room or redirect it elsewhere"
+        raise StdoutLostError(f"{what} could not be written to stdout ({err.strerror}); give stdout room or redirect it "
+                              "elsewhere") from None  # fmt: skip
 
 
 class StdoutLostError(AvatarGenError):

@@ -116,11 +116,12 @@ def _check_output(output: Path) -> None:
     limit = name_max(nearest_existing(output))
     longest = max(len(os.fsencode(name)) for name in names_written_beside(output))
     if longest > limit:
-        allowed = limit - (longest - len(os.fsencode(output.name)))
+        size = len(os.fsencode(output.name))
+        shown = output.name if len(output.name) <= 40 else f"{output.name[:20]}...{output.name[-16:]}"
         raise BadInputError(
-            f"output name '{output.name}' is too long: beside it a render writes '{partial_path_for(output).name}' "
-            f"and temporary files with names of up to {longest} bytes, over this file system's limit of {limit}; "
-            f"choose a name of at most {allowed} bytes"
+            f"output name '{shown}' ({size} bytes) is too long: a render writes '<name>.partial.mp4' and temporary "
+            f"files beside it, whose names would be up to {longest} bytes, over this file system's limit of {limit}; "
+            f"choose a name of at most {limit - (longest - size)} bytes"
         )
 
 
