@@ -411,13 +411,14 @@ def _render_locked(
     except BaseException as error:
         writer.abort(trim=True)
         rendered = writer.frames_written > 0 or (store is not None and bool(store.parts))
-        if isinstance(error, BadInputError) and not isinstance(error, DiskFullError) and not rendered:
-            # Bad input found before a frame was made (a broken checkpoint's NaN in chunk 0): nothing to resume.
+        if not isinstance(error, DiskFullError) and not rendered:
+            # Failed before a frame was made (a broken checkpoint's NaN in chunk 0, a model that cannot run): an empty
+            # partial and a state without a checkpoint are nothing to resume.
             if partial is not None:
                 partial.unlink(missing_ok=True)
             if store is not None:
                 store.remove()
-            if streamed_audio and stop.requested():  # stopped before the stream gave any audio
+            if isinstance(error, BadInputError) and streamed_audio and stop.requested():  # stopped before any audio
                 raise RenderInterrupted(f"interrupted by {stop.name} before any audio came on stdin; nothing was "
                                         "written", stop.exit_code) from None  # fmt: skip
         elif isinstance(error, AvatarGenError) and not isinstance(error, PublishError) and rendered:

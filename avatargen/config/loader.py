@@ -8,8 +8,8 @@ key; ``+a.b=value`` adds a key that the schema does not have (outside the typed 
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,7 +47,11 @@ def default_config_dir() -> Path:
     source_tree = Path(__file__).resolve().parents[2] / "conf"
     if (source_tree / "config.yaml").is_file():
         return source_tree
-    return Path(str(resources.files("avatargen.conf")))
+    # conf/ has no __init__.py: installed, it is a namespace package, whose one folder its spec lists
+    spec = importlib.util.find_spec("avatargen.conf")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the config folder (avatargen/conf) is not installed; reinstall avatargen")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @dataclass(frozen=True)

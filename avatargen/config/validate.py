@@ -32,6 +32,7 @@ MAX_FPS, MAX_SAMPLE_RATE, MAX_IMAGE_SIZE = 240, 384_000, 4096
 MAX_MODEL_SIZE = 16_384  # any width, length or count of avatargen's own models but their sample rate
 MAX_MODEL_PARAMETERS = 2**33  # 8.6 G parameters (34 GB in float32): a thousand times the shipped model's 14 M
 NATIVE_MODELS = ("audio_encoder", "text_encoder", "vae", "a2v", "sr")
+MAY_BE_ZERO = ("audio_window",)  # counts of avatargen's own models that may be 0 besides the depth-like DEPTH_KEYS
 
 
 def _require(condition: bool, message: str) -> None:
@@ -81,7 +82,8 @@ def _check_numbers(config: Config) -> None:
     if m.wan is None:
         for key, value in _numbers(m):
             if key.split(".")[0] in NATIVE_MODELS and isinstance(value, int) and key.split(".")[-1] not in DEPTH_KEYS:
-                _require_in(value, 0, MAX_SAMPLE_RATE if key.endswith("sample_rate") else MAX_MODEL_SIZE, f"model.{key}")
+                low = 0 if key.split(".")[-1] in MAY_BE_ZERO else 1  # a width or size of 0 builds, then fails mid-render
+                _require_in(value, low, MAX_SAMPLE_RATE if key.endswith("sample_rate") else MAX_MODEL_SIZE, f"model.{key}")
 
 
 def validate_config(config: Config) -> None:
@@ -122,6 +124,9 @@ def validate_config(config: Config) -> None:
         )
         _require(m.a2v.audio_dim == m.audio_encoder.out_dim, "model.a2v.audio_dim must equal model.audio_encoder.out_dim")
         _require(m.a2v.text_dim == m.text_encoder.dim, "model.a2v.text_dim must equal model.text_encoder.dim")
+        for name, dit in (("a2v", m.a2v), ("sr", m.sr)):  # an MLP of width 0 builds, then warns on every render
+            _require(int(dit.dim * dit.mlp_ratio) >= 1 and dit.mlp_ratio <= 64,
+                     f"model.{name}.mlp_ratio must give an MLP of 1 to 64 x model.{name}.dim units, got {dit.mlp_ratio:g}")  # fmt: skip
         factor = 2 ** len(m.vae.widths)
         _require(
             m.image_size == m.sr.high_size * factor,
