@@ -79,7 +79,7 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
         (["seed=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'seed' could not be resolved"),
         (["pipeline.n_chunk_frames=${pipeline.n_chunk_frames}"], "config key 'pipeline.n_chunk_frames' could not be resolved"),
         (["+meta.where=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'meta.where' could not be resolved"),
-        (["model.a2v.heads=0"], "model.a2v.heads must be >= 1"),
+        (["model.a2v.heads=0"], "model.a2v.heads must be in [1, 16384], got 0"),
         (["model.sr.heads=3"], "model.sr cannot be built from its config (dim (128) must be divisible by heads (3))"),
         (["model.a2v.patch_size=3"], "model.a2v cannot be built"),
         (["model.fps=1000", "model.audio_encoder.fps=1000"], "model.fps must be in [1, 240], got 1000"),
@@ -95,8 +95,10 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
         (["model.a2v.mlp_ratio=.nan"], "model.a2v.mlp_ratio must be a finite number, got nan"),
         (["model.sr.mlp_ratio=-.inf"], "model.sr.mlp_ratio must be a finite number, got -inf"),
         (["output.realtime_buffer_s=1e308"], "output.realtime_buffer_s must be in [0, 3600] (seconds)"),
-        (["model.audio_encoder.hop_length=-160"], "model.audio_encoder.hop_length must be in [0, 16384], got -160"),
-        (["model.sr.mlp_ratio=1e300"], "model.sr cannot be built from its config (empty(): argument 'size' failed"),
+        (["model.audio_encoder.hop_length=-160"], "model.audio_encoder.hop_length must be in [1, 16384], got -160"),
+        (["model.sr.mlp_ratio=1e300"], "model.sr.mlp_ratio must give an MLP of 1 to 64 x model.sr.dim units, got 1e+300"),
+        (["model.audio_encoder.dim=0"], "model.audio_encoder.dim must be in [1, 16384], got 0"),  # built, then failed mid-render
+        (["model.a2v.mlp_ratio=1e-320"], "model.a2v.mlp_ratio must give an MLP of 1 to 64"),  # 0 units: torch warned each render
         (["model.a2v.dim=16384"], "model.a2v would have 27,929,460,768 parameters, over the limit"),
         (["+x=" + "[" * 200 + "]" * 200], "nests lists or mappings over 32 levels deep"),
         (["+" + ".".join(["a"] * 200) + "=1"], "has a key 200 levels deep, over 32"),
