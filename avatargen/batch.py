@@ -30,12 +30,13 @@ from typing import Any, Callable
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchMode
-from avatargen.batch_state import (bad_row_claim, failed_record_for, read_failure, record_failure, write_atomic,
-                                   write_manifest)
+from avatargen.batch_state import (MANIFEST_NAME, bad_row_claim, failed_record_for, read_failure, record_failure,
+                                   write_atomic, write_manifest)
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted,
                               ResumeMismatchError)
 from avatargen.io.output_lock import OutputLock
 from avatargen.io.resume_store import resume_folder_for
+from avatargen.io.targets import refuse_writing_inputs
 from avatargen.runtime.distributed import RankFailedError, ensure_process_group, full_world, solo_rank
 
 REPORT_NAME = "batch_report.json"
@@ -383,6 +384,8 @@ def run_batch(
         if spread and config.runtime.numa:
             pin_rank(world, device)  # shard mode pins in start_parallel
     confine = None if allow_outside else out_dir
+    refuse_writing_inputs([out_dir / REPORT_NAME, out_dir / MANIFEST_NAME], [jobs_file],
+                          fix="give the jobs file another name or place")  # fmt: skip
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_manifest(out_dir, [job.claim for job in jobs])  # for `avatargen batch status` (a bad row: its claim)

@@ -47,7 +47,9 @@ def failed_record_for(output: Path) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # A short temporary name: an output whose name the file system just takes must not fail its failure record
+    digest = hashlib.sha1(path.name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    tmp = path.with_name(f".{digest}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 

@@ -146,7 +146,7 @@ def _check_outputs_spare_inputs(request: RenderRequest, config: Config, live: li
     if request.output_file is not None:
         file = request.output_file
         folder = resume_folder_for(file)
-        written += [file, partial_path_for(file), config_path_for(file), lock_path_for(file)]
+        written += [file.with_name(name) for name in names_written_beside(file)]  # temporary names included
     inputs = _inputs(request, config)
     refuse_writing_inputs(written, inputs)
     for source in inputs:

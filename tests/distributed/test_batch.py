@@ -145,3 +145,14 @@ def test_a_bad_row_is_reported_with_the_fields_it_gives_not_folders(tmp_path):
     assert "missing image, output" in line
     report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
     assert report["jobs"][0]["image"] == "" and report["jobs"][0]["output"] == ""
+
+
+def test_a_jobs_file_where_the_report_goes_is_refused_before_it_is_overwritten(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    jobs = out / "batch_report.json"  # read as JSONL: any name but .csv
+    jobs.write_text(json.dumps({"image": "f.png", "audio": "a.wav", "output": "x.mp4"}) + "\n")
+    before = jobs.read_bytes()
+    result = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST)
+    assert result.returncode == 2 and "writing it would destroy the input" in result.stderr, result.stderr
+    assert jobs.read_bytes() == before
