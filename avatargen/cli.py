@@ -244,10 +244,15 @@ def _write_stdout(text: str, what: str) -> None:
     closed pipe) is reported here as one line (``what`` it was), not by the interpreter at exit. Files the command
     wrote before stay."""
     sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a file (an embedding program's stream): its own buffering
+        print(text, end="", flush=True)
+        return
     data = text.encode()
     try:
         while data:
-            data = data[os.write(sys.stdout.fileno(), data) :]
+            data = data[os.write(fd, data) :]
     except OSError as err:
         raise StdoutLostError(f"{what} could not be written to stdout ({err.strerror}); give stdout room or redirect it "
                               "elsewhere") from None  # fmt: skip

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from tests.cli.test_never_lose_work import _checkpoints, _error_lines, _ffmpeg_child, _start, _wait_for
@@ -128,6 +129,7 @@ def test_a_stopped_batch_job_stays_resumable_and_the_printed_command_resumes_it(
     assert probe(out)["frames"] == 50
 
 
+@pytest.mark.slow  # the render's stop on hours of audio is the test above; this one adds the batch around it (~10 s)
 def test_sigterm_on_a_batch_job_with_hours_of_audio_exits_143_and_the_job_is_not_failed(tmp_path):
     write_face_png(tmp_path / "face.png"), write_hours_long_wav(tmp_path / "long.wav")
     jobs, out_dir = tmp_path / "jobs.jsonl", tmp_path / "out"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.config.override_fuzz import cases, run_case
 from tests.conftest import write_face_png, write_speechlike_wav
 
-SEED, COUNT = 24, 40
+SEED, COUNT = 24, 30
 
 
 def test_hostile_overrides_end_in_exit_0_or_one_line_exit_2_and_leave_nothing_half_written(tmp_path):
