@@ -35,6 +35,21 @@ OVERRIDES_HELP = (
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from avatargen import __version__
+
+        print(f"avatargen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Render talking-avatar videos of any length from a reference image and an audio track."""
+
+
 def _fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
@@ -75,7 +90,7 @@ def render(
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
     audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM [default: 1].", show_default=False),
-    prompt: str = typer.Option("", "--prompt", "-p", help="Text prompt for Wan-family models (scene, style); the bundled model shows no visible style (docs/model-card.md, Prompts).", show_default="none"),
+    prompt: str = typer.Option("", "--prompt", "-p", help="Text prompt (scene, style) for the models that read one (docs/models.md); the bundled model shows no visible style (docs/model-card.md, Prompts).", show_default="none"),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
@@ -346,6 +361,32 @@ def batch(
     raise typer.Exit(code)
 
 
+@app.command(epilog=EXIT_CODES)
+def doctor(
+    output_dir: Path = typer.Option(Path("."), "--output-dir", help="Where videos will be written: its free disk and write permission are checked."),
+    as_json: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with everything found."),
+    debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
+) -> None:
+    """What avatargen sees here: versions (torch and its CUDA, ffmpeg), CPU and GPUs, bf16/fp16 speed measured,
+    ffmpeg's libx264 and aac encoders, the optional extras (with the pip command for those missing), NUMA nodes,
+    cache folders, free disk at --output-dir. Exit 0 when a default render will work here, 2 (one line per reason)
+    when it will not."""
+    result: dict = {}
+
+    def action() -> None:
+        from avatargen.doctor import diagnose, format_report
+
+        report = diagnose(output_dir)
+        print(json.dumps(report.to_json(), indent=2) if as_json else format_report(report))
+        for problem in report.problems:
+            _fail(problem)
+        result["ok"] = report.ok
+
+    _run(action, debug)
+    if not result.get("ok", False):
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
 _STDOUT_CLOSED = False  # set by main(): the process started with file descriptor 1 closed (`>&-`)
 
 
@@ -376,7 +417,7 @@ def _gib(count: int) -> str:
 @weights_app.command("check")
 def check(
     folder: Path = typer.Argument(..., help="The weights folder (InfiniteTalk's README layout: docs/models.md)."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides, e.g. model=infinitetalk model.wan.lora=[...]"),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides naming the model and its files, e.g. model=multitalk"),
     as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -385,15 +426,18 @@ def check(
     result: dict = {}
 
     def action() -> None:
+        from avatargen.config.families import family_of
         from avatargen.config.loader import load_config, to_config
-        from avatargen.pipeline.wan_check import check_wan_weights
 
         config = to_config(load_config([*(overrides or []), f"model.checkpoint={folder}", "model.weights=checkpoint"]))
-        if config.model.wan is None:
-            raise ConfigError(f"weights check reads Wan-family folders; choose model=infinitetalk or model=multitalk (got model={config.model.name})")
+        family = family_of(config)
+        if family.check_weights is None:
+            raise ConfigError(f"weights check reads downloaded weights folders; model={config.model.name} loads its "
+                              "own checkpoint, checked as it loads: choose the model you downloaded (e.g. "
+                              "model=infinitetalk)")  # fmt: skip
         if not folder.is_dir():
             raise ConfigError(f"'{folder}' is not a folder; give the weights/ folder (docs/models.md)")
-        report = check_wan_weights(config, folder)
+        report = family.check_weights(config, folder)
         result["ok"] = report.ok
         if as_json:
             print(json.dumps(report.to_json(), indent=2))

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +26,8 @@ from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp, dark_cue_sees_mouth
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource, motion_frames_for
+from avatargen.config.families import family_of
+from avatargen.config.schema import Config, MouthMode, PublishFailure, WeightsSource
 from avatargen.config.validate import idle_motion_settings
 from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
@@ -40,8 +41,7 @@ from avatargen.io.outputs import Output, folder_write_problem, parse_publish_tar
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore, resume_folder_for
 from avatargen.io.targets import make_folders, name_max, nearest_existing, refuse_writing_inputs, remove_empty_folders, symlink_loop
-from avatargen.pipeline.build import resolve_checkpoint, resolve_device
-from avatargen.pipeline.factory import build_pipeline
+from avatargen.pipeline.build import build_pipeline, resolve_checkpoint, resolve_device
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
@@ -126,15 +126,12 @@ def _check_output(output: Path) -> None:
 
 
 def _inputs(request: RenderRequest, config: Config) -> list[Path]:
-    """Every file the render reads: the image, the audio file, the checkpoint files."""
+    """Every file the render reads: the image, the audio file, the model's weight files."""
     files = [request.image] + ([request.audio] if request.audio != STREAM else [])
-    if config.model.weights == WeightsSource.checkpoint:
-        try:
-            checkpoint = resolve_checkpoint(config)
-        except CheckpointError:
-            checkpoint = None  # reported, with its fix, when the models load
-        if checkpoint is not None:
-            files += sorted(checkpoint.glob("*.safetensors")) if checkpoint.is_dir() else [checkpoint]
+    try:
+        files += family_of(config).weight_files(config)
+    except CheckpointError:
+        pass  # reported, with its fix, when the models load
     return files
 
 
@@ -175,14 +172,15 @@ def compositor_for(
 
     Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
     found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
-    training-style avatar). A Wan-family model renders at its own resolution and is left alone. Idle motion
+    training-style avatar); a family whose frames are not that square (it renders the whole picture at its own
+    resolution) is left alone. Idle motion
     (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
     the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose shut mouth the
     cue reads open (``dark_cue_sees_mouth``; docs/model-card.md). ``is_photo`` says
     whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once)."""
-    if not config.pipeline.composite or config.model.wan is not None:
+    if not config.pipeline.composite or not family_of(config).composited:
         return None
     height, width = loaded.picture.shape[:2]
     whole_square = height == width and loaded.crop == (0, 0, width)
@@ -221,13 +219,10 @@ def _open_inputs(request: RenderRequest, config: Config, warn: Callable[[str], N
         # The compositor's mouth and the photo warning both ask whether the square is a photograph: one face search.
         is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
         compositor = compositor_for(loaded, config, is_photo)
-        # null motion frames: 2 where the video is composited, 0 where it is the model's own square (no face found)
-        pipeline = replace(config.pipeline, motion_frames=motion_frames_for(config, composited=compositor is not None))
-        config = replace(config, pipeline=pipeline)
         if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:
             if request.prompt:
                 warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at most a "
-                     "slightly different mouth); prompts are for the Wan-family models (docs/model-card.md, Prompts)")  # fmt: skip
+                     "slightly different mouth); prompts are for the models that read one (docs/model-card.md, Prompts)")  # fmt: skip
             # the bundled model knows cartoons only
             warn_if_out_of_domain(loaded.square, f"image '{request.image}'", warn, composited=compositor is not None,
                                   warped=compositor is not None and compositor.mouth is not None,
@@ -326,7 +321,9 @@ def _render_locked(
     started: float, live: list[Output], reference: Any, compositor: ReferenceCompositor | None, source: Any,
     weights: str, device: torch.device, parallel: Any, lock: OutputLock | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    models, pipeline = build_pipeline(config, device, parallel, warn)  # avatargen's models or a Wan-family one
+    # the family may choose its defaults by whether its frames are composited (the bundled one: its motion frames)
+    pipeline = build_pipeline(config, device, parallel, composited=compositor is not None)
+    models = pipeline.models
     # Compositing reads only the mouth region of the model's frames: only that part is decoded.
     decode_only = {"read_box": compositor.model_box()} if compositor is not None else {}
     if not parallel.world.is_primary:  # computes what rank 0 computes; only rank 0 writes the output
@@ -488,7 +485,7 @@ def _render_locked(
         "device": str(device),
         "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
         "dtype_choice": models.precision.describe(),
-        "overlap": getattr(pipeline, "overlap", False),  # segments emitted on a second thread (runtime.overlap)
+        "overlap": pipeline.overlap,  # segments emitted on a second thread (runtime.overlap)
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
         "seams": stats.seams,
         "resumed_from": stats.resumed_from,

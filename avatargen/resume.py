@@ -20,12 +20,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
+from avatargen.config.families import family_of
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ResumeMismatchError
 from avatargen.io.mp4_join import salvage_part
 from avatargen.io.encoder import disk_full_error
-from avatargen.io.resume_store import ResumeStore, file_digest, text_digest
-from avatargen.pipeline.build import resolve_checkpoint
+from avatargen.io.resume_store import OtherFormatError, ResumeStore, file_digest, text_digest
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 
 
@@ -117,8 +117,7 @@ def fingerprint(
         "config": text_digest(json.dumps(container, sort_keys=True)),
     }
     if config.model.weights != WeightsSource.random:
-        path = resolve_checkpoint(config)
-        files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+        files = family_of(config).weight_files(config)
         found["weights"] = text_digest(json.dumps([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]))
     return found
 
@@ -129,7 +128,12 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
     if not store.exists():
         warn(f"note: --resume: no stopped render of '{output_name}' to resume; rendering from the start")
         return None
-    store.load()
+    try:
+        store.load()
+    except OtherFormatError as error:
+        warn(f"note: --resume: '{store.folder}' was written by another avatargen version ({error}); rendering from "
+             "the start")  # fmt: skip
+        return None
     changed = store.mismatch(found)
     if changed:
         raise ResumeMismatchError(

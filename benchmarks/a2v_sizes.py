@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from avatargen.models.a2v_dit import A2VDiT, A2VDiTParams
+from avatargen.families.tiny.models.a2v_dit import A2VDiT, A2VDiTParams
 
 DEFAULT_SIZES = "192x4x4,192x4x3,160x4x2,144x4x3,128x4x4,128x4x2,128x3x2"
 

@@ -22,10 +22,10 @@ import torch
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.io.image import load_reference
-from avatargen.models.vae import VAE, CausalConv3d, VAEParams
+from avatargen.families.tiny.models.vae import VAE, CausalConv3d, VAEParams
 from avatargen.modules import read_checkpoint
 from avatargen.pipeline.build import shipped_checkpoint
-from avatargen.stages.decode_publish import DECODE_MARGIN, DecodeRegion
+from avatargen.families.tiny.stages.decode_publish import DECODE_MARGIN, DecodeRegion
 
 EXAMPLE = "examples/avatar_1.png"
 

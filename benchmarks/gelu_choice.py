@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
-from avatargen.models import layers
-from avatargen.models.a2v_dit import A2VDiT, A2VDiTParams
-from avatargen.pipeline.build import build_modules
-from avatargen.pipeline.pipeline import Pipeline
+from avatargen.families.tiny.models import layers
+from avatargen.families.tiny.models.a2v_dit import A2VDiT, A2VDiTParams
+from avatargen.families.tiny.build import build_modules
+from avatargen.pipeline.build import pipeline_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def main() -> None:
 
     wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")
     config = to_config(load_config(["pipeline.composite=false"]))
-    pipeline = Pipeline(config, build_modules(config, torch.device("cpu")))
+    pipeline = pipeline_for(config, build_modules(config, torch.device("cpu")))
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size, "face")
     with tempfile.TemporaryDirectory() as folder:
         audio = Path(folder) / "speech.wav"

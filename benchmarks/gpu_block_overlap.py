@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from avatargen.models.layers import TransformerBlock  # noqa: E402
+from avatargen.families.tiny.models.layers import TransformerBlock  # noqa: E402
 from avatargen.modules import Module, ModuleSpec  # noqa: E402
 
 

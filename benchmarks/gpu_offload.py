@@ -63,13 +63,14 @@ sys.path.insert(0, str(REPO))  # run from a checkout without an install, as on t
 from avatargen.config.schema import Config, Device, ModelConfig, Offload, RuntimeConfig, WeightsSource  # noqa: E402
 from avatargen.config.validate import validate_config  # noqa: E402
 from avatargen.io.null_sink import NullSink  # noqa: E402
-from avatargen.models.a2v_dit import A2VDiTParams  # noqa: E402
-from avatargen.models.audio_encoder import AudioEncoderParams  # noqa: E402
-from avatargen.models.sr_dit import SRDiTParams  # noqa: E402
-from avatargen.models.text_encoder import TextEncoderParams  # noqa: E402
-from avatargen.models.vae import VAEParams  # noqa: E402
+from avatargen.families.tiny.models.a2v_dit import A2VDiTParams  # noqa: E402
+from avatargen.families.tiny.models.audio_encoder import AudioEncoderParams  # noqa: E402
+from avatargen.families.tiny.models.sr_dit import SRDiTParams  # noqa: E402
+from avatargen.families.tiny.models.text_encoder import TextEncoderParams  # noqa: E402
+from avatargen.families.tiny.models.vae import VAEParams  # noqa: E402
 from avatargen.modules import Module, ModuleSpec, PlacementPlan  # noqa: E402
-from avatargen.pipeline.build import ModelSet, module_specs  # noqa: E402
+from avatargen.families.tiny.build import TinyModelSet, module_specs
+from avatargen.pipeline.build import pipeline_for  # noqa: E402
 from avatargen.pipeline.pipeline import Pipeline, Progress  # noqa: E402
 from avatargen.runtime.offload import OffloadMonitor  # noqa: E402
 
@@ -400,7 +401,7 @@ def make_bench(args: argparse.Namespace, key: str) -> tuple[Bench, dict[str, Any
     clock = StageClock(device)
     probes = {name: StageProbe(name, models[name], device, enters[name], clock) for name in models}
     # The hook-placed configs get an idle monitor: ModelSet carries one, and nothing feeds it there.
-    pipeline = Pipeline(config, ModelSet(**probes, monitor=monitor or OffloadMonitor("none", args.resident_blocks, device)))
+    pipeline = pipeline_for(config, TinyModelSet(**probes, monitor=monitor or OffloadMonitor("none", args.resident_blocks, device)))
     size = config.model.image_size
     reference = np.random.default_rng(0).integers(0, 256, (size, size, 3), dtype=np.uint8)
     if device.type == "cuda":

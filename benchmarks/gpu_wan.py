@@ -31,7 +31,7 @@ def run_one(model: str, device: str, policy: str, clips: int, steps: int, image:
     import torch
 
     from avatargen.config.loader import load_config
-    from avatargen.models.wan.family import family_spec
+    from avatargen.families.wan.models.specs import family_spec
     from avatargen.render import RenderRequest, render
 
     spec = family_spec(model)

@@ -19,8 +19,8 @@ import torch
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.image import load_reference_image
-from avatargen.pipeline.build import build_modules
-from avatargen.pipeline.pipeline import Pipeline
+from avatargen.families.tiny.build import build_modules
+from avatargen.pipeline.build import pipeline_for
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -44,8 +44,8 @@ def main() -> None:
     args = parser.parse_args()
     config = to_config(load_config(args.overrides))
     torch.set_num_threads(config.runtime.threads or torch.get_num_threads())
-    pipeline = Pipeline(config, build_modules(config, torch.device("cpu")))
-    reference = pipeline.context.encode_reference(
+    pipeline = pipeline_for(config, build_modules(config, torch.device("cpu")))
+    reference = pipeline.steps.context.encode_reference(
         load_reference_image(EXAMPLES / "avatar_1.png", config.model.image_size), ""
     )
     p = config.pipeline
@@ -59,7 +59,7 @@ def main() -> None:
         for m in motions:
             start = time.perf_counter()
             for features, given, mask, noise in steps[m]:
-                pipeline.a2v.generate(reference, features, given, mask, noise, p.sampling_steps)
+                pipeline.steps.a2v.generate(reference, features, given, mask, noise, p.sampling_steps)
             if repeat:
                 times[m].append(time.perf_counter() - start)
     base = statistics.median(times[motions[0]])

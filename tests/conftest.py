@@ -93,8 +93,9 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-def run_cli(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``python -m avatargen ARGS`` as a user would; returns the completed process (text mode)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def run_cli(*args: str, timeout: float = 300, env_extra: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``python -m avatargen ARGS`` as a user would (``env_extra`` added to the environment); returns the
+    completed process (text mode)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
     kwargs.setdefault("text", True)
     return subprocess.run([sys.executable, "-m", "avatargen", *args], capture_output=True, timeout=timeout, env=env, **kwargs)

@@ -17,6 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from avatargen.config.families import extra_model_options, family_named
 from avatargen.config.schema import GROUPS, Config
 from avatargen.config.validate import validate_config
 from avatargen.errors import ConfigError
@@ -97,8 +98,27 @@ def _check_key(text: str, key: str) -> None:
 
 
 def group_options(config_dir: Path, group: str) -> list[str]:
-    """The option names of a config group (the YAML files in ``conf/<group>/``)."""
-    return sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+    """The option names of a config group (the YAML files in ``conf/<group>/``, and for ``model`` the options that
+    families outside it add)."""
+    names = {p.stem for p in (config_dir / group).glob("*.yaml")}
+    if group == "model":
+        names |= set(extra_model_options())
+    return sorted(names)
+
+
+def option_file(config_dir: Path, group: str, option: str) -> Path:
+    """The YAML file of ``group=option``; ConfigError listing the valid choices when there is none."""
+    path = config_dir / group / f"{option}.yaml"
+    if path.is_file():
+        return path
+    if group == "model" and option in (extra := extra_model_options()):
+        return extra[option]
+    raise ConfigError(f"unknown {group} option '{_shown(option)}'; valid choices: {', '.join(group_options(config_dir, group))}")
+
+
+def schema_for(family: str) -> Config:
+    """The typed config of a render of a model of ``family``: the ``model`` section is the family's own."""
+    return Config(model=family_named(family).model_config())
 
 
 def _read_yaml(path: Path) -> DictConfig:
@@ -192,25 +212,22 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
     value_overrides = []
     for override in parsed:
         if override.key in GROUPS and not override.add and not override.delete:
-            options = group_options(config_dir, override.key)
-            if str(override.value) not in options:
-                raise ConfigError(
-                    f"unknown {override.key} option '{_shown(str(override.value))}'; valid choices: {', '.join(options)}"
-                )
+            option_file(config_dir, override.key, str(override.value))  # an unknown option fails here
             choices[override.key] = str(override.value)
+        elif override.key == "model.family" and not override.delete:
+            raise ConfigError("model.family is set by the model option; choose another model (model=NAME), e.g. "
+                              f"one of: {', '.join(group_options(config_dir, 'model'))}")  # fmt: skip
         else:
             value_overrides.append(override)
 
-    cfg = OmegaConf.structured(Config)
+    sections = {group: _read_yaml(option_file(config_dir, group, choices[group])) for group in GROUPS if group in choices}
+    family = str(sections.get("model", {}).get("family", "") or "")
+    if not family:
+        raise ConfigError(f"model option '{choices.get('model')}' names no family; its YAML must set family: NAME")
+    cfg = OmegaConf.structured(schema_for(family))
     try:
-        for group in GROUPS:
-            if group not in choices:
-                continue
-            option_path = config_dir / group / f"{choices[group]}.yaml"
-            if not option_path.is_file():
-                options = group_options(config_dir, group)
-                raise ConfigError(f"unknown {group} option '{choices[group]}'; valid choices: {', '.join(options)}")
-            cfg = OmegaConf.merge(cfg, {group: _read_yaml(option_path)})
+        for group, section in sections.items():
+            cfg = OmegaConf.merge(cfg, {group: section})
         own = {k: v for k, v in root.items() if k != "defaults"}
         cfg = OmegaConf.merge(cfg, own)
     except OmegaConfBaseException as error:
@@ -237,7 +254,8 @@ def _resolve_interpolations(cfg: DictConfig) -> None:
 
 def to_config(cfg: DictConfig) -> Config:
     """The typed dataclass view of a composed config (extra '+' sections are dropped here; they only travel in YAML)."""
-    typed = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.masked_copy(cfg, list(Config.__dataclass_fields__)))
+    schema = OmegaConf.structured(schema_for(str(cfg.model.family)))
+    typed = OmegaConf.merge(schema, OmegaConf.masked_copy(cfg, list(Config.__dataclass_fields__)))
     return OmegaConf.to_object(typed)  # type: ignore[return-value]
 
 

@@ -95,9 +95,24 @@ def _search_image(rgb: np.ndarray) -> tuple[np.ndarray, float]:
     return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BOX)), scale
 
 
+def face_networks_problem() -> str | None:
+    """Why the face networks (the ``avatargen[eval]`` extra) cannot be used here, in one line; None when they can:
+    ``dlib`` imports (a broken or shadowed install fails here, not in the middle of a render) and
+    ``face_recognition_models`` holds its model files."""
+    try:
+        import dlib  # noqa: F401
+    except (ImportError, OSError) as error:  # not installed, or a build that does not load on this machine
+        return f"dlib does not import ({error.__class__.__name__}: {error})"
+    try:
+        face_model_folder()
+    except FaceExtraMissing as error:
+        return str(error)
+    return None
+
+
 def face_networks_installed() -> bool:
-    """True when ``dlib`` and ``face_recognition_models`` can be imported (the ``avatargen[eval]`` extra)."""
-    return all(importlib.util.find_spec(name) is not None for name in ("dlib", "face_recognition_models"))
+    """True when the face networks (the ``avatargen[eval]`` extra) are installed and load: ``face_networks_problem``."""
+    return face_networks_problem() is None
 
 
 class FaceDetector:
@@ -112,7 +127,7 @@ class FaceDetector:
         import dlib
 
         self._dlib = dlib
-        self._models = _model_folder()
+        self._models = face_model_folder()
         self._hog = frontal_face_detector(dlib)  # from the cache folder: dlib's own build takes ~0.3 s
         self._shape = dlib.shape_predictor(str(self._models / _SHAPE_MODEL))
         self._resnet = None
@@ -168,10 +183,12 @@ class FaceDetector:
         return self._dlib.full_object_detection(rect, parts)
 
 
-def _model_folder() -> Path:
+def face_model_folder() -> Path:
     """Where ``face_recognition_models`` keeps its ``.dat`` files, found without importing the package (its
-    ``__init__`` needs ``pkg_resources``, which recent setuptools no longer ships)."""
+    ``__init__`` needs ``pkg_resources``, which recent setuptools no longer ships). Raises ``FaceExtraMissing``."""
     spec = importlib.util.find_spec("face_recognition_models")
+    if spec is None or not spec.submodule_search_locations:
+        raise FaceExtraMissing(f"face_recognition_models is not installed: {INSTALL_HINT}")
     folder = Path(next(iter(spec.submodule_search_locations))) / "models"
     if not (folder / _SHAPE_MODEL).is_file():
         raise FaceExtraMissing(f"face_recognition_models has no {_SHAPE_MODEL} in {folder}: reinstall with {INSTALL_HINT}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from avatargen.errors import AvatarGenError
+from avatargen.errors import AvatarGenError, BadInputError
 
 STDERR_TAIL_LINES = 50
 
@@ -38,12 +38,31 @@ def local_file(path: str | os.PathLike[str]) -> str:
     return f"file:{os.fspath(path)}"
 
 
-@functools.lru_cache(maxsize=1)
-def ffmpeg_exe() -> str:
-    """Path of the ffmpeg executable bundled with imageio-ffmpeg."""
+class FfmpegUnusable(BadInputError):
+    """The ffmpeg avatargen would run is missing or not executable: exit code 2, the message says how to fix it."""
+
+
+def ffmpeg_path() -> str:
+    """Where the ffmpeg avatargen runs is, unchecked: ``IMAGEIO_FFMPEG_EXE`` when set, else imageio-ffmpeg's own."""
     import imageio_ffmpeg  # lazily, so importing avatargen.io never fails on a machine without it
 
-    return imageio_ffmpeg.get_ffmpeg_exe()
+    try:
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except RuntimeError as error:  # imageio-ffmpeg found none
+        raise FfmpegUnusable(f"no ffmpeg found ({error}); reinstall imageio-ffmpeg, which bundles one") from None
+
+
+@functools.lru_cache(maxsize=1)
+def ffmpeg_exe() -> str:
+    """Path of the ffmpeg executable (``ffmpeg_path``), checked to be an executable file: ``FfmpegUnusable`` says what
+    to do otherwise (``avatargen doctor`` also runs it and checks its encoders)."""
+    path = ffmpeg_path()
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        why = "does not exist" if not os.path.exists(path) else "is not an executable file"
+        fix = ("unset IMAGEIO_FFMPEG_EXE or point it to a working ffmpeg" if os.environ.get("IMAGEIO_FFMPEG_EXE")
+               else "reinstall imageio-ffmpeg (pip install --force-reinstall imageio-ffmpeg)")  # fmt: skip
+        raise FfmpegUnusable(f"ffmpeg '{path}' {why}; {fix} (avatargen doctor checks it)")
+    return path
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -28,7 +28,13 @@ from torch import Tensor
 
 from avatargen.errors import BadInputError
 
-VERSION = 1
+# The format of resume.json and of the checkpoints it lists. A folder of another version is never read: the render
+# starts over (2: the engine's and the family's parts of a checkpoint stored apart).
+VERSION = 2
+
+
+class OtherFormatError(Exception):
+    """The resume folder was written in another format (by another avatargen version)."""
 
 
 @dataclass
@@ -75,11 +81,17 @@ class ResumeStore:
         return self.index.is_file()
 
     def load(self) -> None:
-        """Read ``resume.json``; a folder that cannot be read is reported, never silently ignored."""
+        """Read ``resume.json``; a folder that cannot be read is reported, never silently ignored; one of another
+        format raises ``OtherFormatError`` (its caller starts over)."""
         try:
             data = json.loads(self.index.read_text())
-            if data.get("version") != VERSION:
-                raise ValueError(f"version {data.get('version')}")
+        except (OSError, ValueError) as error:
+            raise BadInputError(
+                f"resume state '{self.folder}' is unreadable ({error}); render without --resume to start over"
+            ) from None
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise OtherFormatError(f"format {data.get('version') if isinstance(data, dict) else '?'}")
+        try:
             self.fingerprint = dict(data["fingerprint"])
             self.parts = [Part(self.folder / p["file"], int(p["start"]), int(p["end"])) for p in data["parts"]]
             self.checkpoints = list(data["checkpoints"])

@@ -1,27 +1,2 @@
-"""avatargen's neural network architectures (architecture only: no I/O, sampling, checkpoints or placement)."""
-
-from avatargen.models.a2v_dit import A2VDiT, A2VDiTParams
-from avatargen.models.audio_encoder import AudioEncoder, AudioEncoderParams
-from avatargen.models.sr_dit import SRDiT, SRDiTParams
-from avatargen.models.text_encoder import TextEncoder, TextEncoderParams, tokenize
-from avatargen.models.vae import VAE, CausalConv3d, DecoderCache, VAEParams
-
-# The five models of the default family, by their section of ``model.*`` in the config (in the order they load).
-MODEL_CLASSES = {"audio_encoder": AudioEncoder, "text_encoder": TextEncoder, "vae": VAE, "a2v": A2VDiT, "sr": SRDiT}
-
-__all__ = [
-    "A2VDiT",
-    "A2VDiTParams",
-    "AudioEncoder",
-    "AudioEncoderParams",
-    "CausalConv3d",
-    "DecoderCache",
-    "MODEL_CLASSES",
-    "SRDiT",
-    "SRDiTParams",
-    "TextEncoder",
-    "TextEncoderParams",
-    "VAE",
-    "VAEParams",
-    "tokenize",
-]
+"""What every family's models share: a model's declared block stacks and own init (structure.py), and building on
+the meta device (meta.py). The architectures themselves live in each family's folder."""

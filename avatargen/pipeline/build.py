@@ -1,52 +1,32 @@
-"""Builds the five Modules of a config: architecture from ``model.*``, weights from a checkpoint or a seeded init,
-placed by ``runtime.*`` (and sharded under torchrun) in one pass."""
+"""What every family's build shares, and the one model cache of a process.
+
+``build_pipeline`` gives a render its Pipeline: the family's modules (built and placed once per process, reused while
+the model config, seed, device, sharding and precision stay the same: ``avatargen batch`` renders many jobs with one
+set) and the family's chunk steps over them.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from functools import partial
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from avatargen.config.families import family_of
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
-from avatargen.models import MODEL_CLASSES
 from avatargen.models.structure import model_blocks
-from avatargen.modules import Module, ModuleSpec
-from avatargen.runtime.distributed import ParallelContext, world_info
-from avatargen.runtime.offload import OffloadMonitor
-from avatargen.runtime.placement import PlacementPlan, RandomInit, build_on_meta, place
+from avatargen.pipeline.family import PlacedModels
+from avatargen.pipeline.overlap import overlaps
+from avatargen.pipeline.pipeline import Pipeline
+from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.placement import PlacementPlan
 from avatargen.runtime.precision import Precision, choose_precision
-from avatargen.runtime.tensor_source import open_checkpoint
-from avatargen.threads import torch_threads
-
-
-@dataclass
-class ModelSet:
-    """The five modules of one model config, the monitor of their placement (reset per render), and the compute
-    precision their forwards run in."""
-
-    audio_encoder: Module
-    text_encoder: Module
-    vae: Module
-    a2v: Module
-    sr: Module
-    monitor: OffloadMonitor
-    precision: Precision = Precision(torch.float32, "default")
-
-    def all(self) -> list[Module]:
-        return [self.audio_encoder, self.text_encoder, self.vae, self.a2v, self.sr]
-
-
-def module_specs(config: Config) -> list[ModuleSpec]:
-    return [
-        ModuleSpec(name, partial(model_class, getattr(config.model, name))) for name, model_class in MODEL_CLASSES.items()
-    ]
 
 
 def shipped_checkpoint(name: str) -> Path:
@@ -97,51 +77,42 @@ def resolve_precision(config: Config, device: torch.device, parallel: ParallelCo
     return chosen
 
 
-def build_modules(
-    config: Config, device: torch.device, parallel: ParallelContext | None = None, precision: Precision | None = None
-) -> ModelSet:
-    """All five modules, built on the meta device and placed in one pass: loaded strictly (names and shapes checked)
-    from the memory-mapped checkpoint, or randomly initialised from ``seed`` where they live; placed by
-    ``runtime.offload`` (or FSDP-sharded in a sharded render) with one shared monitor. Their forwards compute in
-    ``precision`` (default: ``runtime.dtype`` resolved for ``device``); the weights stay float32."""
-    parallel = parallel if parallel is not None else ParallelContext(world_info())
-    precision = precision if precision is not None else resolve_precision(config, device, parallel)
-    offload, resident_blocks = config.runtime.offload.value, config.runtime.offload_resident_blocks
-    monitor = OffloadMonitor(offload, resident_blocks, device)
-    random = config.model.weights == WeightsSource.random
-    checkpoint = None if random else resolve_checkpoint(config)
-    modules = []
-    # One thread: building and placing is hundreds of small copies and inits; on two threads under load they took
-    # 0.66 s against 0.05 s for the tiny model, the same weights to the bit (copies and the seeded init do not depend
-    # on the thread count).
-    with torch_threads(1):
-        for i, spec in enumerate(module_specs(config)):
-            model = build_on_meta(spec.build)
-            weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
-            plan = placement_plan(config, device, parallel, model)
-            modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
-    return ModelSet(*modules, monitor=monitor, precision=precision)
-
-
 # -- build once per process ----------------------------------------------------------------------------------------
 
-_cache: dict[str, ModelSet] = {}
+_cache: dict[str, Any] = {}
 
 
-def _cache_key(config: Config, device: torch.device, parallel: ParallelContext, precision: Precision) -> str:
+def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) -> str:
     model = asdict(config.model)  # enums and paths as str(): a key, not a config (OmegaConf takes ~10 ms for it)
     seed = config.seed if config.model.weights == WeightsSource.random else None
-    placement = [config.runtime.offload.value, config.runtime.offload_resident_blocks, str(device), precision.name]
+    runtime = config.runtime
+    placement = [runtime.offload.value, runtime.offload_resident_blocks, str(device), runtime.dtype.value]
     return json.dumps([model, seed, placement, parallel.sharded, parallel.world.world_size], sort_keys=True, default=str)
 
 
-def place_modules(config: Config, device: torch.device, parallel: ParallelContext) -> ModelSet:
-    """The five modules for this render, built and placed once per process and reused while the model config, seed,
-    device, sharding and resolved ``runtime.dtype`` stay the same (``avatargen batch`` renders many jobs with one set)."""
+def place_models(config: Config, device: torch.device, parallel: ParallelContext) -> PlacedModels:
+    """The family's modules for this render, built and placed once per process and reused while the model config,
+    seed, device, sharding and ``runtime.dtype`` stay the same. One model set per process, whatever the family: a
+    batch that switches models does not pile them up."""
     device = parallel.device_for(device)
-    precision = resolve_precision(config, device, parallel)  # the CPU probe runs once per process
-    key = _cache_key(config, device, parallel, precision)
+    key = _cache_key(config, device, parallel)
     if key not in _cache:
-        _cache.clear()  # one model set per process: a batch that switches models does not pile them up
-        _cache[key] = build_modules(config, device, parallel, precision)
+        _cache.clear()
+        _cache[key] = family_of(config).build_models(config, device, parallel)
     return _cache[key]
+
+
+def pipeline_for(
+    config: Config, models: PlacedModels, overlap: bool = False, composited: bool | None = None
+) -> Pipeline:
+    """The chunk engine over the family's steps on ``models``. ``composited``: whether the frames are put back into
+    the reference picture (None: as configured); a family may choose its defaults by it."""
+    return Pipeline(config, family_of(config).chunk_steps(config, models, composited), models, overlap=overlap)
+
+
+def build_pipeline(config: Config, device: torch.device, parallel: ParallelContext, composited: bool) -> Pipeline:
+    """A render's Pipeline: the family's placed models (cached) and its steps; overlapped emission where
+    ``runtime.overlap`` asks for it or, when null, where it pays (avatargen/pipeline/overlap.py)."""
+    models = place_models(config, device, parallel)
+    overlap = family_of(config).overlap and overlaps(config, device, parallel.world.world_size)
+    return pipeline_for(config, models, overlap=overlap, composited=composited)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from avatargen.io.null_sink import NullSink
+from avatargen.pipeline.pipeline import Pipeline
 
 
 def render_as_follower(
-    pipeline: Any, reference: Any, source: Any, prompt: str, should_stop: Any, **render_options: Any
+    pipeline: Pipeline, reference: np.ndarray, source: Any, prompt: str, should_stop: Callable[[], bool],
+    **render_options: Any,
 ) -> dict[str, Any]:
     """A non-primary rank of a sharded render: the same steps and collectives as rank 0, frames into a NullSink, the
     user's output path never touched; ``render_options`` are the primary's that shape the work (``read_box``).

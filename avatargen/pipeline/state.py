@@ -9,10 +9,10 @@ from torch import Tensor
 
 @dataclass
 class LatentWindow:
-    """Low-resolution latents of timeline frames [start, start + T) (for a Wan model's shown frames: pixels)."""
+    """A family's per-frame tensors of timeline frames [start, start + T): latents, or pixels of frames shown."""
 
     start: int
-    latents: Tensor  # (1, C, T, h, w); shown frames (1, 3, T, H, W)
+    latents: Tensor  # (1, C, T, h, w)
 
     @property
     def end(self) -> int:
@@ -40,11 +40,10 @@ class RollingState:
     n_windows: dict[int, LatentWindow] = field(default_factory=dict)
     i_window: LatentWindow | None = None
     i_index: int = -1
-    shown: LatentWindow | None = None  # a Wan model's last frames shown (its next motion frames, left anchors)
 
     def snapshot(self) -> "RollingState":
         """The state as it is now, unaffected by later steps (they replace windows, never write into their tensors)."""
-        return RollingState(dict(self.n_windows), self.i_window, self.i_index, self.shown)
+        return RollingState(dict(self.n_windows), self.i_window, self.i_index)
 
     def window(self, source: str, index: int) -> LatentWindow:
         if source == "I":

@@ -71,19 +71,49 @@ def _best_matmul_s(dtype: torch.dtype, size: int, repeats: int) -> float:
     return best
 
 
-@lru_cache(maxsize=1)
-def probe_cpu_bf16_speedup() -> float:
-    """fp32 time / bf16 time of the same matmul on one core of this CPU (> 1: bf16 is faster). Measured once per
-    process (~20 ms); the thread count is restored afterwards."""
+@lru_cache(maxsize=4)
+def probe_cpu_speedup(dtype: torch.dtype) -> float:
+    """fp32 time / ``dtype`` time of the same matmul on one core of this CPU (> 1: ``dtype`` is faster). Measured
+    once per process and dtype (~20 ms where the CPU runs it natively); the thread count is restored afterwards."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with torch.inference_mode():
             fp32 = _best_matmul_s(torch.float32, PROBE_SIZE, PROBE_REPEATS)
-            bf16 = _best_matmul_s(torch.bfloat16, PROBE_SIZE, PROBE_REPEATS)
+            other = _best_matmul_s(dtype, PROBE_SIZE, PROBE_REPEATS)
     finally:
         torch.set_num_threads(threads)
-    return fp32 / bf16
+    return fp32 / other
+
+
+@lru_cache(maxsize=16)
+def probe_cuda_speedup(index: int, dtype: torch.dtype, size: int = 2048, repeats: int = PROBE_REPEATS) -> float:
+    """fp32 time / ``dtype`` time of the same ``size`` x ``size`` matmul on CUDA device ``index`` (timed with CUDA
+    events, best of ``repeats``). Raises RuntimeError where the GPU cannot run ``dtype``."""
+    device = torch.device("cuda", index)
+
+    def best_ms(kind: torch.dtype) -> float:
+        generator = torch.Generator(device).manual_seed(0)
+        a = torch.randn(size, size, device=device, generator=generator).to(kind)  # (size, size)
+        b = torch.randn(size, size, device=device, generator=generator).to(kind)  # (size, size)
+        torch.mm(a, b)  # warm-up: kernel choice, cuBLAS handle
+        best = float("inf")
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.mm(a, b)
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end))
+        return best
+
+    with torch.inference_mode(), torch.cuda.device(device):
+        return best_ms(torch.float32) / best_ms(dtype)
+
+
+def probe_cpu_bf16_speedup() -> float:
+    """fp32 time / bf16 time of the same matmul on one core of this CPU: what ``auto`` decides from."""
+    return probe_cpu_speedup(torch.bfloat16)
 
 
 def choose_precision(

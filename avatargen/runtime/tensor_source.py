@@ -17,6 +17,7 @@ objects is refused (one line), never executed.
 
 from __future__ import annotations
 
+import glob
 import json
 import pickle
 import zipfile
@@ -222,3 +223,50 @@ def _prefixed(keys: dict[str, Path], name: str, path: Path) -> SafetensorsSource
     if not tensors:
         raise CheckpointError(f"checkpoint '{path}' has no tensors for '{name}' (keys prefixed '{name}.')")
     return SafetensorsSource(tensors, str(path))
+
+
+# -- files as their users download them --------------------------------------------------------------------------
+
+
+def files_of(root: Path, pattern: str, key: str) -> list[Path]:
+    """The files ``pattern`` (a glob under ``root``) names; CheckpointError naming the config key if none."""
+    paths = sorted(Path(p) for p in glob.glob(str(root / pattern)))
+    if not paths:
+        raise CheckpointError(
+            f"{key}: no file matches '{root / pattern}'; download it (docs/models.md) or point {key} at it "
+            f"(paths are relative to model.checkpoint={root})"
+        )
+    return paths
+
+
+def safetensors_files(paths: list[Path], label: str) -> SafetensorsSource:
+    """Several safetensors files as one source; a name stored twice is refused (the files would disagree)."""
+    keys: dict[str, tuple[Path, str]] = {}
+    for path in paths:
+        for key in _file_keys(path):
+            if key in keys:
+                raise CheckpointError(f"tensor '{key}' is in both '{keys[key][0]}' and '{path}'; remove one of the files")
+            keys[key] = (path, key)
+    return SafetensorsSource(keys, label)
+
+
+class RenamedSource:
+    """Another source under other names: ``names`` maps each name this source offers to the base's name."""
+
+    def __init__(self, base: TensorSource, names: dict[str, str]):
+        self.base, self.names, self.label = base, names, base.label
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        shapes = self.base.shapes()
+        return {name: shapes[stored] for name, stored in self.names.items()}
+
+    def read(self, name: str, rows: slice | None = None) -> Tensor:
+        return self.base.read(self.names[name], rows)
+
+
+def pth_source(root: Path, relative: str, key: str, prefix: str = "") -> TensorSource:
+    """One ``.pth`` pickle (memory-mapped, weights only), the tensors under ``prefix`` named without it."""
+    path = root / relative
+    if not path.is_file():
+        raise CheckpointError(f"{key}: '{path}' does not exist; download it (docs/models.md) or point {key} at it")
+    return PthSource(path, prefix)

@@ -9,9 +9,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from avatargen.models.a2v_dit import A2VDiT
-from avatargen.models.sr_dit import SRDiT
-from avatargen.models.text_encoder import TextEncoder, tokenize
+from avatargen.families.tiny.models.a2v_dit import A2VDiT
+from avatargen.families.tiny.models.sr_dit import SRDiT
+from avatargen.families.tiny.models.text_encoder import TextEncoder, tokenize
 from avatargen.sampling import euler_sample, noisy_sample
 from avatargen.train.config import RecipeConfig
 from avatargen.train.optim import optimizer_step, warmup_cosine

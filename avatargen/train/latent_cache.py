@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from avatargen.data.examples import make_clip
-from avatargen.models.audio_encoder import AudioEncoder
-from avatargen.models.vae import VAE
+from avatargen.families.tiny.models.audio_encoder import AudioEncoder
+from avatargen.families.tiny.models.vae import VAE
 
 
 HIGH_EVERY = 4  # SR trains on single frames: every 4th frame is plenty and saves 3/4 of the full-res encodes

@@ -15,8 +15,8 @@ from avatargen.data.examples import make_clip
 from avatargen.data.identity import identity_from_seed
 from avatargen.data.pose import FacePose
 from avatargen.data.render import FaceRenderer
-from avatargen.models.audio_encoder import AudioEncoder
-from avatargen.models.vae import VAE, DecoderCache
+from avatargen.families.tiny.models.audio_encoder import AudioEncoder
+from avatargen.families.tiny.models.vae import VAE, DecoderCache
 from avatargen.train.config import RecipeConfig
 from avatargen.train.optim import optimizer_step, warmup_cosine
 from avatargen.train.latent_cache import images_to_tensor, mouth_weight

@@ -21,13 +21,13 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from avatargen.config.loader import default_config_dir, load_config, to_config
-from avatargen.config.schema import motion_frames_for
+from avatargen.families.tiny.config import motion_frames_for
 from avatargen.errors import ConfigError
-from avatargen.models.a2v_dit import A2VDiT
-from avatargen.models.audio_encoder import AudioEncoder
-from avatargen.models.sr_dit import SRDiT
-from avatargen.models.text_encoder import TextEncoder
-from avatargen.models.vae import VAE
+from avatargen.families.tiny.models.a2v_dit import A2VDiT
+from avatargen.families.tiny.models.audio_encoder import AudioEncoder
+from avatargen.families.tiny.models.sr_dit import SRDiT
+from avatargen.families.tiny.models.text_encoder import TextEncoder
+from avatargen.families.tiny.models.vae import VAE
 from avatargen.train.config import RecipeConfig
 from avatargen.train.dit_phases import distill_a2v, train_a2v, train_sr
 from avatargen.train.latent_cache import build_cache

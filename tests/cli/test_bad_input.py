@@ -89,6 +89,15 @@ def test_unwritable_output_folder_exits_2(tmp_path, face_png, speech_wav):
     _assert_bad_input(run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), *FAST), out, "a_file")
 
 
+def test_an_ffmpeg_that_cannot_run_exits_2_saying_how_to_fix_it(tmp_path, face_png, speech_wav):
+    broken = tmp_path / "ffmpeg"
+    broken.write_text("#!/bin/sh\nexit 0\n")  # IMAGEIO_FFMPEG_EXE at a file that is not executable
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), *FAST,
+                     env_extra={"IMAGEIO_FFMPEG_EXE": str(broken)})  # fmt: skip
+    _assert_bad_input(result, out, f"ffmpeg '{broken}' is not an executable file", "unset IMAGEIO_FFMPEG_EXE")
+
+
 def test_file_size_limit_mid_render_is_a_disk_space_error(tmp_path, face_png):
     audio = write_speechlike_wav(tmp_path / "a.wav", 4.0)
     out = tmp_path / "o.mp4"
@@ -106,7 +115,7 @@ def _checkpoint(tmp_path: Path, mutate) -> Path:
 
     from avatargen.config.loader import load_config, to_config
     from avatargen.modules import save_checkpoint
-    from avatargen.pipeline.build import module_specs
+    from avatargen.families.tiny.build import module_specs
 
     config = to_config(load_config([]))
     path = tmp_path / "model.safetensors"

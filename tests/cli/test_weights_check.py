@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from avatargen.config.wan import WAN_DIR
+from avatargen.families.wan.config import WAN_DIR
 from tests.conftest import run_cli
 from tests.models.wan.wan_tiny_folder import write_wan_tiny_folder
 
@@ -151,7 +151,7 @@ def _broken_copy(clean: Path, kind: str, folder: Path) -> tuple[Path, str, str]:
 @pytest.mark.parametrize("kind", BROKEN)
 def test_a_broken_weights_file_is_one_problem_naming_it(tmp_path, clean_folder, kind, monkeypatch):
     from avatargen.errors import CheckpointError
-    from avatargen.pipeline.wan_check import file_specs
+    from avatargen.families.wan.check import file_specs
 
     monkeypatch.chdir(tmp_path)  # where a pickle that runs code would leave PWNED
     path, _, says = _broken_copy(clean_folder, kind, tmp_path)
@@ -164,7 +164,7 @@ def test_a_broken_weights_file_is_one_problem_naming_it(tmp_path, clean_folder, 
 
 def test_a_broken_file_is_its_module_s_only_problem(tmp_path, clean_folder):
     from avatargen.config.loader import load_config, to_config
-    from avatargen.pipeline.wan_check import check_wan_weights
+    from avatargen.families.wan.check import check_wan_weights
 
     root = Path(shutil.copytree(clean_folder, tmp_path / "weights"))
     _break("truncated storage", root)

@@ -13,11 +13,11 @@ from avatargen.config.loader import load_config, to_config
 from avatargen.errors import ResumeMismatchError
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference
-from avatargen.models.vae import DecoderCache
-from avatargen.pipeline.build import build_modules
-from avatargen.pipeline.pipeline import Pipeline
+from avatargen.families.tiny.models.vae import DecoderCache
+from avatargen.families.tiny.build import build_modules
+from avatargen.pipeline.build import pipeline_for
 from avatargen.render import compositor_for
-from avatargen.stages.decode_publish import DecodeAndPublishStage, DecodeRegion
+from avatargen.families.tiny.stages.decode import DecodeRegion, StreamingDecodeStage
 from tests.conftest import FrameList, REPO
 
 CPU = torch.device("cpu")
@@ -65,7 +65,7 @@ def test_a_decode_region_covers_the_box_with_its_margin_inside_the_grid() -> Non
 
 
 def test_a_resume_point_decoded_over_another_region_is_refused() -> None:
-    stage = DecodeAndPublishStage(vae=None, sinks=[], region=DecodeRegion(11, 28, 6, 26, factor=8, latent_size=32))
+    stage = StreamingDecodeStage(vae=None, region=DecodeRegion(11, 28, 6, 26, factor=8, latent_size=32))
     whole_frame = DecoderCache(frames=[torch.zeros(1, 96, 2, 32, 32), torch.zeros(1, 96, 2, 32, 32)])
     with pytest.raises(ResumeMismatchError, match="without --resume"):
         stage.resume_from(whole_frame, latent_size=32)
@@ -82,7 +82,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     # fp32: on a CPU with native bf16 the default picks bf16, whose rounding between layers differs between the two
     # decodes' shapes by more than a grey level (3 levels after the colour match's gain, in a few pixels).
     config = to_config(load_config(["runtime.dtype=float32"]))
-    pipeline = Pipeline(config, build_modules(config, CPU))
+    pipeline = pipeline_for(config, build_modules(config, CPU))
     loaded = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, config.pipeline.image_fit.value)
     compositor = compositor_for(loaded, config)  # as a render builds it (a cartoon: the warped mouth)
 

@@ -111,7 +111,7 @@ def test_values_that_cannot_run_fail_at_load_naming_the_key(overrides, expected)
 
 
 def test_i_chunks_default_on_for_avatargens_models_and_off_for_wan_models():
-    from avatargen.config.schema import interpolates
+    from avatargen.config.families import interpolates
 
     assert interpolates(to_config(load_config([])))
     assert not interpolates(to_config(load_config(["model=wan_tiny"])))

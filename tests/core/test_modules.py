@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 from avatargen.config import load_config, to_config
 from avatargen.errors import CheckpointError
 from avatargen.modules import Module, save_checkpoint
-from avatargen.pipeline.build import module_specs
+from avatargen.families.tiny.build import module_specs
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ from safetensors.torch import load_file, save_file
 
 from avatargen.config import load_config, to_config
 from avatargen.errors import CheckpointError
-from avatargen.models.text_encoder import tokenize
+from avatargen.families.tiny.models.text_encoder import tokenize
 from avatargen.modules import Module
-from avatargen.pipeline.build import module_specs, shipped_checkpoint
+from avatargen.families.tiny.build import module_specs
+from avatargen.pipeline.build import shipped_checkpoint
 
 CPU = torch.device("cpu")
 SHIPPED = shipped_checkpoint("tiny")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from avatargen.models.vae import DecoderCache
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.state import LatentWindow, RollingState
 
@@ -13,8 +12,8 @@ from avatargen.pipeline.state import LatentWindow, RollingState
 def resume_point() -> RenderCheckpoint:
     state = RollingState(n_windows={3: LatentWindow(40, torch.randn(1, 8, 4, 16, 16))},
                          i_window=LatentWindow(44, torch.randn(1, 8, 2, 16, 16)), i_index=1)  # fmt: skip
-    cache = DecoderCache(frames=[torch.randn(1, 96, 2, 16, 16), torch.randn(1, 96, 2, 16, 16)])
-    return RenderCheckpoint(frames=48, steps=7, n_chunks=4, i_chunks=2, state=state, decoder_cache=cache)
+    cache = {"decoder_cache.0": torch.randn(1, 96, 2, 16, 16), "decoder_cache.1": torch.randn(1, 96, 2, 16, 16)}
+    return RenderCheckpoint(frames=48, steps=7, n_chunks=4, i_chunks=2, state=state, family_state=(cache, {"decoder_cache": 2}))
 
 
 def test_every_tensor_of_a_loaded_resume_point_moves_to_the_device():
@@ -27,4 +26,20 @@ def test_every_tensor_of_a_loaded_resume_point_moves_to_the_device():
     assert (moved.frames, moved.steps, moved.n_chunks, moved.i_chunks) == (48, 7, 4, 2)
     assert moved.state.i_window.start == 44 and moved.state.n_windows[3].start == 40 and moved.state.i_index == 1
     assert [t.shape for t in moved.tensors()] == [t.shape for t in loaded.tensors()]
+    assert moved.family_state[1] == {"decoder_cache": 2}  # the family's part comes back as it saved it
     assert all(t.device.type == "cpu" for t in loaded.tensors())  # the loaded point itself is left as it was
+
+
+def test_a_resume_folder_of_another_format_is_noted_and_the_render_starts_over(tmp_path):
+    """Never misread: a folder written by another version (format 1 held the decoder cache in the engine's part)."""
+    import json
+
+    from avatargen.io.resume_store import ResumeStore
+    from avatargen.resume import resume_point
+
+    store = ResumeStore(tmp_path / "out.mp4")
+    store.folder.mkdir()
+    (store.folder / "resume.json").write_text(json.dumps({"version": 1, "fingerprint": {}, "parts": [], "checkpoints": []}))
+    notes: list[str] = []
+    assert resume_point(store, {}, tmp_path / "out.partial.mp4", notes.append) is None
+    assert len(notes) == 1 and "another avatargen version" in notes[0] and "from the start" in notes[0]

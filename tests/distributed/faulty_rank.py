@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from avatargen.models.a2v_dit import A2VDiT
+from avatargen.families.tiny.models.a2v_dit import A2VDiT
 
 
 def fail_in_second_a2v_forward(rank: int) -> None:

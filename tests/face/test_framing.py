@@ -79,6 +79,20 @@ def test_without_the_detector_face_framing_is_the_centre_crop_with_one_line_on_h
     assert len(lines) == 1 and "pip install 'avatargen[eval]'" in lines[0] and "centre-cropped" in lines[0]
 
 
+def test_a_dlib_that_fails_to_import_frames_by_the_centre_crop_instead_of_failing_the_render(tmp_path, monkeypatch) -> None:
+    import sys
+
+    # A dlib first on the path that raises ImportError, as a build for another Python or glibc does: installed by
+    # name (its spec is found), unusable. It used to end every default render with "unexpected ImportError".
+    (tmp_path / "dlib.py").write_text('raise ImportError("this dlib build does not load")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "dlib", raising=False)
+    lines, warn = _lines()
+    face = load_reference_image(AVATAR, 64, "face", warn)
+    assert np.array_equal(face, load_reference_image(AVATAR, 64, "crop"))
+    assert len(lines) == 1 and "pip install 'avatargen[eval]'" in lines[0] and "centre-cropped" in lines[0]
+
+
 def test_the_photo_check_of_a_square_framed_already_reuses_the_face_found_in_it(tmp_path: Path) -> None:
     from avatargen.face.detector import shared_detector
     from avatargen.face.domain import square_is_photo

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from avatargen.models import (
+from avatargen.families.tiny.models import (
     VAE,
     A2VDiT,
     A2VDiTParams,
@@ -22,8 +22,8 @@ from avatargen.models import (
     VAEParams,
     tokenize,
 )
-from avatargen.models.layers import TransformerBlock
-from avatargen.models.vae import CausalConv3d
+from avatargen.families.tiny.models.layers import TransformerBlock
+from avatargen.families.tiny.models.vae import CausalConv3d
 
 PARAM_CLASSES = [AudioEncoderParams, TextEncoderParams, VAEParams, A2VDiTParams, SRDiTParams]
 

@@ -11,7 +11,7 @@ import torch
 
 from avatargen.config import load_config, to_config
 from avatargen.models.structure import model_blocks
-from avatargen.pipeline.build import module_specs
+from avatargen.families.tiny.build import module_specs
 from tests.core.test_placement import forward
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 
 from avatargen.config.loader import load_config, to_config
-from avatargen.config.schema import motion_frames_for
+from avatargen.families.tiny.config import motion_frames_for
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
-from avatargen.pipeline.build import build_modules
-from avatargen.pipeline.pipeline import Pipeline, schedule_from_config
+from avatargen.families.tiny.build import build_modules
+from avatargen.pipeline.build import pipeline_for
 from avatargen.pipeline.schedule import NChunk
 from tests.conftest import FrameList, REPO, write_speechlike_wav
 
@@ -19,7 +19,8 @@ DEFAULT_MOTION_FRAMES = 2  # docs/model-card.md, "Boundary-frame conditioning"
 
 
 def test_the_default_schedule_conditions_each_n_chunk_on_the_previous_chunks_last_frames():
-    schedule = schedule_from_config(to_config(load_config()))
+    config = to_config(load_config())
+    schedule = pipeline_for(config, build_modules(config, CPU)).schedule
     assert schedule.motion_frames == DEFAULT_MOTION_FRAMES
     chunks = [s for s in schedule.steps(schedule.spans(100)) if isinstance(s, NChunk)]
     assert chunks[0].window == (0, 16)  # the first chunk has no past
@@ -43,16 +44,16 @@ def test_a_default_render_gives_each_n_chunk_the_previous_chunks_own_last_latent
     torch.set_num_threads(1)
     audio = write_speechlike_wav(tmp_path / "speech.wav", 1.4, rate=16000)  # 35 frames: N0, N1, N2 and two seams
     config = to_config(load_config(["model.weights=random"]))
-    pipeline = Pipeline(config, build_modules(config, CPU))
+    pipeline = pipeline_for(config, build_modules(config, CPU))
     calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (given, given_mask, output) per A2V window
-    generate = pipeline.a2v.generate
+    generate = pipeline.steps.a2v.generate
 
     def recording(reference, features, given, given_mask, noise, steps):
         out = generate(reference, features, given, given_mask, noise, steps)
         calls.append((given.clone(), given_mask.clone(), out.clone()))
         return out
 
-    pipeline.a2v.generate = recording
+    pipeline.steps.a2v.generate = recording
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
     sink = FrameList()
     pipeline.render(reference, AudioFileSource(audio, config.model.sample_rate), [sink])

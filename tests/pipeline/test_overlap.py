@@ -13,7 +13,8 @@ import torch
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference
-from avatargen.pipeline.build import build_modules
+from avatargen.families.tiny.build import build_modules
+from avatargen.pipeline.build import pipeline_for
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.overlap import EmitThread, split_threads
 from avatargen.pipeline.pipeline import Pipeline
@@ -51,7 +52,7 @@ def setup(tmp_path_factory):
 
 def _render(setup, overlap: bool, sink: ThreadedFrames, **options) -> Pipeline:
     config, models, square, audio = setup
-    pipeline = Pipeline(config, models, overlap=overlap)
+    pipeline = pipeline_for(config, models, overlap=overlap)
     source = AudioFileSource(audio, config.model.sample_rate)
     try:
         pipeline.render(square, source, [sink], **options)
@@ -69,7 +70,7 @@ def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_fr
         tensors, meta = checkpoint.to_tensors()
         saved.append(RenderCheckpoint.from_tensors({k: v.clone() for k, v in tensors.items()}, meta))
 
-    grid = checkpoint_grid(Pipeline(config, setup[1]).schedule, config.pipeline.n_chunk_frames)  # every N chunk
+    grid = checkpoint_grid(pipeline_for(config, setup[1]).schedule, config.pipeline.n_chunk_frames)  # every N chunk
     inline, overlapped = ThreadedFrames(), ThreadedFrames()
     _render(setup, False, inline)
     _render(setup, True, overlapped, checkpoints=grid, on_checkpoint=keep)

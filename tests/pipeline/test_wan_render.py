@@ -74,8 +74,7 @@ def test_colour_correction_moves_each_clip_to_the_reference_colours():
     import torch
 
     from avatargen.config.loader import load_config, to_config
-    from avatargen.pipeline.wan_build import place_wan_modules
-    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.pipeline.build import place_models, pipeline_for
     from avatargen.runtime.distributed import ParallelContext, world_info
 
     torch.set_num_threads(1)
@@ -85,9 +84,9 @@ def test_colour_correction_moves_each_clip_to_the_reference_colours():
     means = {}
     for corrected in (False, True):
         config = to_config(load_config(["model=wan_tiny", f"model.wan.color_correction={str(corrected).lower()}"]))
-        models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+        models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
         sink = _Frames()
-        WanPipeline(config, models).render(reference, audio, [sink])
+        pipeline_for(config, models).render(reference, audio, [sink])
         video = np.concatenate(sink.frames).astype(float)  # (T, 64, 64, 3)
         assert video.shape[0] == 13
         means[corrected] = video.mean(axis=(0, 1, 2))
@@ -101,8 +100,7 @@ def test_block_offload_streams_the_dit_and_umt5_and_gives_the_same_frames():
     import torch
 
     from avatargen.config.loader import load_config, to_config
-    from avatargen.pipeline.wan_build import place_wan_modules
-    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.pipeline.build import place_models, pipeline_for
     from avatargen.runtime.distributed import ParallelContext, world_info
 
     torch.set_num_threads(1)
@@ -111,10 +109,10 @@ def test_block_offload_streams_the_dit_and_umt5_and_gives_the_same_frames():
     videos, policies = [], {}
     for offload in ("none", "block"):
         config = to_config(load_config(["model=wan_tiny", f"runtime.offload={offload}"]))
-        models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+        models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
         policies[offload] = {m.name: m.offload for m in models.all()}
         sink = _Frames()
-        WanPipeline(config, models).render(reference, audio, [sink])
+        pipeline_for(config, models).render(reference, audio, [sink])
         videos.append(np.concatenate(sink.frames))
     assert policies["block"] == {"audio_encoder": "model", "text_encoder": "block", "image_encoder": "model",
                                  "vae": "model", "dit": "block"}  # fmt: skip
@@ -127,17 +125,16 @@ def test_the_state_between_clips_does_not_grow_with_the_duration():
 
     from avatargen.config.loader import load_config, to_config
     from avatargen.pipeline.schedule import CheckpointGrid
-    from avatargen.pipeline.wan_build import place_wan_modules
-    from avatargen.pipeline.wan_pipeline import WanPipeline
+    from avatargen.pipeline.build import place_models, pipeline_for
     from avatargen.runtime.distributed import ParallelContext, world_info
 
     torch.set_num_threads(1)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1"]))
-    models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
     sizes = []
     audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s = 75 frames: 13 + 8 x 8, 9 clips
     on_checkpoint = lambda point: sizes.append(sum(t.numel() * t.element_size() for t in point.tensors()))  # noqa: E731
-    stats = WanPipeline(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [_Frames()],
+    stats = pipeline_for(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [_Frames()],
                                                checkpoints=CheckpointGrid(8, 3), on_checkpoint=on_checkpoint)  # fmt: skip
     assert stats.n_chunks == 9 and len(sizes) == 8  # a resume point after every clip but the last (frames 13, 21, ...)
     assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 8
@@ -148,18 +145,18 @@ def test_the_first_clip_starts_from_the_reference_as_one_given_frame():
     import torch
 
     from avatargen.config.loader import load_config, to_config
-    from avatargen.pipeline.wan_build import place_wan_modules
-    from avatargen.pipeline.wan_pipeline import WanPipeline, to_uint8
+    from avatargen.pipeline.build import place_models, pipeline_for
+    from avatargen.families.wan.chunks import to_uint8
     from avatargen.runtime.distributed import ParallelContext, world_info
-    from avatargen.stages.context import image_to_tensor
+    from avatargen.families.tiny.stages.context import image_to_tensor
 
     torch.set_num_threads(1)
     reference = np.zeros((64, 64, 3), dtype=np.uint8)
     reference[:], reference[8:40, 20:52] = (200, 90, 60), (40, 160, 210)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2"]))
-    models = place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
     sink = _Frames()
-    WanPipeline(config, models).render(reference, [np.sin(np.arange(8000) / 10).astype(np.float32)], [sink])  # 0.5 s
+    pipeline_for(config, models).render(reference, [np.sin(np.arange(8000) / 10).astype(np.float32)], [sink])  # 0.5 s
     video = np.concatenate(sink.frames)
     assert video.shape[0] == 13  # one clip, every frame of it shown (the given frame is the video's first)
     with torch.inference_mode(), models.vae.active() as vae:

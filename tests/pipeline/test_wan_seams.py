@@ -10,8 +10,8 @@ import torch
 from avatargen.config.loader import load_config, to_config
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.schedule import checkpoint_grid
-from avatargen.pipeline.wan_build import place_wan_modules
-from avatargen.pipeline.wan_pipeline import WanPipeline
+from avatargen.pipeline.build import pipeline_for, place_models
+from avatargen.pipeline.pipeline import Pipeline
 from avatargen.runtime.distributed import ParallelContext, world_info
 
 AUDIO = [np.sin(np.arange(int(16000 * 1.5)) / 10).astype(np.float32)]  # 1.5 s = 38 frames: clips end at 13, 21, ...
@@ -35,10 +35,10 @@ def reference() -> np.ndarray:
     return image
 
 
-def _pipeline(interpolate: bool) -> WanPipeline:
+def _pipeline(interpolate: bool) -> Pipeline:
     torch.set_num_threads(1)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2", f"pipeline.interpolate={str(interpolate).lower()}"]))
-    return WanPipeline(config, place_wan_modules(config, torch.device("cpu"), ParallelContext(world_info())))
+    return pipeline_for(config, place_models(config, torch.device("cpu"), ParallelContext(world_info())))
 
 
 def test_seams_are_regenerated_and_the_frames_before_the_first_seam_are_unchanged(reference):
@@ -71,7 +71,7 @@ def test_a_stopped_render_resumes_with_the_uninterrupted_frames(reference):
     stats = pipeline.render(reference, AUDIO, [first], checkpoints=grid, on_checkpoint=keep, should_stop=lambda: bool(saved))
     assert stats.stopped and len(saved) == 1
     point = RenderCheckpoint.from_tensors(*saved[0])
-    assert point.frames == 9 and point.state.shown is not None  # after the first clip's frames up to its seam
+    assert point.frames == 9 and "shown" in point.family_state[0]  # after the first clip's frames up to its seam
     rest = _Frames()
     resumed = _pipeline(True).render(reference, AUDIO, [rest], resume=point)
     assert resumed.resumed_from == 9 and resumed.i_chunks == 4

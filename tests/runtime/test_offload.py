@@ -14,10 +14,10 @@ import torch
 from avatargen.config import load_config, to_config
 from avatargen.models.structure import model_blocks
 from avatargen.modules import Module, PlacementPlan
-from avatargen.pipeline.build import module_specs
+from avatargen.families.tiny.build import module_specs
 from avatargen.runtime.offload import OffloadMonitor
-from avatargen.stages.a2v import A2VStage
-from avatargen.stages.context import ReferenceContext
+from avatargen.families.tiny.stages.a2v import A2VStage
+from avatargen.families.tiny.stages.context import ReferenceContext
 from tests.conftest import run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames
 

@@ -14,8 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
-from avatargen.pipeline.build import build_modules, shipped_checkpoint
-from avatargen.pipeline.pipeline import Pipeline
+from avatargen.families.tiny.build import build_modules
+from avatargen.pipeline.build import pipeline_for, shipped_checkpoint
 from avatargen.runtime.precision import choose_precision
 from tests.conftest import FrameList, REPO, run_cli
 from tests.ffmpeg_probe import count_frames, decode_frames
@@ -103,7 +103,7 @@ def render_frames(dtype: torch.dtype, audio, watch: DtypesSeen | None = None) ->
     torch.set_num_threads(1)
     config = to_config(load_config([f"runtime.dtype={str(dtype).removeprefix('torch.')}"]))
     models = build_modules(config, CPU, precision=choose_precision(config.runtime.dtype.value, CPU))
-    pipeline = Pipeline(config, models)
+    pipeline = pipeline_for(config, models)
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
     sink, source = FrameList(), AudioFileSource(audio, config.model.sample_rate)
     if watch is not None:
@@ -155,7 +155,7 @@ def test_a_bfloat16_render_resumes_bit_exact(tmp_path):
     config = to_config(load_config(["model.weights=random", "runtime.dtype=bfloat16"]))
     models = build_modules(config, CPU)
     assert models.precision.dtype == torch.bfloat16
-    pipeline = Pipeline(config, models)
+    pipeline = pipeline_for(config, models)
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
     grid = checkpoint_grid(pipeline.schedule, round(config.model.fps * config.output.gop_seconds))
     saved = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from avatargen.models.wan.attention import CrossAttention, SelfAttention
+from avatargen.families.wan.models.attention import CrossAttention, SelfAttention
 
 SHARED = ["q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias", "o.weight", "o.bias", "norm_q.weight",
           "norm_k.weight"]  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from avatargen.models.wan import AudioAdapterParams, WanDiT, dit_params, latent_frame_windows
+from avatargen.families.wan.models import AudioAdapterParams, WanDiT, dit_params, latent_frame_windows
 
 
 def test_latent_frames_see_the_features_their_video_frames_cover() -> None:

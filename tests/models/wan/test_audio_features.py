@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from avatargen.models.wan.audio_features import frame_windows, normalise_waveform, wav2vec2_frame_features
+from avatargen.families.wan.models.audio_features import frame_windows, normalise_waveform, wav2vec2_frame_features
 
 @pytest.fixture(scope="module")
 def transformers():

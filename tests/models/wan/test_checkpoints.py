@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from avatargen.models.wan import CLIPVisionTower, WanDiT, WanVAE, clip_params, dit_params, vae_params
-from avatargen.models.wan.checkpoints import INFINITETALK_FILES, WAN_I2V_DIR, check_checkpoint, read_tensor_specs
+from avatargen.families.wan.models import CLIPVisionTower, WanDiT, WanVAE, clip_params, dit_params, vae_params
+from avatargen.families.wan.models.checkpoints import INFINITETALK_FILES, WAN_I2V_DIR, check_checkpoint, read_tensor_specs
 
 
 def write_infinitetalk_folder(root: Path) -> None:

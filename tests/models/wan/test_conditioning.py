@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from avatargen.models.wan.conditioning import i2v_input, i2v_mask
+from avatargen.families.wan.models.conditioning import i2v_input, i2v_mask
 
 
 def test_reference_image_marks_all_four_channels_of_the_first_latent_frame_only() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avatargen.models.wan import WanDiT, dit_params
+from avatargen.families.wan.models import WanDiT, dit_params
 from tests.models.wan.diffusers_keys import dit_to_diffusers
 
 diffusers = pytest.importorskip("diffusers")

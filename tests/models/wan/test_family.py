@@ -8,14 +8,14 @@ import math
 import torch
 
 from avatargen.config.loader import load_config, to_config
-from avatargen.models.wan.family import family_spec
+from avatargen.families.wan.models.specs import family_spec
 from avatargen.modules import Module, ModuleSpec
-from avatargen.models.wan.dit import WanDiT
-from avatargen.pipeline.wan_build import wan_parts
+from avatargen.families.wan.models.dit import WanDiT
+from avatargen.families.wan.build import wan_parts
 from avatargen.runtime.placement import build_on_meta
-from avatargen.stages.wan_context import WanReference
-from avatargen.stages.wan_sampler import Guidance, WanSamplerStage, shifted_timesteps
-from avatargen.stages.wan_text import ByteTokenizer
+from avatargen.families.wan.stages.context import WanReference
+from avatargen.families.wan.stages.sampler import Guidance, WanSamplerStage, shifted_timesteps
+from avatargen.families.wan.stages.text import ByteTokenizer
 
 
 def test_infinitetalk_at_full_size_builds_on_meta_with_the_documented_sizes() -> None:
@@ -67,7 +67,7 @@ def test_a_tokenizer_folder_is_read_with_autotokenizer_padded_to_the_text_length
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from avatargen.stages.wan_text import FolderTokenizer
+    from avatargen.families.wan.stages.text import FolderTokenizer
 
     vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "talking": 4, "face": 5}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))

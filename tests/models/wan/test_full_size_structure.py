@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from avatargen.models.wan import WanDiT, WanVAE, dit_params, vae_params
+from avatargen.families.wan.models import WanDiT, WanVAE, dit_params, vae_params
 
 
 def linear(prefix: str, out_features: int, in_features: int) -> dict[str, tuple[int, ...]]:

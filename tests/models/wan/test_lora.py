@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avatargen.models.wan import WanDiT, dit_params
-from avatargen.models.wan.lora import merge_state_dict, parse_lora
+from avatargen.families.wan.models import WanDiT, dit_params
+from avatargen.families.wan.models.lora import merge_state_dict, parse_lora
 
 SCALE = 1.2  # InfiniteTalk's default --lora_scale
 

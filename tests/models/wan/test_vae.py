@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avatargen.models.wan.vae import WanVAE, vae_params
+from avatargen.families.wan.models.vae import WanVAE, vae_params
 from tests.models.wan.diffusers_keys import vae_to_diffusers
 
 TOLERANCE = 1e-4

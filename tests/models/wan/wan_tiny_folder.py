@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from avatargen.config.wan import WAN_DIR
-from avatargen.models.wan import CLIPVisionTower, UMT5Encoder, WanDiT, WanVAE
-from avatargen.models.wan.family import family_spec
-from avatargen.models.wan.wav2vec2 import Wav2Vec2Encoder, wav2vec2_config
+from avatargen.families.wan.config import WAN_DIR
+from avatargen.families.wan.models import CLIPVisionTower, UMT5Encoder, WanDiT, WanVAE
+from avatargen.families.wan.models.specs import family_spec
+from avatargen.families.wan.models.wav2vec2 import Wav2Vec2Encoder, wav2vec2_config
 
 ADAPTER_PARTS = ("audio_proj.", ".audio_cross_attn.", ".norm_x.")
 

@@ -1,0 +1,173 @@
+"""The bundled family's chunk steps: ContextGen -> A2V for N and I chunks, then SR -> streaming decode for each
+segment that leaves (the engine, avatargen/pipeline/pipeline.py, runs them over the N/I schedule).
+
+An N chunk's A2V window is its ``motion_frames`` given frames (the previous N chunk's last latents, clean and held
+fixed), then its own frames; an I chunk's is its anchors on both sides of the seam around the seam, the anchors'
+predictions discarded. The rolling state holds the N windows at their low resolution; a segment is upscaled (SR) and
+decoded only when it leaves, through one decoder stream whose causal cache is the render's output-side state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from avatargen.config.schema import Config
+from avatargen.config.families import interpolates
+from avatargen.families.tiny.build import TinyModelSet
+from avatargen.families.tiny.config import TinyModelConfig, motion_frames_for
+from avatargen.families.tiny.models.vae import DecoderCache
+from avatargen.families.tiny.stages import A2VStage, ContextGenStage, DecodeRegion, ReferenceContext, SRStage, StreamingDecodeStage
+from avatargen.pipeline.audio_timeline import AudioTimeline
+from avatargen.pipeline.family import ChunkRun
+from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
+from avatargen.pipeline.state import LatentWindow, RollingState
+from avatargen.pipeline.stats import RenderStats, check_finite
+
+
+@dataclass
+class Segment:
+    """The latents of frames about to leave: low-resolution, or already upscaled by ``prepare``."""
+
+    latents: Tensor  # (1, C, T, h, w), or (1, C, T, H, W) when ``upscaled``
+    upscaled: bool = False
+
+
+class TinyChunks:
+    """The bundled family's steps over its five placed modules (``ChunkSteps``)."""
+
+    def __init__(self, config: Config, models: TinyModelSet, composited: bool | None = None):
+        model = config.model
+        assert isinstance(model, TinyModelConfig)
+        self.config, self.model, self.models = config, model, models
+        p = config.pipeline
+        self.schedule = ChunkSchedule(
+            p.n_chunk_frames, motion_frames_for(config, composited), interpolates(config), p.seam_frames, p.anchor_frames
+        )
+        self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed, model.text_encoder.max_tokens)
+        self.a2v = A2VStage(models.a2v, p.sampling_shift)
+        self.sr = SRStage(models.sr, max_batch_frames=4)
+        self.device = models.a2v.device
+        self.audio_context_frames = self.context.context_frames
+        # Before an N chunk's start its own motion frames and the next seam's left anchors hear the audio.
+        self.audio_history_frames = self.schedule.tail_frames + self.context.context_frames
+
+    def start(
+        self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats, read_box: tuple[int, int, int, int] | None
+    ) -> "TinyRun":
+        reference = self.context.encode_reference(reference_rgb, prompt)
+        check_finite(reference.ref_high, "VAE", "encoding the reference image")
+        check_finite(reference.ref_low, "VAE", "encoding the reference image")
+        check_finite(reference.text, "text encoder", "encoding the prompt")
+        region = None
+        if read_box is not None:
+            latent_size = self.model.sr.high_size
+            region = DecodeRegion.around(read_box, self.model.image_size // latent_size, latent_size)
+        return TinyRun(self, reference, stats, StreamingDecodeStage(self.models.vae, region=region))
+
+
+class TinyRun(ChunkRun):
+    """One render of the bundled family: its reference conditioning and its decoder stream."""
+
+    def __init__(self, chunks: TinyChunks, reference: ReferenceContext, stats: RenderStats, decoder: StreamingDecodeStage):
+        self.chunks, self.reference, self.stats, self.decoder = chunks, reference, stats, decoder
+        self.emitted = False  # the render's first frame goes through SR and the decoder alone (time to first frame)
+
+    # -- generation ------------------------------------------------------------------------------------------------
+
+    def _generate(self, kind: str, index: int, window: tuple[int, int], given: list[tuple[int, Tensor]], audio: AudioTimeline) -> LatentWindow:
+        """Run A2V over timeline frames ``window`` with ``given`` (start frame, latents) pieces held fixed."""
+        chunks, a2v = self.chunks, self.chunks.model.a2v
+        start, end = window
+        shape = (1, a2v.latent_channels, end - start, a2v.latent_size, a2v.latent_size)
+        with self.stats.timed("context"):
+            features = chunks.context.audio_features(audio, start, end)  # (1, T, D_audio)
+            check_finite(features, "audio encoder", f"in {kind} chunk {index}")
+            noise = chunks.context.noise(kind, index, shape)  # (1, C, T, h, w)
+            given_latents = torch.zeros(shape, device=noise.device)
+            given_mask = torch.zeros((1, end - start), dtype=torch.bool, device=noise.device)
+            for piece_start, latents in given:
+                a = piece_start - start
+                given_latents[:, :, a : a + latents.shape[2]] = latents
+                given_mask[:, a : a + latents.shape[2]] = True
+        with self.stats.timed("a2v"):
+            steps = chunks.config.pipeline.sampling_steps
+            latents = chunks.a2v.generate(self.reference, features, given_latents, given_mask, noise, steps)
+        check_finite(latents, "A2V", f"in {kind} chunk {index}")
+        return LatentWindow(start, latents)
+
+    def n_chunk(self, step: NChunk, audio: AudioTimeline, state: RollingState) -> None:
+        given = []
+        if step.cond_start < step.start:
+            given.append((step.cond_start, state.n_windows[step.index - 1].frames(step.cond_start, step.start)))
+        window = self._generate("N", step.index, step.window, given, audio)
+        state.n_windows[step.index] = LatentWindow(step.start, window.frames(step.start, step.end))
+        state.n_windows.pop(step.index - 2, None)
+
+    def i_chunk(self, step: IChunk, audio: AudioTimeline, state: RollingState) -> None:
+        left, right = state.n_windows[step.index], state.n_windows[step.index + 1]
+        given = [
+            (step.left_start, left.frames(step.left_start, step.seam_start)),
+            (step.seam_end, right.frames(step.seam_end, step.right_end)),
+        ]
+        window = self._generate("I", step.index, step.window, given, audio)
+        # The anchors' predictions are discarded: only the seam survives.
+        state.i_window = LatentWindow(step.seam_start, window.frames(step.seam_start, step.seam_end))
+        state.i_index = step.index
+        del state.n_windows[step.index]
+
+    def hand_over(self, step: Emit, state: RollingState) -> Segment:
+        """The latents of the segment ``step`` emits; the rolling state then lets go of what later steps do not read."""
+        window = state.window(step.source, step.index)
+        latents = window.frames(step.start, step.end)  # (1, C, T, h, w)
+        if step.source == "I":
+            state.i_window = None
+        else:  # only the tail that later motion frames and anchors read survives the chunk
+            state.n_windows[step.index] = window.keep_last(self.chunks.schedule.tail_frames)
+        return Segment(latents)
+
+    # -- output ----------------------------------------------------------------------------------------------------
+
+    def _upscale(self, latents: Tensor, step: Emit) -> Tensor:
+        """SR of a segment's latents: (1, C, t, h, w) -> (1, C, t, H, W)."""
+        with self.stats.timed("sr"):
+            high = self.chunks.sr.upscale(self.reference, latents)
+        check_finite(high, "SR", f"in frames {step.start}-{step.end}")
+        return high
+
+    def prepare(self, segment: Segment, step: Emit) -> Segment:
+        return segment if segment.upscaled else Segment(self._upscale(segment.latents, step), upscaled=True)
+
+    def frames(self, segment: Segment, step: Emit) -> Iterator[np.ndarray]:
+        """SR (unless prepared) -> decode, a micro-batch of uint8 frames (t, S, S, 3) at a time."""
+        latents = segment.latents
+        parts = [latents]
+        if not self.emitted and latents.shape[2] > 1:
+            # The render's first frame goes through SR and the decoder alone, so it reaches the sinks before the rest
+            # of its segment is upscaled (the same frames: SR is per frame, the decoder causal).
+            parts = [latents[:, :, :1], latents[:, :, 1:]]
+        self.emitted = True
+        for part in parts:
+            high = part if segment.upscaled else self._upscale(part, step)  # (1, C, t, H, W)
+            decoded = self.decoder.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
+            while True:
+                with self.stats.timed("decode"):
+                    frames = next(decoded, None)  # (t, S, S, 3) uint8
+                if frames is None:
+                    break
+                yield frames
+
+    def save(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        cache = self.decoder.cache
+        frames = cache.frames if cache is not None else []
+        return {f"decoder_cache.{k}": f for k, f in enumerate(frames)}, {"decoder_cache": len(frames)}
+
+    def restore(self, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
+        count = int(meta["decoder_cache"])
+        cache = DecoderCache(frames=[tensors[f"decoder_cache.{k}"] for k in range(count)]) if count else None
+        self.decoder.resume_from(cache, self.chunks.model.sr.high_size)
+        self.emitted = True

@@ -1,0 +1,195 @@
+"""Audio-to-video flow-matching DiT over low-resolution latents.
+
+Sequence per sample: [reference tokens (one frame); video tokens (T frames x tokens_per_frame)], full
+self-attention over all of it. Video tokens additionally cross-attend to the audio features of a small window
+of frames around their own frame. Timestep + pooled text form the adaLN-Zero conditioning vector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from avatargen.families.tiny.models.layers import (
+    MLP,
+    AdaLNZero,
+    Attention,
+    FinalLayer,
+    TimestepEmbedder,
+    init_linear_xavier,
+    modulate,
+    patchify,
+    sinusoidal_embedding,
+    init_sincos_2d,
+    unpatchify,
+)
+
+
+@dataclass
+class A2VDiTParams:
+    """Hyper-parameters of :class:`A2VDiT`."""
+
+    latent_channels: int = 8
+    latent_size: int = 16
+    patch_size: int = 2
+    dim: int = 192
+    depth: int = 4
+    heads: int = 4
+    mlp_ratio: float = 4.0
+    audio_dim: int = 128
+    audio_window: int = 2
+    text_dim: int = 128
+
+
+class A2VBlock(nn.Module):
+    """adaLN-Zero DiT block: self-attention (all tokens), windowed audio cross-attention (video tokens), MLP."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: float) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
+        self.audio_attn = Attention(dim, heads, context_dim=dim)
+        self.norm3 = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
+        self.mlp = MLP(dim, int(dim * mlp_ratio))
+        self.ada = AdaLNZero(dim, dim, 9)  # shift/scale/gate x (self-attn, audio cross-attn, MLP)
+
+    def forward(self, x: Tensor, c: Tensor, audio_windows: Tensor, audio_mask: Tensor, n_ref: int) -> Tensor:
+        """``x``: (B, n_ref + T*N, D); ``c``: (B, D); ``audio_windows``: (B*T, 2w+1, D) with ``audio_mask``
+        (B*T, 1, 1, 2w+1) -> (B, n_ref + T*N, D)."""
+        s1, sc1, g1, s2, sc2, g2, s3, sc3, g3 = self.ada(c)  # 9 x (B, D)
+        x = x + g1[:, None] * self.attn(modulate(self.norm1(x), s1, sc1))  # (B, L, D)
+
+        frames = audio_windows.shape[0] // x.shape[0]
+        video = x[:, n_ref:]  # (B, T*N, D)
+        q = rearrange(modulate(self.norm2(video), s2, sc2), "b (t n) d -> (b t) n d", t=frames)  # (B*T, N, D)
+        heard = self.audio_attn(q, context=audio_windows, mask=audio_mask)  # (B*T, N, D)
+        heard = rearrange(heard, "(b t) n d -> b (t n) d", t=frames)  # (B, T*N, D)
+        x = torch.cat([x[:, :n_ref], video + g2[:, None] * heard], dim=1)  # (B, L, D)
+
+        return x + g3[:, None] * self.mlp(modulate(self.norm3(x), s3, sc3))  # (B, L, D)
+
+
+class A2VDiT(nn.Module):
+    """Flow-matching velocity model ``v(x_t, t | cond frames, reference, audio, text)`` over (B, C, T, h, w) latents.
+
+    Conditioning frames (``cond_mask`` True) take the clean ``cond_latents`` plus a learned "given frame" embedding
+    instead of ``x_t``, so their noisy input never reaches the output.
+    """
+
+    def __init__(self, params: A2VDiTParams) -> None:
+        super().__init__()
+        p = params
+        if p.latent_size % p.patch_size:
+            raise ValueError(f"latent_size ({p.latent_size}) must be a multiple of patch_size ({p.patch_size})")
+        if p.audio_window < 0:
+            raise ValueError(f"audio_window must be >= 0, got {p.audio_window}")
+        self.params = p
+        grid = p.latent_size // p.patch_size
+        self.tokens_per_frame = grid * grid
+        patch_dim = p.latent_channels * p.patch_size**2
+
+        self.patch_embed = nn.Linear(patch_dim, p.dim)
+        self.spatial_pos = nn.Parameter(torch.empty(1, grid * grid, p.dim))  # (1, N, D), learned; sincos init below
+        self.given_embed = nn.Parameter(torch.zeros(p.dim))  # added to tokens of conditioning frames
+        self.ref_type_embed = nn.Parameter(torch.zeros(p.dim))  # marks the in-context reference tokens
+        self.t_embed = TimestepEmbedder(p.dim)
+        self.text_proj = nn.Linear(p.text_dim, p.dim)
+        self.audio_proj = nn.Sequential(
+            nn.Linear(p.audio_dim, p.dim), nn.GELU(approximate="tanh"), nn.Linear(p.dim, p.dim)
+        )
+        self.audio_offset_embed = nn.Parameter(torch.zeros(2 * p.audio_window + 1, p.dim))  # offset f'-f in window
+        self.blocks = nn.ModuleList(A2VBlock(p.dim, p.heads, p.mlp_ratio) for _ in range(p.depth))
+        self.final = FinalLayer(p.dim, p.dim, patch_dim)
+        self.init_weights()
+
+    def block_stacks(self) -> list[nn.ModuleList]:
+        """The transformer blocks, in forward order (see avatargen/models/structure.py)."""
+        return [self.blocks]
+
+    def init_weights(self) -> None:
+        """The model's own init on top of each layer's default (also run after a meta-device build)."""
+        # DiT init: xavier linears, small normal embeddings; then adaLN-Zero (every AdaLNZero.proj and the final
+        # head back to zero) so each block starts as the identity and the model predicts v = 0.
+        grid = self.params.latent_size // self.params.patch_size
+        init_sincos_2d(self.spatial_pos, grid, grid)
+        init_linear_xavier(self)
+        nn.init.normal_(self.t_embed.mlp[0].weight, std=0.02)
+        nn.init.normal_(self.t_embed.mlp[2].weight, std=0.02)
+        for emb in (self.given_embed, self.ref_type_embed, self.audio_offset_embed):
+            nn.init.normal_(emb, std=0.02)
+        for module in self.modules():
+            if isinstance(module, AdaLNZero):
+                nn.init.zeros_(module.proj.weight)
+                nn.init.zeros_(module.proj.bias)
+        nn.init.zeros_(self.final.linear.weight)
+        nn.init.zeros_(self.final.linear.bias)
+
+    def audio_windows(self, audio: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-frame audio context: (B, T, audio_dim) -> windows (B*T, 2w+1, D) and a validity mask
+        (B*T, 1, 1, 2w+1) that hides the zero padding beyond the chunk's edges."""
+        w = self.params.audio_window
+        b, t, _ = audio.shape
+        feats = F.pad(self.audio_proj(audio), (0, 0, w, w))  # (B, T+2w, D)
+        windows = feats.unfold(1, 2 * w + 1, 1)  # (B, T, D, 2w+1)
+        windows = rearrange(windows, "b t d k -> (b t) k d") + self.audio_offset_embed  # (B*T, 2w+1, D)
+        idx = torch.arange(t, device=audio.device)[:, None] + torch.arange(-w, w + 1, device=audio.device)  # (T, 2w+1)
+        valid = ((idx >= 0) & (idx < t)).repeat(b, 1)  # (B*T, 2w+1)
+        return windows, valid[:, None, None, :]
+
+    def forward(
+        self,
+        x_t: Tensor,
+        t: Tensor,
+        cond_latents: Tensor,
+        cond_mask: Tensor,
+        ref_latents: Tensor,
+        audio: Tensor,
+        text: Tensor,
+    ) -> Tensor:
+        """Predict the flow velocity.
+
+        Args:
+            x_t: (B, C, T, h, w) noisy latents at time ``t``.
+            t: (B,) flow time in [0, 1], 1 = pure noise.
+            cond_latents: (B, C, T, h, w) clean latents, read only where ``cond_mask`` is True.
+            cond_mask: (B, T) bool, True at conditioning (given) frames.
+            ref_latents: (B, C, h, w) reference-image latents.
+            audio: (B, T, audio_dim) per-frame audio features.
+            text: (B, text_dim) pooled text / scene embedding.
+
+        Returns:
+            (B, C, T, h, w) velocity.
+        """
+        b, c, frames, h, w = x_t.shape
+        p = self.params
+        if (h, w) != (p.latent_size, p.latent_size):
+            raise ValueError(f"latent grid {(h, w)} != latent_size {p.latent_size}")
+        given = cond_mask[:, None, :, None, None]  # (B, 1, T, 1, 1)
+        x_in = torch.where(given, cond_latents, x_t)  # (B, C, T, h, w)
+
+        video = patchify(rearrange(x_in, "b c t h w -> (b t) c h w"), p.patch_size)  # (B*T, N, C p p)
+        video = self.patch_embed(video) + self.spatial_pos  # (B*T, N, D)
+        frame_pos = sinusoidal_embedding(torch.arange(frames, device=x_t.device), p.dim)  # (T, D)
+        video = rearrange(video, "(b t) n d -> b t n d", b=b) + frame_pos[None, :, None]  # (B, T, N, D)
+        video = video + cond_mask[..., None, None].to(video.dtype) * self.given_embed  # (B, T, N, D)
+        video = rearrange(video, "b t n d -> b (t n) d")  # (B, T*N, D)
+
+        ref = self.patch_embed(patchify(ref_latents, p.patch_size))  # (B, N, D)
+        ref = ref + self.spatial_pos + self.ref_type_embed  # (B, N, D)
+        n_ref = ref.shape[1]
+        x = torch.cat([ref, video], dim=1)  # (B, N + T*N, D)
+
+        cond = self.t_embed(t) + self.text_proj(text)  # (B, D)
+        windows, window_mask = self.audio_windows(audio)  # (B*T, 2w+1, D), (B*T, 1, 1, 2w+1)
+        for block in self.blocks:
+            x = block(x, cond, windows, window_mask, n_ref)  # (B, N + T*N, D)
+
+        out = self.final(x[:, n_ref:], cond)  # (B, T*N, C p p)
+        out = rearrange(out, "b (t n) e -> (b t) n e", t=frames)  # (B*T, N, C p p)
+        out = unpatchify(out, p.patch_size, h, w)  # (B*T, C, h, w)
+        return rearrange(out, "(b t) c h w -> b c t h w", b=b)  # (B, C, T, h, w)

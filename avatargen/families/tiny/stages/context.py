@@ -1,0 +1,69 @@
+"""Context generation: the reference identity once per request, then per chunk the audio features and the noise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from avatargen.families.tiny.models.text_encoder import tokenize
+from avatargen.modules import Module
+from avatargen.stages.inputs import AudioSamples, image_to_tensor
+
+
+@dataclass
+class ReferenceContext:
+    """What every chunk is conditioned on; computed once per request and kept for the whole render."""
+
+    ref_low: Tensor  # (1, C, h, w) reference latents at the A2V resolution
+    ref_high: Tensor  # (1, C, H, W) reference latents at the SR resolution
+    text: Tensor  # (1, D_text) pooled prompt embedding
+
+
+class ContextGenStage:
+    """Encodes the reference and prompt (init phase) and the audio of each chunk's window; draws seeded noise."""
+
+    def __init__(self, audio_encoder: Module, text_encoder: Module, vae: Module, seed: int, max_prompt_tokens: int):
+        self.audio_encoder = audio_encoder
+        self.text_encoder = text_encoder
+        self.vae = vae
+        self.seed = seed
+        self.max_prompt_tokens = max_prompt_tokens
+        self.device = audio_encoder.device
+
+    @torch.inference_mode()
+    def encode_reference(self, rgb: np.ndarray, prompt: str) -> ReferenceContext:
+        """Reference image (uint8, model size) and prompt -> the static conditioning of the request."""
+        image = image_to_tensor(rgb, self.device)  # (1, 3, S, S)
+        low_image = F.interpolate(image, scale_factor=0.5, mode="area")  # (1, 3, S/2, S/2)
+        with self.vae.active() as vae:
+            ref_high = vae.encode(image)  # (1, C, S/8, S/8)
+            ref_low = vae.encode(low_image)  # (1, C, S/16, S/16)
+        tokens = tokenize([prompt], self.max_prompt_tokens).to(self.device)  # (1, L)
+        with self.text_encoder.active() as text_encoder:
+            _, pooled = text_encoder(tokens)  # (1, D_text)
+        # float32 whatever the compute dtype: the conditioning is kept for the whole render
+        return ReferenceContext(ref_low=ref_low.float(), ref_high=ref_high.float(), text=pooled.float())
+
+    @property
+    def context_frames(self) -> int:
+        """Audio frames the encoder reads on each side of a window (its receptive field)."""
+        return int(self.audio_encoder.model.context_frames)
+
+    @torch.inference_mode()
+    def audio_features(self, audio: AudioSamples, start: int, end: int) -> Tensor:
+        """Per-frame audio features of frames [start, end): (1, T, D_audio), independent of where windows fall."""
+        margin = self.context_frames
+        samples = audio.samples(start - margin, end + margin)  # (S,)
+        wave = torch.from_numpy(samples).to(self.device).unsqueeze(0)  # (1, S)
+        with self.audio_encoder.active() as encoder:
+            features = encoder(wave)  # (1, T + 2R, D)
+        return features[:, margin : margin + end - start].float()
+
+    def noise(self, kind: str, index: int, shape: tuple[int, ...]) -> Tensor:
+        """Seeded noise for chunk ``kind`` ('N' or 'I') number ``index``: depends only on (seed, kind, index), so a
+        chunk's noise is the same however the render is split, resumed or sharded."""
+        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + index * 2 + (kind == "I")) % 2**63)
+        return torch.randn(shape, generator=generator).to(self.device)

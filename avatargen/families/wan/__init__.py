@@ -1,0 +1,21 @@
+"""The Wan2.1 family (``model=infinitetalk|multitalk|wan_tiny``): InfiniteTalk and MultiTalk on Wan2.1-I2V-14B,
+loaded from the files as their users download them (docs/models.md); ``wan_tiny`` is the same code at toy size."""
+
+from avatargen.config.families import Family
+from avatargen.families.wan.build import build_wan_modules, weight_files
+from avatargen.families.wan.check import check_wan_weights
+from avatargen.families.wan.chunks import WanChunks
+from avatargen.families.wan.config import WanConfig, validate_wan
+
+FAMILY = Family(
+    name="wan",
+    model_config=WanConfig,
+    build_models=build_wan_modules,
+    chunk_steps=WanChunks,
+    weight_files=weight_files,
+    validate=validate_wan,
+    check_weights=check_wan_weights,
+    interpolates=False,  # its clips already continue from their motion frames (docs/models.md)
+    composited=False,  # it renders the whole picture at its own resolution
+    overlap=False,  # a clip's motion frames are the frames the last one showed: emission cannot lag generation
+)

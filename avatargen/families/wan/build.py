@@ -1,0 +1,145 @@
+"""Builds the five Modules of a Wan-family model: each built on the meta device and placed once, from the downloaded
+files (``model.checkpoint`` + ``model.wan.*``) or a seeded init where its weights live."""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from avatargen.config.schema import Config, WeightsSource
+from avatargen.families.wan.config import WanConfig, WanModelConfig
+from avatargen.errors import CheckpointError
+from avatargen.families.wan.models.clip_vision import CLIPVisionTower
+from avatargen.families.wan.models.dit import WanDiT
+from avatargen.families.wan.models.specs import WanFamilySpec, family_spec
+from avatargen.families.wan.models.umt5 import UMT5Encoder
+from avatargen.families.wan.models.vae import WanVAE
+from avatargen.modules import Module
+from avatargen.pipeline.build import placement_plan
+from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.precision import Precision
+from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, place
+from avatargen.families.wan.sources import dit_source, wav2vec2_folder_config, wav2vec2_source
+from avatargen.runtime.tensor_source import pth_source
+from avatargen.families.wan.stages.text import Tokenizer, tokenizer_for
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass
+class WanModelSet:
+    """The five Wan modules of one render, the prompt tokenizer, and the monitor of their placement."""
+
+    spec: WanFamilySpec
+    audio_encoder: Module  # wav2vec2
+    text_encoder: Module  # umT5
+    image_encoder: Module  # CLIP vision tower
+    vae: Module
+    dit: Module
+    tokenizer: Tokenizer
+    monitor: OffloadMonitor
+    precision: Precision  # the DiT's run dtype (model.wan.dtype; runtime.dtype is for avatargen's own models)
+
+    def all(self) -> list[Module]:
+        return [self.audio_encoder, self.text_encoder, self.image_encoder, self.vae, self.dit]
+
+
+def checkpoint_root(config: Config) -> Path:
+    """``model.checkpoint``: the folder every ``model.wan.*`` path is relative to."""
+    if not config.model.checkpoint:
+        raise CheckpointError(
+            f"model={config.model.name} needs model.checkpoint=DIR (the weights/ folder of docs/models.md), "
+            "or model.weights=random for an untrained model (noise video, for tests and benchmarks)"
+        )
+    root = Path(config.model.checkpoint).expanduser()
+    if not root.is_dir():
+        raise CheckpointError(f"model.checkpoint '{root}' is not a folder; point it at the downloaded weights/ folder")
+    return root
+
+
+@dataclass(frozen=True)
+class WanPart:
+    """One of the five: how to build it, where its tensors are, and the dtype it runs in."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    weights: Callable[[], Weights]
+    dtype: torch.dtype
+    streamed: bool  # big enough to follow runtime.offload block by block (the DiT, umT5)
+
+
+def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
+    """The five parts in build order (``root`` None: seeded random weights)."""
+    wan: WanModelConfig = config.model.wan
+    spec = family_spec(wan.spec)
+    run = DTYPES[wan.dtype.value]
+    folder = wav2vec2_folder_config(root, wan) if root is not None else None
+    # transformers takes seconds to import: only a build reads it, never a config check (``avatargen config``)
+    from avatargen.families.wan.models.wav2vec2 import Wav2Vec2Encoder, wav2vec2_config
+
+    audio_config = wav2vec2_config(spec, folder)
+
+    def weights(index: int, source: Callable[[], Any]) -> Callable[[], Weights]:
+        return (lambda: RandomInit(config.seed + index)) if root is None else source
+
+    def pth(key: str, prefix: str = "") -> Callable[[], Any]:
+        return lambda: pth_source(root, getattr(wan, key), f"model.wan.{key}", prefix)
+
+    return [
+        WanPart("audio_encoder", lambda: Wav2Vec2Encoder(audio_config),
+                weights(0, lambda: wav2vec2_source(root, wan)), torch.float32, streamed=False),
+        WanPart("text_encoder", lambda: UMT5Encoder(spec.text_encoder), weights(1, pth("text_encoder")), run, streamed=True),
+        WanPart("image_encoder", lambda: CLIPVisionTower(spec.image_encoder),
+                weights(2, pth("image_encoder", wan.image_encoder_prefix)), run, streamed=False),
+        WanPart("vae", lambda: WanVAE(spec.vae), weights(3, pth("vae")), torch.float32, streamed=False),
+        WanPart("dit", lambda: WanDiT(spec.dit), weights(4, lambda: dit_source(root, wan)), run, streamed=True),
+    ]  # fmt: skip
+
+
+def part_plan(
+    config: Config, part: WanPart, device: torch.device, parallel: ParallelContext, model: nn.Module
+) -> PlacementPlan:
+    """The DiT and umT5 follow ``runtime.offload`` (or FSDP); the small ones stay whole: on the device, or moved in
+    whole for their one call under ``model`` / ``block``."""
+    if part.streamed:
+        plan = placement_plan(config, device, parallel, model)
+    else:
+        policy = "none" if config.runtime.offload.value == "none" else "model"
+        plan = PlacementPlan(policy, device)
+    return PlacementPlan(plan.policy, plan.device, part.dtype, plan.resident_blocks, plan.mesh, plan.fsdp_host_offload)
+
+
+def build_wan_modules(config: Config, device: torch.device, parallel: ParallelContext) -> WanModelSet:
+    """All five Wan modules, built on the meta device and placed in one pass (names and shapes checked first)."""
+    offload, resident_blocks = config.runtime.offload.value, config.runtime.offload_resident_blocks
+    monitor = OffloadMonitor(offload, resident_blocks, device)
+    random = config.model.weights == WeightsSource.random
+    root = None if random else checkpoint_root(config)
+    modules = []
+    for part in wan_parts(config, root):
+        model = build_on_meta(part.build)
+        plan = part_plan(config, part, device, parallel, model)
+        modules.append(Module(part.name, place(model, part.weights(), plan, monitor, part.name)))
+    tokenizer = tokenizer_for(config.model.wan, root, family_spec(config.model.wan.spec).dit.text_len)
+    precision = Precision(DTYPES[config.model.wan.dtype.value], "model.wan.dtype")
+    return WanModelSet(family_spec(config.model.wan.spec), *modules, tokenizer=tokenizer, monitor=monitor, precision=precision)
+
+
+def weight_files(config: Config) -> list[Path]:
+    """The files a render of ``config`` reads under ``model.checkpoint`` (none for random weights; a pattern that
+    matches nothing is reported when the models load)."""
+    if config.model.weights == WeightsSource.random or not config.model.checkpoint:
+        return []
+    model = config.model
+    assert isinstance(model, WanConfig)
+    root, wan = Path(model.checkpoint).expanduser(), model.wan
+    patterns = [*wan.dit, wan.vae, wan.text_encoder, wan.image_encoder, f"{wan.wav2vec2}/*"]
+    files = {Path(p) for pattern in patterns for p in glob.glob(str(root / pattern))}
+    files |= {Path(file).expanduser() for file in wan.lora}
+    return sorted(path for path in files if path.is_file())

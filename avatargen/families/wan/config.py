@@ -1,0 +1,106 @@
+"""The typed ``model.*`` keys of a Wan-family model (InfiniteTalk, MultiTalk, wan_tiny): the shared ones and
+``model.wan.*``, its architecture spec, its files and its sampling settings.
+
+Every path is relative to ``model.checkpoint`` (the ``weights/`` folder of InfiniteTalk's README), and the defaults
+are that download's layout, so another layout (MultiTalk's adapter, a local mirror) is one override away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import List, Optional
+
+from avatargen.config.schema import Config, ModelConfig
+from avatargen.errors import ConfigError
+
+WAN_DIR = "Wan2.1-I2V-14B-480P"
+
+
+class WanDtype(Enum):
+    """The dtype the Wan models run in (the checkpoints ship bf16)."""
+
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+
+
+@dataclass
+class WanModelConfig:
+    """One Wan-family model: its architecture (``spec``), its files, LoRAs, and InfiniteTalk's sampling settings."""
+
+    spec: str = "infinitetalk"  # a WAN_FAMILY entry (avatargen/families/wan/models/specs.py): the five architectures
+    dtype: WanDtype = WanDtype.bfloat16
+    # Files under model.checkpoint (glob patterns allowed; the DiT's files are merged in order).
+    dit: List[str] = field(
+        default_factory=lambda: [
+            f"{WAN_DIR}/diffusion_pytorch_model-*-of-00007.safetensors",
+            "InfiniteTalk/single/infinitetalk.safetensors",
+        ]
+    )
+    vae: str = f"{WAN_DIR}/Wan2.1_VAE.pth"
+    text_encoder: str = f"{WAN_DIR}/models_t5_umt5-xxl-enc-bf16.pth"
+    image_encoder: str = f"{WAN_DIR}/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"
+    image_encoder_prefix: str = "visual."  # the CLIP file holds both towers; Wan uses the vision one
+    wav2vec2: str = "chinese-wav2vec2-base"  # a transformers folder (config.json, model.safetensors)
+    tokenizer: Optional[str] = f"{WAN_DIR}/google/umt5-xxl"  # a tokenizer folder; null = byte-level (wan_tiny)
+    lora: List[str] = field(default_factory=list)  # LoRA files merged into the DiT at load (paths as given)
+    lora_scale: float = 1.2  # InfiniteTalk's --lora_scale default
+    # Sampling (InfiniteTalk's defaults at 480p).
+    sampling_steps: int = 40
+    sampling_shift: float = 7.0  # t' = s t / (1 + (s - 1) t); InfiniteTalk uses 11 at 720p
+    text_guide_scale: float = 5.0  # 1 with the step-distilled LoRAs (then two DiT passes per step, not three)
+    audio_guide_scale: float = 4.0  # 2 with the step-distilled LoRAs
+    negative_prompt: str = ""
+    audio_context_s: float = 1.0  # audio wav2vec2 hears on each side of a clip (features never span the whole file)
+    color_correction: bool = False  # match each clip's colour statistics to the reference image (long videos drift)
+    # I chunks (with pipeline.interpolate=true; off by default for Wan models, docs/models.md), in video frames,
+    # multiples of the VAE's 4-frame latent step: the seam around each clip boundary, anchors on each side of it.
+    seam_frames: int = 8
+    anchor_frames: int = 4
+
+
+@dataclass
+class WanConfig(ModelConfig):
+    """The ``model`` section of a Wan-family model: the shared keys and ``model.wan``."""
+
+    name: str = "infinitetalk"
+    family: str = "wan"
+    checkpoint: Optional[str] = "weights/"
+    image_size: int = 640
+    wan: WanModelConfig = field(default_factory=WanModelConfig)
+
+
+def validate_wan(config: Config) -> None:
+    """Raise ConfigError naming the first inconsistent ``model.*`` key of a Wan-family model."""
+    from avatargen.families.wan.models.specs import WAN_FAMILY
+
+    model = config.model
+    assert isinstance(model, WanConfig)
+    wan: WanModelConfig = model.wan
+
+    def require(condition: bool, message: str) -> None:
+        if not condition:
+            raise ConfigError(message)
+
+    require(wan.spec in WAN_FAMILY, f"model.wan.spec '{wan.spec}' is not a Wan model; valid choices: {', '.join(sorted(WAN_FAMILY))}")
+    spec = WAN_FAMILY[wan.spec]
+    unit = spec.vae.spatial_stride * spec.dit.patch_size[1]
+    require(model.image_size % unit == 0, f"model.image_size ({model.image_size}) must be a multiple of {unit} for model.wan.spec={wan.spec} (VAE stride x DiT patch)")
+    require(model.sample_rate == 16000, f"model.sample_rate must be 16000 for a Wan model (wav2vec2 hears 16 kHz), got {model.sample_rate}")
+    require(wan.sampling_steps >= 1, "model.wan.sampling_steps must be >= 1")
+    require(wan.sampling_shift > 0, "model.wan.sampling_shift must be > 0")
+    require(wan.text_guide_scale >= 0 and wan.audio_guide_scale >= 0, "model.wan.text_guide_scale and audio_guide_scale must be >= 0")
+    require(wan.lora_scale >= 0, "model.wan.lora_scale must be >= 0")
+    require(wan.audio_context_s >= 0, "model.wan.audio_context_s must be >= 0 (seconds)")
+    require(bool(wan.dit), "model.wan.dit must name at least one file (the DiT's safetensors)")
+    step = spec.vae.temporal_stride
+    new_frames = spec.clip_frames - spec.motion_frames
+    require(wan.seam_frames >= 2 * step and wan.seam_frames % (2 * step) == 0,
+            f"model.wan.seam_frames ({wan.seam_frames}) must be a positive multiple of {2 * step} (half on each side of "
+            f"a clip boundary, whole {step}-frame latent steps)")  # fmt: skip
+    require(wan.anchor_frames >= step and wan.anchor_frames % step == 0,
+            f"model.wan.anchor_frames ({wan.anchor_frames}) must be a positive multiple of {step} (whole latent steps)")
+    require(wan.seam_frames <= new_frames and wan.seam_frames // 2 + wan.anchor_frames <= new_frames,
+            f"model.wan.seam_frames / 2 + model.wan.anchor_frames ({wan.seam_frames // 2 + wan.anchor_frames}) and "
+            f"seam_frames must be <= the {new_frames} new frames of a clip of model.wan.spec={wan.spec}")  # fmt: skip

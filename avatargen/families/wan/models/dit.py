@@ -1,0 +1,269 @@
+"""The Wan2.1 video DiT (T2V and I2V), with the InfiniteTalk/MultiTalk audio adapter as an option.
+
+Tensor names are the original checkpoints' (Wan-Video/Wan2.1 ``wan/modules/model.py``, MeiGen-AI/InfiniteTalk
+``wan/modules/multitalk_model.py``), so ``diffusion_pytorch_model-*.safetensors`` plus ``infinitetalk.safetensors``
+load with ``strict=True``. Differences from the reference that do not change the weights:
+
+- text and CLIP image tokens are separate inputs (the reference concatenates them and splits at 257 / 512);
+- no padding of the video sequence to a fixed ``seq_len``: every sample in a batch has the same grid;
+- RoPE and timestep tables are computed per call (no buffers), so a meta-device build needs no re-init;
+- one speaker: MultiTalk's two-speaker routing (the 1D RoPE over speaker masks) is not implemented.
+
+Block (``blocks.N``), with ``e`` the six modulation vectors ``modulation + time_projection(t)``::
+
+    x = x + self_attn(norm1(x) * (1 + e1) + e0) * e2
+    x = x + cross_attn(norm3(x), text, image)
+    x = x + audio_cross_attn(norm_x(x), audio)            # audio adapter only
+    x = x + ffn(norm2(x) * (1 + e4) + e3) * e5
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor, nn
+
+from avatargen.families.wan.models.attention import AudioCrossAttention, CrossAttention, SelfAttention
+from avatargen.families.wan.models.audio_proj import AudioAdapterParams, AudioProjModel
+from avatargen.families.wan.models.layers import FP32LayerNorm, rope_angles, timestep_sinusoid
+from avatargen.families.wan.models.named_specs import lookup_spec
+
+CLIP_DIM = 1280  # width of the CLIP ViT-H/14 penultimate-layer tokens that I2V conditions on
+
+
+@dataclass(frozen=True)
+class WanDiTParams:
+    """Hyper-parameters of :class:`WanDiT` (names follow the reference's ``config.json``)."""
+
+    dim: int = 5120
+    ffn_dim: int = 13824
+    num_heads: int = 40
+    num_layers: int = 40
+    in_dim: int = 36  # I2V: 16 noise + 4 mask + 16 reference-latent channels
+    out_dim: int = 16
+    text_dim: int = 4096  # umT5-XXL width
+    text_len: int = 512  # text tokens are zero-padded to this length, as in the reference
+    freq_dim: int = 256
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    eps: float = 1e-6
+    image_to_video: bool = True  # CLIP image tokens (img_emb, k_img/v_img) in every cross-attention
+    clip_dim: int = CLIP_DIM  # width of the CLIP tokens img_emb reads (1280: ViT-H/14; smaller for toy towers)
+    audio: AudioAdapterParams | None = None  # InfiniteTalk/MultiTalk adapter
+
+    @property
+    def head_dim(self) -> int:
+        """Channels per attention head (128 at 14B and 1.3B)."""
+        return self.dim // self.num_heads
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad field."""
+        for name in ("dim", "ffn_dim", "num_heads", "num_layers", "in_dim", "out_dim", "text_dim", "text_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WanDiTParams.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.num_heads or self.head_dim % 2:
+            raise ValueError(f"WanDiTParams.dim ({self.dim}) / num_heads ({self.num_heads}) must be an even integer")
+        if self.freq_dim % 2:
+            raise ValueError(f"WanDiTParams.freq_dim must be even, got {self.freq_dim}")
+        if len(self.patch_size) != 3 or min(self.patch_size) < 1:
+            raise ValueError(f"WanDiTParams.patch_size must be 3 positive ints, got {self.patch_size}")
+        if self.audio is not None:
+            self.audio.validate()
+
+
+INFINITETALK_AUDIO = AudioAdapterParams()
+DIT_SPECS: dict[str, WanDiTParams] = {
+    "wan_i2v_14b": WanDiTParams(),
+    "infinitetalk": WanDiTParams(audio=INFINITETALK_AUDIO),
+    "multitalk": WanDiTParams(audio=INFINITETALK_AUDIO),  # same modules as InfiniteTalk
+    "wan_1_3b": WanDiTParams(
+        dim=1536, ffn_dim=8960, num_heads=12, num_layers=30, in_dim=16, image_to_video=False
+    ),  # Wan2.1-T2V-1.3B
+    "wan_tiny": WanDiTParams(
+        dim=64,
+        ffn_dim=128,
+        num_heads=2,
+        num_layers=2,
+        text_dim=32,
+        text_len=16,
+        freq_dim=32,
+        audio=AudioAdapterParams(layers=2, channels=16, intermediate_dim=32, output_dim=32, context_tokens=4),
+    ),
+}
+
+
+class WanBlock(nn.Module):
+    """One transformer block (``blocks.N``): self-attention, text(+image) cross-attention, [audio], FFN."""
+
+    def __init__(self, params: WanDiTParams) -> None:
+        super().__init__()
+        dim, eps = params.dim, params.eps
+        self.norm1 = FP32LayerNorm(dim, eps, elementwise_affine=False)
+        self.self_attn = SelfAttention(dim, params.num_heads, eps)
+        self.norm3 = FP32LayerNorm(dim, eps, elementwise_affine=True)
+        self.cross_attn = CrossAttention(dim, params.num_heads, eps, with_image=params.image_to_video)
+        self.norm2 = FP32LayerNorm(dim, eps, elementwise_affine=False)
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, params.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(params.ffn_dim, dim)
+        )
+        self.modulation = nn.Parameter(torch.randn(1, 6, dim) / dim**0.5)
+        self.has_audio = params.audio is not None
+        if params.audio is not None:
+            self.audio_cross_attn = AudioCrossAttention(dim, params.num_heads, params.audio.output_dim)
+            self.norm_x = FP32LayerNorm(dim, eps, elementwise_affine=True)
+
+    def reset_parameters(self) -> None:
+        """The block's own tensor (its children reset themselves): the reference's ``randn / sqrt(dim)``."""
+        nn.init.normal_(self.modulation, std=self.modulation.shape[-1] ** -0.5)
+
+    def forward(
+        self,
+        x: Tensor,
+        time: Tensor,
+        rope: tuple[Tensor, Tensor],
+        text: Tensor,
+        image: Tensor | None,
+        audio: Tensor | None,
+    ) -> Tensor:
+        """``x`` (B, L, dim), ``time`` (B, 6, dim) fp32, ``audio`` (B, F, Na, audio_dim) or None -> (B, L, dim)."""
+        shift1, scale1, gate1, shift2, scale2, gate2 = (self.modulation.float() + time).unbind(1)  # (B, dim) each
+        h = self.norm1(x).float() * (1 + scale1[:, None]) + shift1[:, None]  # (B, L, dim) fp32
+        x = (x.float() + self.self_attn(h.type_as(x), rope).float() * gate1[:, None]).type_as(x)  # (B, L, dim)
+        x = x + self.cross_attn(self.norm3(x), text, image)  # (B, L, dim)
+        if self.has_audio and audio is not None:
+            x = x + self.audio_cross_attn(self.norm_x(x), audio)  # (B, L, dim)
+        h = self.norm2(x).float() * (1 + scale2[:, None]) + shift2[:, None]  # (B, L, dim) fp32
+        return (x.float() + self.ffn(h.type_as(x)).float() * gate2[:, None]).type_as(x)  # (B, L, dim)
+
+
+class Head(nn.Module):
+    """Final modulated LayerNorm and linear to patch pixels (``head.head``, ``head.modulation``)."""
+
+    def __init__(self, params: WanDiTParams) -> None:
+        super().__init__()
+        self.norm = FP32LayerNorm(params.dim, params.eps, elementwise_affine=False)
+        self.head = nn.Linear(params.dim, math.prod(params.patch_size) * params.out_dim)
+        self.modulation = nn.Parameter(torch.randn(1, 2, params.dim) / params.dim**0.5)
+
+    def reset_parameters(self) -> None:
+        """The head's own tensor (its children reset themselves): the reference's ``randn / sqrt(dim)``."""
+        nn.init.normal_(self.modulation, std=self.modulation.shape[-1] ** -0.5)
+
+    def forward(self, x: Tensor, time: Tensor) -> Tensor:
+        """``x`` (B, L, dim), ``time`` (B, dim) fp32 -> (B, L, prod(patch) * out_dim)."""
+        shift, scale = (self.modulation.float() + time[:, None]).unbind(1)  # (B, dim) each
+        return self.head((self.norm(x).float() * (1 + scale[:, None]) + shift[:, None]).type_as(x))
+
+
+class ImageEmbedding(nn.Module):
+    """CLIP image tokens (B, 257, clip_dim) -> (B, 257, dim) context tokens (``img_emb.proj.{0,1,3,4}``)."""
+
+    def __init__(self, dim: int, clip_dim: int = CLIP_DIM) -> None:
+        super().__init__()
+        self.proj = nn.Sequential(
+            nn.LayerNorm(clip_dim),
+            nn.Linear(clip_dim, clip_dim),
+            nn.GELU(),
+            nn.Linear(clip_dim, dim),
+            nn.LayerNorm(dim),
+        )
+
+    def forward(self, clip_tokens: Tensor) -> Tensor:
+        """(B, Li, clip_dim) -> (B, Li, dim)."""
+        return self.proj(clip_tokens)
+
+
+class WanDiT(nn.Module):
+    """Wan2.1 DiT: predicts the flow-matching velocity of a video latent (see the module docstring)."""
+
+    def __init__(self, params: WanDiTParams) -> None:
+        super().__init__()
+        params.validate()
+        self.params = params
+        dim = params.dim
+        self.patch_embedding = nn.Conv3d(params.in_dim, dim, kernel_size=params.patch_size, stride=params.patch_size)
+        self.text_embedding = nn.Sequential(
+            nn.Linear(params.text_dim, dim), nn.GELU(approximate="tanh"), nn.Linear(dim, dim)
+        )
+        self.time_embedding = nn.Sequential(nn.Linear(params.freq_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(dim, 6 * dim))
+        self.blocks = nn.ModuleList([WanBlock(params) for _ in range(params.num_layers)])
+        self.head = Head(params)
+        if params.image_to_video:
+            self.img_emb = ImageEmbedding(dim, params.clip_dim)
+        if params.audio is not None:
+            self.audio_proj = AudioProjModel(params.audio)
+
+    def block_stacks(self) -> list[nn.ModuleList]:
+        """This model's repeated block stacks, in forward order (``models/structure.py``)."""
+        return [self.blocks]
+
+    def forward(
+        self,
+        latents: Tensor,
+        timesteps: Tensor,
+        text: Tensor,
+        clip_tokens: Tensor | None = None,
+        audio: Tensor | None = None,
+    ) -> Tensor:
+        """Velocity for ``latents``.
+
+        Args:
+            latents: (B, in_dim, F, H, W): for I2V the noisy latent, the 4-channel mask and the reference latent,
+                concatenated on channels (``wan/image2video.py``); F, H, W divisible by ``patch_size``.
+            timesteps: (B,) in [0, 1000).
+            text: (B, Lt, text_dim) umT5 states, Lt <= text_len; zero-padded here to ``text_len``.
+            clip_tokens: (B, 257, 1280) CLIP tokens, required for I2V.
+            audio: (B, 1 + 4 * (F - 1), audio_window, layers, channels) wav2vec2 windows per video frame
+                (InfiniteTalk's layout), or None to run without audio (the unconditional branch of audio CFG
+                feeds zeros instead, as the reference does).
+
+        Returns:
+            (B, out_dim, F, H, W) in fp32.
+        """
+        p = self.params
+        b, _, frames, height, width = latents.shape
+        pt, ph, pw = p.patch_size
+        if frames % pt or height % ph or width % pw:
+            raise ValueError(f"latent grid {(frames, height, width)} is not divisible by patch_size {p.patch_size}")
+        if text.shape[1] > p.text_len:
+            raise ValueError(f"text has {text.shape[1]} tokens; this model takes at most text_len={p.text_len}")
+        grid = (frames // pt, height // ph, width // pw)
+        dtype = self.patch_embedding.weight.dtype  # inputs follow the weights (bf16 checkpoints); modulation is fp32
+
+        x = self.patch_embedding(latents.to(dtype)).flatten(2).transpose(1, 2)  # (B, L, dim), L = F'*H'*W'
+        angles = rope_angles(grid, p.head_dim, latents.device)  # (L, head_dim/2) float64
+        rope = (angles.cos().float(), angles.sin().float())
+
+        time = self.time_embedding(timestep_sinusoid(timesteps, p.freq_dim).to(dtype))  # (B, dim)
+        time_mod = self.time_projection(time).unflatten(1, (6, p.dim)).float()  # (B, 6, dim) fp32
+        time = time.float()
+
+        text = torch.cat([text, text.new_zeros(b, p.text_len - text.shape[1], text.shape[2])], dim=1)  # (B, Lt', Dt)
+        text = self.text_embedding(text.to(dtype))  # (B, text_len, dim)
+        image = None
+        if p.image_to_video:
+            if clip_tokens is None:
+                raise ValueError("this Wan DiT is image-to-video: pass the CLIP image tokens (clip_tokens)")
+            image = self.img_emb(clip_tokens.to(dtype))  # (B, 257, dim)
+        audio_tokens = None
+        if audio is not None:
+            if p.audio is None:
+                raise ValueError("this Wan DiT has no audio adapter; build it with WanDiTParams.audio set")
+            audio_tokens = self.audio_proj(audio.to(dtype))  # (B, 1 + N, tokens, output_dim)
+            if audio_tokens.shape[1] != grid[0]:
+                raise ValueError(f"audio covers {audio_tokens.shape[1]} latent frames, the latents {grid[0]}")
+
+        for block in self.blocks:
+            x = block(x, time_mod, rope, text, image, audio_tokens)  # (B, L, dim)
+
+        x = self.head(x, time)  # (B, L, pt*ph*pw*out_dim)
+        x = x.reshape(b, *grid, pt, ph, pw, p.out_dim)  # (B, F', H', W', pt, ph, pw, C)
+        x = x.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, F', pt, H', ph, W', pw)
+        return x.reshape(b, p.out_dim, frames, height, width).float()  # (B, C, F, H, W)
+
+
+def dit_params(name: str, **overrides: object) -> WanDiTParams:
+    """A named spec (``DIT_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
+    return replace(lookup_spec(DIT_SPECS, name, "Wan DiT"), **overrides)

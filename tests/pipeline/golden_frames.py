@@ -1,0 +1,90 @@
+"""The model frames of short renders of every bundled example (the bundled family, the model's own square) and of
+``model=wan_tiny`` with and without I chunks: a change to the engine or a family that is meant to keep the frames
+must keep these. ``python -m tests.pipeline.golden_frames`` rewrites the golden file after a deliberate change.
+
+Exact frames (an md5 per frame) are kept per CPU kernel family (``torch.backends.cpu.get_cpu_capability()``: float
+sums round differently with AVX2 and AVX-512 kernels); on any CPU the frames must also match small thumbnails within
+a few grey levels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+
+from avatargen.config.loader import load_config, to_config
+from avatargen.io.image import load_reference
+from avatargen.pipeline.build import pipeline_for, place_models
+from avatargen.runtime.distributed import ParallelContext, world_info
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).with_name("golden") / "model_frames.json"
+THUMBNAILS = Path(__file__).with_name("golden") / "model_frames.npz"
+SECONDS = 1.5  # 38 frames: 3 N chunks + 2 I chunks of the bundled model; 4 clips of wan_tiny
+THUMBNAIL = 8  # pixels a side
+
+RUNS: dict[str, tuple[int, list[str]]] = {
+    # the bundled family: the model's own square (no compositing), float32, one thread
+    **{f"tiny_avatar_{i}": (i, ["pipeline.composite=false", "runtime.dtype=float32"]) for i in (1, 2, 3)},
+    "wan_tiny": (1, ["model=wan_tiny"]),  # N chunks only (the Wan default)
+    "wan_tiny_interpolated": (1, ["model=wan_tiny", "pipeline.interpolate=true"]),  # N and I chunks
+}
+
+
+class _Frames:
+    def __init__(self) -> None:
+        self.frames: list[np.ndarray] = []
+
+    def write(self, frames: np.ndarray) -> None:
+        self.frames.extend(frame.copy() for frame in frames)
+
+
+def render_frames(run: str) -> list[np.ndarray]:
+    """The frames of golden run ``run``, one thread, as the engine hands them to the sinks: (H, W, 3) uint8 each."""
+    example, overrides = RUNS[run]
+    torch.set_num_threads(1)
+    config = to_config(load_config([*overrides, "runtime.threads=1"]))
+    image = REPO / "examples" / f"avatar_{example}.png"
+    square = load_reference(image, config.model.image_size, config.pipeline.image_fit.value).square
+    wave, rate = sf.read(REPO / "examples" / f"speech_{example}.flac", dtype="float32")
+    assert rate == config.model.sample_rate
+    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    sink = _Frames()
+    pipeline_for(config, models, composited=False).render(square, [wave[: int(SECONDS * rate)]], [sink])
+    return sink.frames
+
+
+def md5s(frames: list[np.ndarray]) -> list[str]:
+    return [hashlib.md5(np.ascontiguousarray(frame).tobytes()).hexdigest() for frame in frames]
+
+
+def thumbnails(frames: list[np.ndarray]) -> np.ndarray:
+    """(T, 8, 8, 3) float32: each frame's mean colour over an 8 x 8 grid of blocks."""
+    video = np.stack(frames).astype(np.float32)  # (T, H, W, 3)
+    t, h, w, c = video.shape
+    return video.reshape(t, THUMBNAIL, h // THUMBNAIL, THUMBNAIL, w // THUMBNAIL, c).mean(axis=(2, 4))
+
+
+def capability() -> str:
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def main() -> None:
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    exact, thumbs = {}, {}
+    for run in RUNS:
+        frames = render_frames(run)
+        exact[run], thumbs[run] = md5s(frames), thumbnails(frames)
+        print(f"{run}: {len(frames)} frames")
+    golden[capability()] = exact
+    GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")
+    np.savez_compressed(THUMBNAILS, **thumbs)
+
+
+if __name__ == "__main__":
+    main()
