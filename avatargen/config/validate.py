@@ -73,7 +73,6 @@ def _check_numbers(config: Config) -> None:
     require_in(o.hls_window, 0, 1_000_000, "output.hls_window", " (0 = keep every segment)")
     _require(0 < config.runtime.dist_timeout_s <= MAX_DIST_TIMEOUT_S,
              f"runtime.dist_timeout_s must be in (0, {MAX_DIST_TIMEOUT_S:g}] (seconds)")  # fmt: skip
-    require_in(config.runtime.offload_resident_blocks, 1, MAX_RESIDENT_BLOCKS, "runtime.offload_resident_blocks")
 
 
 def validate_config(config: Config) -> None:
@@ -105,6 +104,7 @@ def validate_config(config: Config) -> None:
              "runtime.overlap=true needs runtime.offload=none (two threads would move models in and out at once); "
              "set runtime.overlap=null")  # fmt: skip
     _require(config.runtime.offload_resident_blocks >= 1, "runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)")
+    require_in(config.runtime.offload_resident_blocks, 1, MAX_RESIDENT_BLOCKS, "runtime.offload_resident_blocks")
     _require(not (config.runtime.overlap and not family.overlap),
              f"runtime.overlap=true: the {family.name} family's models cannot emit on a second thread (model="
              f"{m.name}); set runtime.overlap=null")  # fmt: skip

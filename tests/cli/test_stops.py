@@ -107,20 +107,31 @@ def _batch(jobs: Path, out_dir: Path) -> subprocess.Popen:
                             env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
-def test_a_stopped_batch_job_stays_resumable_and_the_printed_command_resumes_it(tmp_path):
+def _stop_a_batch_job(tmp_path: Path) -> tuple[list[str], Path]:
+    """A batch of one 2-s job, SIGINT once the job has a checkpoint; (the command its message says resumes, out-dir)."""
     write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
     jobs, out_dir = tmp_path / "jobs.jsonl", tmp_path / "out"
     jobs.write_text(json.dumps({"image": "face.png", "audio": "a.wav", "output": "x.mp4"}) + "\n")
     process = _batch(jobs, out_dir)
-    out = out_dir / "x.mp4"
-    _wait_for(lambda: _checkpoints(out) >= 1, process, "the job's first checkpoint")
+    _wait_for(lambda: _checkpoints(out_dir / "x.mp4") >= 1, process, "the job's first checkpoint")
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    line = _error_lines(stderr)[-1]
-    assert not out.with_name("x.failed.json").exists()
-    command = shlex.split(line.split("resume with: ", 1)[1])
-    assert command[:2] == ["avatargen", "batch"]
+    assert not (out_dir / "x.failed.json").exists()  # not failed for good: the next worker to claim it resumes it
+    return shlex.split(_error_lines(stderr)[-1].split("resume with: ", 1)[1]), out_dir
+
+
+def test_a_stopped_batch_job_stays_resumable_and_its_message_names_the_batch_command(tmp_path):
+    command, out_dir = _stop_a_batch_job(tmp_path)
+    assert command == ["avatargen", "batch", str(tmp_path / "jobs.jsonl"), "--out-dir", str(out_dir), *FAST]
+    status = json.loads(run_cli("batch", "status", str(out_dir), "--json").stdout)
+    assert status["pending"] == 1 and status["jobs"][0]["resumable"], status
+
+
+@pytest.mark.slow  # a second batch run (~10 s); the fast test above checks the command it runs
+def test_the_command_a_stopped_batch_prints_resumes_the_job(tmp_path):
+    command, out_dir = _stop_a_batch_job(tmp_path)
+    out = out_dir / "x.mp4"
     resumed = subprocess.run([sys.executable, "-m", *command], env=ENV, capture_output=True, text=True, timeout=300,
                              cwd=Path.cwd())  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from avatargen.batch import read_jobs
 from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
 from tests.distributed.torchrun import torchrun
@@ -148,11 +150,14 @@ def test_a_bad_row_is_reported_with_the_fields_it_gives_not_folders(tmp_path):
 
 
 def test_a_jobs_file_where_the_report_goes_is_refused_before_it_is_overwritten(tmp_path):
+    from avatargen.batch import run_batch
+    from avatargen.errors import BadInputError
+
     out = tmp_path / "out"
     out.mkdir()
     jobs = out / "batch_report.json"  # read as JSONL: any name but .csv
     jobs.write_text(json.dumps({"image": "f.png", "audio": "a.wav", "output": "x.mp4"}) + "\n")
     before = jobs.read_bytes()
-    result = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST)
-    assert result.returncode == 2 and "writing it would destroy the input" in result.stderr, result.stderr
+    with pytest.raises(BadInputError, match="is the input .*batch_report.json'; writing it would destroy the input"):
+        run_batch(jobs, out, FAST, warn=lambda message: None)
     assert jobs.read_bytes() == before
