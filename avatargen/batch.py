@@ -30,12 +30,13 @@ from typing import Any, Callable
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchMode
-from avatargen.batch_state import (bad_row_claim, failed_record_for, read_failure, record_failure, write_atomic,
-                                   write_manifest)
+from avatargen.batch_state import (MANIFEST_NAME, bad_row_claim, failed_record_for, read_failure, record_failure,
+                                   write_atomic, write_manifest)
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted,
                               ResumeMismatchError)
 from avatargen.io.output_lock import OutputLock
 from avatargen.io.resume_store import resume_folder_for
+from avatargen.io.targets import refuse_writing_inputs
 from avatargen.runtime.distributed import RankFailedError, ensure_process_group, full_world, solo_rank
 
 REPORT_NAME = "batch_report.json"
@@ -44,12 +45,13 @@ JOB_KEYS = ("image", "audio", "prompt", "output", "overrides")
 
 @dataclass
 class Job:
-    """One row of the jobs file, paths resolved: inputs against the jobs file's folder, output against --out-dir."""
+    """One row of the jobs file, paths resolved: inputs against the jobs file's folder, output against --out-dir.
+    A field the row does not give is None (its job cannot run: ``problem`` says why)."""
 
     index: int
-    image: Path
-    audio: Path
-    output: Path
+    image: Path | None
+    audio: Path | None
+    output: Path | None
     prompt: str = ""
     overrides: list[str] = field(default_factory=list)
     problem: str | None = None  # a row that cannot run (reported as failed, the others still run)
@@ -104,13 +106,20 @@ def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, wher
     elif not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         problems.append(f"overrides must be a list of key=value strings, not {json.dumps(overrides)}")
         overrides = []
-    output = out_dir / fields["output"]
-    if fields["output"] and not allow_outside and not _inside(output, out_dir):
+    output = out_dir / fields["output"] if fields["output"] else None
+    if output is not None and not allow_outside and not _inside(output, out_dir):
         problems.append(f"output '{fields['output']}' is outside --out-dir '{out_dir}'; give a path inside it, or pass "
                         "--allow-outside-out-dir")  # fmt: skip
-    job = Job(index, base / fields["image"], base / fields["audio"], output, fields["prompt"], list(overrides))
+    image = base / fields["image"] if fields["image"] else None
+    audio = base / fields["audio"] if fields["audio"] else None
+    job = Job(index, image, audio, output, fields["prompt"], list(overrides))
     job.problem = f"{where}: {'; '.join(problems)}" if problems else None
     return job
+
+
+def output_identity(path: Path) -> str:
+    """What tells two outputs apart: the absolute path with links and ``..`` resolved (as far as it exists)."""
+    return os.path.realpath(path)
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -132,7 +141,7 @@ def read_jobs(jobs_file: Path, out_dir: Path, allow_outside: bool = False) -> li
     fails with a message naming its line, a missing or unreadable file fails the batch (BadInputError). Outputs must
     lie inside ``out_dir`` unless ``allow_outside``."""
     try:
-        text = jobs_file.read_text()
+        text = jobs_file.read_text(encoding="utf-8-sig")  # a byte-order mark (spreadsheet exports) is not a column
     except (OSError, UnicodeDecodeError) as err:
         raise BadInputError(f"jobs file '{jobs_file}' could not be read ({err.__class__.__name__}); give a JSONL or CSV file") from None
     base = jobs_file.resolve().parent
@@ -155,11 +164,14 @@ def read_jobs(jobs_file: Path, out_dir: Path, allow_outside: bool = False) -> li
             job = _row_to_job(len(jobs), row if isinstance(row, dict) else {}, base, out_dir, where, allow_outside)
             job.problem = problem or job.problem
             jobs.append(job)
-    seen: dict[Path, int] = {}
+    seen: dict[str, int] = {}
     for job in jobs:
-        if job.problem is None and job.output in seen:
-            job.problem = f"output '{job.output}' is also the output of job {seen[job.output]}; give each job its own output"
-        seen.setdefault(job.output, job.index)
+        if job.problem is not None:
+            continue
+        same = output_identity(job.output)  # x.mp4, d/../x.mp4 and link/x.mp4 are one file
+        if same in seen:
+            job.problem = f"output '{job.output}' is also the output of job {seen[same]}; give each job its own output"
+        seen.setdefault(same, job.index)
     for job in jobs:
         job.claim = job.output if job.problem is None else bad_row_claim(out_dir, job.index, job.problem)
     return jobs
@@ -169,19 +181,24 @@ WORKER = f"{socket.gethostname()}:{os.getpid()}"  # how reports and status name 
 POLL_S = 1.0  # how often a worker with nothing to claim looks again at the jobs other workers hold
 
 
+def _text(path: Path | None) -> str:
+    return "" if path is None else str(path)
+
+
 def _result(job: Job, rank: int, status: str, started: float, **extra: Any) -> JobResult:
-    return JobResult(job.index, status, str(job.output), str(job.image), str(job.audio), job.prompt, job.overrides, rank,
-                     seconds=round(time.perf_counter() - started, 3), **extra)  # fmt: skip
+    return JobResult(job.index, status, _text(job.output), _text(job.image), _text(job.audio), job.prompt, job.overrides,
+                     rank, seconds=round(time.perf_counter() - started, 3), **extra)  # fmt: skip
 
 
 def run_job(
     job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None], confine_to: Path | None = None,
-    output_lock: OutputLock | None = None, resume: bool = False,
+    output_lock: OutputLock | None = None, resume: bool = False, resume_command: str = "",
 ) -> JobResult:  # fmt: skip
     """Render one job; every failure but a stop request or a broken group is caught and recorded. ``confine_to``:
     the folder every file of the job must be written in (``--out-dir``), None for anywhere. ``output_lock``: the
     job's lock, held by the caller; ``resume`` continues the job's stopped render (or starts over if its inputs or
-    config changed since)."""
+    config changed since). ``resume_command``: what a stopped job's message says to run (the batch command: a
+    worker resumes a stopped job by itself)."""
     from avatargen.render import RenderRequest, render
 
     started = time.perf_counter()
@@ -200,7 +217,8 @@ def run_job(
         def attempt(resume: bool) -> dict[str, Any]:
             try:
                 with solo_rank() if solo else contextlib.nullcontext():
-                    return render(request, cfg, warn=quiet, resume=resume, output_lock=output_lock)
+                    return render(request, cfg, warn=quiet, resume=resume, output_lock=output_lock,
+                                  resume_command=resume_command)  # fmt: skip
             except ResumeMismatchError:
                 return attempt(False)  # the job changed since it was stopped: its old state is of no use
 
@@ -217,7 +235,7 @@ def run_job(
 
 
 def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None],
-                   confine_to: Path | None, retry_before: float | None) -> JobResult | None:  # fmt: skip
+                   confine_to: Path | None, retry_before: float | None, resume_command: str = "") -> JobResult | None:  # fmt: skip
     """Run ``job`` if it is this worker's to run; its result, or None while another live worker holds it.
 
     A row that cannot run is claimed like a job (under its hidden name, ``batch_state.bad_row_claim``), so one
@@ -248,7 +266,8 @@ def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: 
             return failed
         failed_record_for(claim).unlink(missing_ok=True)  # a retry
         resume = job.problem is None and resume_folder_for(job.output).is_dir()  # stopped or killed mid-job: continue it
-        result = run_job(job, overrides, rank, solo, warn, confine_to, output_lock=lock, resume=resume)
+        result = run_job(job, overrides, rank, solo, warn, confine_to, output_lock=lock, resume=resume,
+                         resume_command=resume_command)  # fmt: skip
         if result.status == "failed":
             record_failure(claim, result.error or "failed", result.exit_code)
         return result
@@ -266,7 +285,7 @@ def _failed_result(job: Job, rank: int, retry_before: float | None) -> JobResult
 
 
 def work_through(jobs: list[Job], overrides: list[str], rank: int, solo: bool, warn: Callable[[str], None],
-                 confine_to: Path | None, retry_failed: bool) -> list[JobResult]:  # fmt: skip
+                 confine_to: Path | None, retry_failed: bool, resume_command: str = "") -> list[JobResult]:  # fmt: skip
     """This worker's pass over ``jobs``: claim and run each job nobody else holds, then wait for the ones others hold
     (they come back if their worker dies) until every job is finished or failed. Returns a result per job."""
     retry_before = time.time() if retry_failed else None  # failures recorded during this run are not retried again
@@ -275,7 +294,7 @@ def work_through(jobs: list[Job], overrides: list[str], rank: int, solo: bool, w
     while waiting:
         held = []
         for job in waiting:
-            result = _claim_and_run(job, overrides, rank, solo, warn, confine_to, retry_before)
+            result = _claim_and_run(job, overrides, rank, solo, warn, confine_to, retry_before, resume_command)
             if result is None:
                 held.append(job)
                 continue
@@ -291,8 +310,9 @@ def work_through(jobs: list[Job], overrides: list[str], rank: int, solo: bool, w
 def _report_progress(job: Job, result: JobResult, rank: int, warn: Callable[[str], None]) -> None:
     who = f"worker {WORKER}" + (f" (rank {rank})" if rank else "")
     if result.status == "failed":
-        warn(f"{who}: job {job.index} failed (image '{job.image}', audio '{job.audio}', output '{job.output}'): "
-             f"{result.error}")  # fmt: skip
+        given = ", ".join(f"{name} '{path}'" for name, path in (("image", job.image), ("audio", job.audio),
+                                                                ("output", job.output)) if path is not None)  # fmt: skip
+        warn(f"{who}: job {job.index} failed{f' ({given})' if given else ''}: {result.error}")
         return
     resumed = f", resumed from frame {result.resumed_from}" if result.resumed_from else ""
     warn(f"{who}: job {job.index} ok: '{job.output}', {result.frames} frames in {result.seconds:.1f} s{resumed}")
@@ -345,11 +365,12 @@ def print_summary(results: list[JobResult], report_path: Path) -> None:
 
 def run_batch(
     jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None], allow_outside: bool = False,
-    retry_failed: bool = False,
+    retry_failed: bool = False, resume_command: str = "",
 ) -> int:  # fmt: skip
     """Work through the jobs of ``jobs_file`` into ``out_dir`` as one worker among any number; returns the exit code
     (see ``exit_code_of``). Every file a job writes stays inside ``out_dir`` unless ``allow_outside``; jobs failed for
-    good are retried only with ``retry_failed``."""
+    good are retried only with ``retry_failed``. ``resume_command``: the command that continues a batch stopped
+    mid-job (this one: a worker resumes a stopped job from its last checkpoint)."""
     config = to_config(load_config(overrides))  # a bad base config fails the whole batch at once (exit 2)
     jobs = read_jobs(jobs_file, out_dir, allow_outside)
     world = full_world()
@@ -363,17 +384,21 @@ def run_batch(
         if spread and config.runtime.numa:
             pin_rank(world, device)  # shard mode pins in start_parallel
     confine = None if allow_outside else out_dir
+    refuse_writing_inputs([out_dir / REPORT_NAME, out_dir / MANIFEST_NAME], [jobs_file],
+                          fix="give the jobs file another name or place")  # fmt: skip
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_manifest(out_dir, [job.claim for job in jobs])  # for `avatargen batch status` (a bad row: its claim)
     except OSError as err:
         raise BadInputError(f"cannot write to --out-dir '{out_dir}' ({err.strerror}); choose a writable folder") from None
     if spread or world.world_size == 1:  # one worker among any number: claims jobs through their locks
-        results = work_through(jobs, overrides, world.rank, world.world_size > 1, warn, confine, retry_failed)
+        results = work_through(jobs, overrides, world.rank, world.world_size > 1, warn, confine, retry_failed,
+                               resume_command)  # fmt: skip
     else:  # shard: every rank renders every job, together, in order
         results = []
         for job in jobs:
-            result = run_job(job, overrides, world.rank, solo=False, warn=warn, confine_to=confine)
+            result = run_job(job, overrides, world.rank, solo=False, warn=warn, confine_to=confine,
+                             resume_command=resume_command)  # fmt: skip
             if result.status == "failed" and world.is_primary:
                 _report_progress(job, result, world.rank, warn)
             results.append(result)

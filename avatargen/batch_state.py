@@ -47,7 +47,9 @@ def failed_record_for(output: Path) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # A short temporary name: an output whose name the file system just takes must not fail its failure record
+    digest = hashlib.sha1(path.name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    tmp = path.with_name(f".{digest}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -107,7 +109,8 @@ def job_state(output: Path) -> JobState:
 
 
 def write_manifest(out_dir: Path, outputs: list[Path]) -> None:
-    absolute = [os.path.abspath(o) for o in outputs]  # so that `batch status` works from any folder
+    # absolute, so that `batch status` works from any folder; an output named twice (a duplicate row) is listed once
+    absolute = list(dict.fromkeys(os.path.realpath(o) for o in outputs))
     write_atomic(out_dir / MANIFEST_NAME, json.dumps({"outputs": absolute}, indent=1))
 
 
@@ -120,12 +123,13 @@ def batch_status(out_dir: Path) -> list[JobState]:
         outputs = [Path(o) for o in json.loads((out_dir / MANIFEST_NAME).read_text())["outputs"]]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no manifest: what the files say
+    outputs = [Path(o) for o in dict.fromkeys(os.path.realpath(o) for o in outputs)]  # each job once
     seen = set(outputs)
     for pattern, suffix in (("*.mp4", ".mp4"), ("*.lock", ".lock"), ("*.failed.json", ".failed.json")):
         for found in sorted(out_dir.rglob(pattern)):
             if found.name.startswith(".") or found.name.endswith(".partial.mp4") or ".resume" in found.parent.name:
                 continue
-            output = Path(os.path.abspath(found.with_name(found.name[: -len(suffix)] + ".mp4")))
+            output = Path(os.path.realpath(found.with_name(found.name[: -len(suffix)] + ".mp4")))
             if output not in seen:
                 seen.add(output)
                 outputs.append(output)

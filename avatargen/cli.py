@@ -155,7 +155,11 @@ def render(
             if not json_out and not quiet:
                 print(format_report(metrics), file=sys.stderr)
         if json_out:
-            print(json.dumps(report), file=out)
+            if out is sys.stdout:
+                where = f"to '{report['output']}'" if report["output"] not in (None, "-") else "to its live outputs"
+                _write_stdout(json.dumps(report) + "\n", f"the video is written {where}, but its report")
+            else:
+                print(json.dumps(report), file=out)
         elif not quiet:
             where = {None: "the live outputs", "-": "MPEG-TS to stdout"}.get(report["output"], report["output"])
             print(
@@ -212,22 +216,70 @@ def eval_command(
             seam_list = [int(s) for s in seams.split(",") if s.strip()] or None
         except ValueError:
             raise BadInputError(f"--seams '{seams}' must be comma-separated frame numbers, e.g. 14,30,46") from None
+        from avatargen.io.targets import make_folders
+
+        sheets = {"--sheet": sheet, "--mouth-sheet": mouth_sheet}
+        _check_sheets({flag: path for flag, path in sheets.items() if path is not None},
+                      [video, audio, *([reference] if reference is not None else [])])  # fmt: skip
         wants_curves = sheet is not None or mouth_sheet is not None
         result = evaluate_video(video, audio, reference=reference, seams=seam_list, curves=wants_curves)
         if sheet is not None:
             from avatargen.eval.sheet import write_sheet
 
+            make_folders(sheet.parent)
             write_sheet(sheet, video, result, reference)
             result["sheet"] = str(sheet)
         if mouth_sheet is not None:
             from avatargen.eval.sheet import write_mouth_sheet
 
+            make_folders(mouth_sheet.parent)
             write_mouth_sheet(mouth_sheet, video, result)
             result["mouth_sheet"] = str(mouth_sheet)
         result.pop("curves", None)
-        print(json.dumps(result) if json_out else format_report(result))
+        _write_stdout((json.dumps(result) if json_out else format_report(result)) + "\n", "the measurements")
 
     _run(action, debug)
+
+
+def _check_sheets(sheets: dict[str, Path], inputs: list[Path]) -> None:
+    """Before anything is measured: each sheet is a PNG in a folder that takes it, none is an input (by file
+    identity: links count), and the two are not one file."""
+    from avatargen.io.targets import refuse_writing_inputs, write_problem
+
+    for flag, path in sheets.items():
+        if path.suffix.lower() != ".png":
+            raise BadInputError(f"{flag} '{path}' must end in .png (the sheet is a PNG image)")
+        problem = write_problem(path)
+        if problem is not None:
+            raise BadInputError(f"cannot write {flag} '{path}' ({problem}); choose a writable folder")
+    refuse_writing_inputs(sheets.values(), inputs, fix="give the sheet another name")
+    if len(sheets) == 2 and len({os.path.realpath(p) for p in sheets.values()}) == 1:
+        raise BadInputError("--sheet and --mouth-sheet name the same file; give each its own name")
+
+
+def _write_stdout(text: str, what: str) -> None:
+    """Write ``text`` to stdout at once, unbuffered: a stdout that cannot take it (a full disk, ``> /dev/full``, a
+    closed pipe) is reported here as one line (``what`` it was), not by the interpreter at exit. Files the command
+    wrote before stay."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a file (an embedding program's stream): its own buffering
+        print(text, end="", flush=True)
+        return
+    data = text.encode()
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError as err:
+        raise StdoutLostError(f"{what} could not be written to stdout ({err.strerror}); give stdout room or redirect it "
+                              "elsewhere") from None  # fmt: skip
+
+
+class StdoutLostError(AvatarGenError):
+    """stdout could not take a command's report (exit 2, as a full disk is); files already written are kept."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 @app.command(epilog=EXIT_CODES)
@@ -303,8 +355,10 @@ def batch(
             raise BadInputError("give --out-dir DIR: the folder for the outputs (shared by every worker)")
         from avatargen.batch import run_batch
 
+        # A job stopped mid-render is resumed by the next worker that claims it: running this command again does it.
+        again = shlex.join(["avatargen", *sys.argv[1:]])
         code = run_batch(jobs, out_dir, overrides or [], warn=lambda message: print(message, file=sys.stderr),
-                         allow_outside=allow_outside_out_dir, retry_failed=retry_failed)  # fmt: skip
+                         allow_outside=allow_outside_out_dir, retry_failed=retry_failed, resume_command=again)  # fmt: skip
 
     _run(action, debug)
     raise typer.Exit(code)

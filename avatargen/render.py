@@ -41,6 +41,7 @@ from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.outputs import Output, folder_write_problem, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore, resume_folder_for
+from avatargen.io.targets import make_folders, name_max, nearest_existing, refuse_writing_inputs, remove_empty_folders, symlink_loop
 from avatargen.pipeline.build import build_pipeline, resolve_checkpoint, resolve_device
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.schedule import checkpoint_grid
@@ -97,11 +98,32 @@ def _check_request(request: RenderRequest, config: Config, resume: bool) -> None
         raise BadInputError("--audio-rate/--audio-channels describe raw PCM on stdin; use them with --audio -")
 
 
+def names_written_beside(output: Path) -> list[str]:
+    """Every name a render of ``output`` writes in its folder, the temporary ones included."""
+    partial, saved = partial_path_for(output).name, config_path_for(output).name
+    return [output.name, partial, f".{partial}.trim.mp4", saved, f".{saved}.tmp", lock_path_for(output).name,
+            resume_folder_for(output).name, f".{output.stem}.joining.mp4", f".{output.name}.join"]  # fmt: skip
+
+
 def _check_output(output: Path) -> None:
     if output.suffix.lower() != ".mp4":
         raise BadInputError(f"output '{output}' must end in .mp4 (the container written is MP4)")
+    loop = symlink_loop(output)
+    if loop is not None:
+        raise BadInputError(f"cannot write to output folder '{output.parent}' ('{loop}' is a symbolic link loop); "
+                            "choose a writable folder")  # fmt: skip
     if output.exists() and output.is_dir():
         raise BadInputError(f"output '{output}' is a folder; give a file name ending in .mp4")
+    limit = name_max(nearest_existing(output))
+    longest = max(len(os.fsencode(name)) for name in names_written_beside(output))
+    if longest > limit:
+        size = len(os.fsencode(output.name))
+        shown = output.name if len(output.name) <= 40 else f"{output.name[:20]}...{output.name[-16:]}"
+        raise BadInputError(
+            f"output name '{shown}' ({size} bytes) is too long: a render writes '<name>.partial.mp4' and temporary "
+            f"files beside it, whose names would be up to {longest} bytes, over this file system's limit of {limit}; "
+            f"choose a name of at most {limit - (longest - size)} bytes"
+        )
 
 
 def _inputs(request: RenderRequest, config: Config) -> list[Path]:
@@ -122,27 +144,26 @@ def _check_outputs_spare_inputs(request: RenderRequest, config: Config, live: li
     if request.output_file is not None:
         file = request.output_file
         folder = resume_folder_for(file)
-        written += [file, partial_path_for(file), config_path_for(file), lock_path_for(file)]
-    for source in _inputs(request, config):
-        if not source.exists():
-            continue  # reported as missing by its reader
-        for target in written:
-            if target.exists() and os.path.samefile(source, target):
-                raise BadInputError(
-                    f"output '{target}' is the input '{source}'; writing it would destroy the input: choose another "
-                    "output name"
-                )
-        if folder is not None and source.resolve().is_relative_to(folder.resolve()):
+        written += [file.with_name(name) for name in names_written_beside(file)]  # temporary names included
+    inputs = _inputs(request, config)
+    refuse_writing_inputs(written, inputs)
+    for source in inputs:
+        if folder is not None and Path(os.path.realpath(source)).is_relative_to(os.path.realpath(folder)):
             raise BadInputError(
                 f"input '{source}' is inside '{folder}', which this render replaces; copy it elsewhere or choose "
                 "another output name"
             )
 
 
-def _make_output_folder(output: Path) -> None:
+def _make_output_folder(output: Path) -> list[Path]:
+    """Create the folder of ``output`` (a file or an HLS playlist); returns the folders created."""
     problem = folder_write_problem(output)
-    if problem is not None:
-        raise BadInputError(f"cannot write to output folder '{output.parent}' ({problem}); choose a writable folder")
+    if problem is None:
+        try:
+            return make_folders(output.parent)
+        except OSError as err:
+            problem = err.strerror or str(err)
+    raise BadInputError(f"cannot write to output folder '{output.parent}' ({problem}); choose a writable folder")
 
 
 def compositor_for(
@@ -273,24 +294,33 @@ def _render(
         raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
     file = request.output_file if parallel.world.is_primary else None  # only rank 0 touches the output
     lock = output_lock
-    if file is not None:
-        _make_output_folder(file)
-        if lock is None:
+    created: list[Path] = []  # folders this render made: removed again if it fails before writing into them
+    try:
+        if parallel.world.is_primary:
+            for target in [file] if file is not None else []:
+                created += _make_output_folder(target)
+            for output in live:
+                if output.kind == "hls":
+                    created += _make_output_folder(Path(output.target))
+        if file is not None and lock is None:
             lock = OutputLock(file)
             lock.acquire()  # before anything of the output is written or removed; models load after it
-    try:
-        return _render_locked(request, cfg, config, progress_factory, warn, record_seams, resume, resume_command,
-                              stop, started, live, reference, compositor, source, weights, device, parallel)  # fmt: skip
+        try:
+            return _render_locked(request, cfg, config, progress_factory, warn, record_seams, resume, resume_command,
+                                  stop, started, live, reference, compositor, source, weights, device, parallel,
+                                  lock)  # fmt: skip
+        finally:
+            if lock is not None and lock is not output_lock:
+                lock.release()
     finally:
-        if lock is not None and lock is not output_lock:
-            lock.release()
+        remove_empty_folders(created)
 
 
 def _render_locked(
     request: RenderRequest, cfg: DictConfig, config: Config, progress_factory: Callable[[int, int | None], Any] | None,
     warn: Callable[[str], None], record_seams: bool, resume: bool, resume_command: str, stop: StopRequests,
     started: float, live: list[Output], reference: Any, compositor: ReferenceCompositor | None, source: Any,
-    weights: str, device: torch.device, parallel: Any,
+    weights: str, device: torch.device, parallel: Any, lock: OutputLock | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     # the family may choose its defaults by whether its frames are composited (the bundled one: its motion frames)
     pipeline = build_pipeline(config, device, parallel, composited=compositor is not None)
@@ -334,7 +364,7 @@ def _render_locked(
         start_frame=start, keyframe_period=grid.period, keyframe_shift=grid.shift,
         outputs=live + ([stdout_output()] if request.output == STREAM else []),
         drop_failed_live=config.output.on_publish_failure == PublishFailure.drop, on_dropped=dropped,
-        audio_pipe=streamed_audio,
+        audio_pipe=streamed_audio, hold_fds=(lock.fileno(),) if lock is not None else (),  # the lock lives while ffmpeg does
     )  # fmt: skip
 
     def kept_so_far() -> str:
@@ -348,6 +378,8 @@ def _render_locked(
     try:
         if streamed_audio:
             source.encoder_audio = writer.write_audio
+            # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.
+            stop.on_request(source.end_input)
         if config.output.realtime:
 
             def underrun(count: int) -> None:
@@ -361,7 +393,8 @@ def _render_locked(
         if compositor is not None:  # the model's square frames become the reference picture with their mouth
             sink = CompositingSink(compositor, [sink], first_frame=start)
         progress_cm = progress_factory(fps, estimate) if progress_factory else None
-        run = dict(record_seams=record_seams, resume=checkpoint, should_stop=parallel.agreed(stop.requested), **decode_only)
+        should_stop = None if streamed_audio else parallel.agreed(stop.requested)  # a stream stops at its end
+        run = dict(record_seams=record_seams, resume=checkpoint, should_stop=should_stop, **decode_only)
         if store is not None:
             run.update(checkpoints=grid, on_checkpoint=checkpoint_saver(store))
         models.monitor.reset()  # the modules outlive a render (batch reuses them); their placement costs do not
@@ -380,12 +413,16 @@ def _render_locked(
     except BaseException as error:
         writer.abort(trim=True)
         rendered = writer.frames_written > 0 or (store is not None and bool(store.parts))
-        if isinstance(error, BadInputError) and not isinstance(error, DiskFullError) and not rendered:
-            # Bad input found before a frame was made (a broken checkpoint's NaN in chunk 0): nothing to resume.
+        if not isinstance(error, DiskFullError) and not rendered:
+            # Failed before a frame was made (a broken checkpoint's NaN in chunk 0, a model that cannot run): an empty
+            # partial and a state without a checkpoint are nothing to resume.
             if partial is not None:
                 partial.unlink(missing_ok=True)
             if store is not None:
                 store.remove()
+            if isinstance(error, BadInputError) and streamed_audio and stop.requested():  # stopped before any audio
+                raise RenderInterrupted(f"interrupted by {stop.name} before any audio came on stdin; nothing was "
+                                        "written", stop.exit_code) from None  # fmt: skip
         elif isinstance(error, AvatarGenError) and not isinstance(error, PublishError) and rendered:
             error.args = (f"{error}; {kept_so_far()}",)  # what was rendered is never deleted by an error after it
         raise
@@ -393,9 +430,13 @@ def _render_locked(
         if pacer is not None:
             pacer.discard()  # after an error: its thread ends and its queued frames are dropped
         source.close()
-    if stats.stopped:
+    if stats.stopped or (streamed_audio and stop.requested()):  # a stream's stop ended its input
         stop.finishing()
-        partial = writer.close_partial()
+        try:
+            partial = writer.close_partial()
+        except AvatarGenError as error:  # the encoder failed as it closed: the partial still plays up to its last fragment
+            warn(f"warning: closing the partial video: {error}")
+            partial = writer.abort()
         if store is None:
             kept = f"the video is in '{partial}'" if partial else "the live outputs end here"
             raise RenderInterrupted(f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s); {kept}", stop.exit_code)

@@ -34,7 +34,8 @@ class StopRequests:
 
     The first signal only sets a flag: the pipeline checks it between steps, so the chunk being generated is
     finished, and the render then closes a valid partial MP4 of everything emitted. A second signal interrupts at
-    once (KeyboardInterrupt), for a user who does not want to wait for the chunk.
+    once (KeyboardInterrupt), for a user who does not want to wait for the chunk. ``on_request`` callbacks run on the
+    first signal, in the handler (they must only set flags or write to a pipe): an audio stream ends its input there.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -43,6 +44,13 @@ class StopRequests:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
         self._finishing = False
+        self._callbacks: list[Callable[[], None]] = []
+
+    def on_request(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the first stop request (at once if one came already)."""
+        self._callbacks.append(callback)
+        if self.signum is not None:
+            callback()
 
     def __enter__(self) -> "StopRequests":
         if threading.current_thread() is threading.main_thread():
@@ -58,7 +66,10 @@ class StopRequests:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None and not self._finishing:
             raise KeyboardInterrupt
+        first = self.signum is None
         self.signum = self.signum or signum
+        for callback in self._callbacks if first else ():
+            callback()
 
     def finishing(self) -> None:
         """From now on signals only count: what is left (closing the partial MP4, cutting its audio at its video)

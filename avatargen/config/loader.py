@@ -8,8 +8,8 @@ key; ``+a.b=value`` adds a key that the schema does not have (outside the typed 
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,13 +22,37 @@ from avatargen.config.schema import GROUPS, Config
 from avatargen.config.validate import validate_config
 from avatargen.errors import ConfigError
 
+MAX_NESTING = 32  # levels of a dotted key or of a value's lists and mappings: far past any config, far below recursion limits
+SHOWN_CHARS = 80  # of an override echoed in a message
+
+
+def _shown(text: str) -> str:
+    """``text`` as a message quotes it: at most ``SHOWN_CHARS`` characters."""
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in ``text`` (an upper bound on a YAML flow value's nesting)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
 
 def default_config_dir() -> Path:
     """The top-level ``conf/`` folder: in a source checkout beside the package, in a wheel as ``avatargen.conf``."""
     source_tree = Path(__file__).resolve().parents[2] / "conf"
     if (source_tree / "config.yaml").is_file():
         return source_tree
-    return Path(str(resources.files("avatargen.conf")))
+    # conf/ has no __init__.py: installed, it is a namespace package, whose one folder its spec lists
+    spec = importlib.util.find_spec("avatargen.conf")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the config folder (avatargen/conf) is not installed; reinstall avatargen")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @dataclass(frozen=True)
@@ -44,19 +68,33 @@ class Override:
 def parse_override(text: str) -> Override:
     """Parse one Hydra-style override; raise ConfigError on malformed text."""
     if text.startswith("~"):
-        return Override(key=text[1:].split("=", 1)[0], value=None, delete=True)
+        key = text[1:].split("=", 1)[0]
+        _check_key(text, key)
+        return Override(key=key, value=None, delete=True)
     if "=" not in text:
-        raise ConfigError(f"override '{text}' is not key=value; write e.g. pipeline.n_chunk_frames=32 or model=tiny")
+        raise ConfigError(f"override '{_shown(text)}' is not key=value; write e.g. pipeline.n_chunk_frames=32 or model=tiny")
     key, raw = text.split("=", 1)
     add = key.startswith("+")
     key = key.lstrip("+")
-    if not key or not all(part.isidentifier() for part in key.split(".")):
-        raise ConfigError(f"override '{text}' has an invalid key '{key}'; keys are dotted names like pipeline.seam_frames")
+    _check_key(text, key)
+    if _bracket_depth(raw) > MAX_NESTING:
+        raise ConfigError(f"override '{_shown(text)}' nests lists or mappings over {MAX_NESTING} levels deep; flatten it")
     try:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw  # not YAML: keep the text, the schema decides whether a string is acceptable
+    except RecursionError:
+        raise ConfigError(f"override '{_shown(text)}' nests too deep to read; flatten it") from None
     return Override(key=key, value=value, add=add)
+
+
+def _check_key(text: str, key: str) -> None:
+    if not key or not all(part.isidentifier() for part in key.split(".")):
+        raise ConfigError(f"override '{_shown(text)}' has an invalid key '{_shown(key)}'; keys are dotted names like "
+                          "pipeline.seam_frames")  # fmt: skip
+    if key.count(".") >= MAX_NESTING:
+        raise ConfigError(f"override '{_shown(text)}' has a key {key.count('.') + 1} levels deep, over {MAX_NESTING}; "
+                          "use a flatter key")  # fmt: skip
 
 
 def group_options(config_dir: Path, group: str) -> list[str]:
@@ -75,7 +113,7 @@ def option_file(config_dir: Path, group: str, option: str) -> Path:
         return path
     if group == "model" and option in (extra := extra_model_options()):
         return extra[option]
-    raise ConfigError(f"unknown {group} option '{option}'; valid choices: {', '.join(group_options(config_dir, group))}")
+    raise ConfigError(f"unknown {group} option '{_shown(option)}'; valid choices: {', '.join(group_options(config_dir, group))}")
 
 
 def schema_for(family: str) -> Config:
@@ -107,7 +145,7 @@ def _defaults_choices(root: DictConfig, path: Path) -> dict[str, str]:
 
 def _one_line(error: OmegaConfBaseException) -> str:
     message = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
-    return message.replace("Key '", "key '")
+    return _shown(message.replace("Key '", "key '"))
 
 
 def _valid_keys(node: Any) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Any
 
 from avatargen.compose.idle_motion import IdleMotionSettings
 from avatargen.config.families import family_of
@@ -15,14 +17,67 @@ MIN_MAX_SIDE, MAX_MAX_SIDE = 64, 4096  # a face needs pixels; x264's level limit
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
+# Upper bounds past any useful value, so that no number reaches an allocation, a clock or a C integer that overflows
+MAX_SEED = 2**63 - 1  # torch and numpy generators take 64-bit seeds
+MAX_SAMPLING_STEPS = 1000
+MAX_CHUNK_FRAMES = 1024  # 41 s of video in one chunk: its latents and activations are held at once
+MAX_AUDIO_BLOCK_S = 60.0
+MAX_BUFFER_S = 3600.0  # seconds a live output may lag (realtime buffer), or a network peer may stay silent
+MAX_DIST_TIMEOUT_S = 7 * 86400.0
+MAX_FPS, MAX_SAMPLE_RATE, MAX_IMAGE_SIZE = 240, 384_000, 4096
+MAX_RESIDENT_BLOCKS = 256
+
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
 
 
+def numbers(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every number in a config section, list items included (``model.vae.widths[1]``)."""
+    found: list[tuple[str, Any]] = []
+    for field in dataclasses.fields(node):
+        value, key = getattr(node, field.name), f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value):
+            found += numbers(value, f"{key}.")
+        elif isinstance(value, (list, tuple)):
+            found += [(f"{key}[{i}]", item) for i, item in enumerate(value) if isinstance(item, (int, float))]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.append((key, value))
+    return found
+
+
+def require_in(value: float, low: float, high: float, key: str, unit: str = "") -> None:
+    """ConfigError naming ``key`` unless ``low <= value <= high``."""
+    shown = lambda number: f"{number:g}" if isinstance(number, float) else str(number)  # noqa: E731
+    _require(low <= value <= high, f"{key} must be in [{shown(low)}, {shown(high)}]{unit}, got {shown(value)[:40]}")
+
+
+def _check_numbers(config: Config) -> None:
+    """Every number finite; the shared keys that size memory, time or a C integer within bounds (one line naming the
+    key). A family bounds its own ``model.*`` keys (``family.validate``)."""
+    for key, value in numbers(config):
+        _require(not isinstance(value, float) or math.isfinite(value), f"{key} must be a finite number, got {value}")
+    p, m, o = config.pipeline, config.model, config.output
+    require_in(config.seed, 0, MAX_SEED, "seed")
+    require_in(p.n_chunk_frames, 1, MAX_CHUNK_FRAMES, "pipeline.n_chunk_frames")
+    require_in(p.seam_frames, 0, MAX_CHUNK_FRAMES, "pipeline.seam_frames")
+    require_in(p.anchor_frames, 0, MAX_CHUNK_FRAMES, "pipeline.anchor_frames")
+    require_in(p.sampling_steps, 1, MAX_SAMPLING_STEPS, "pipeline.sampling_steps")
+    _require(0 < p.audio_block_s <= MAX_AUDIO_BLOCK_S, f"pipeline.audio_block_s must be in (0, {MAX_AUDIO_BLOCK_S:g}] (seconds)")
+    require_in(m.fps, 1, MAX_FPS, "model.fps")
+    require_in(m.sample_rate, 1, MAX_SAMPLE_RATE, "model.sample_rate")
+    require_in(m.image_size, 2, MAX_IMAGE_SIZE, "model.image_size")
+    require_in(o.realtime_buffer_s, 0, MAX_BUFFER_S, "output.realtime_buffer_s", " (seconds)")
+    _require(0 < o.publish_timeout_s <= MAX_BUFFER_S, f"output.publish_timeout_s must be in (0, {MAX_BUFFER_S:g}] (seconds)")
+    require_in(o.hls_window, 0, 1_000_000, "output.hls_window", " (0 = keep every segment)")
+    _require(0 < config.runtime.dist_timeout_s <= MAX_DIST_TIMEOUT_S,
+             f"runtime.dist_timeout_s must be in (0, {MAX_DIST_TIMEOUT_S:g}] (seconds)")  # fmt: skip
+
+
 def validate_config(config: Config) -> None:
     """Raise ConfigError naming the first inconsistent key: the shared keys here, the family's own by its checks."""
+    _check_numbers(config)
     p, m, o = config.pipeline, config.model, config.output
     family = family_of(config)
     _require(p.n_chunk_frames >= 1, "pipeline.n_chunk_frames must be >= 1")
@@ -54,6 +109,7 @@ def validate_config(config: Config) -> None:
              "runtime.overlap=true needs runtime.offload=none (two threads would move models in and out at once); "
              "set runtime.overlap=null")  # fmt: skip
     _require(config.runtime.offload_resident_blocks >= 1, "runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)")
+    require_in(config.runtime.offload_resident_blocks, 1, MAX_RESIDENT_BLOCKS, "runtime.offload_resident_blocks")
     _require(not (config.runtime.overlap and not family.overlap),
              f"runtime.overlap=true: the {family.name} family's models cannot emit on a second thread (model="
              f"{m.name}); set runtime.overlap=null")  # fmt: skip

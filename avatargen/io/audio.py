@@ -57,6 +57,19 @@ class AudioFileSource:
         if "Audio" not in info.stream_kinds:
             raise BadInputError(f"file '{self.path}' has no audio stream; {_FIX}")
         self.duration_hint: float | None = info.duration_s
+        # A container's duration is its longest stream's: it says how long the audio is only when audio is all it holds
+        self._audio_duration = info.duration_s if set(info.stream_kinds) == {"Audio"} else None
+        # ffmpeg gives a WAV's duration from its size, so a cut WAV reads as complete: its header says otherwise
+        self._header_shortfall = wav_shortfall(self.path)
+        if (info.audio_codec or "").startswith("pcm_f"):
+            self._refuse_non_finite()  # only float samples can hold NaN or Inf: found now, not by a model mid-render
+
+    def _refuse_non_finite(self) -> None:
+        """Decode the whole file once; ``BadInputError`` at its first NaN or infinite sample (a render would make
+        noise of it, and a resume would meet it again)."""
+        for _ in self:
+            pass
+        self.close()
 
     def __iter__(self) -> Iterator[np.ndarray]:
         self.close()  # a new iteration restarts decoding; never leave the previous decoder running
@@ -74,8 +87,9 @@ class AudioFileSource:
                                              f"re-encode it or {_FIX}", min_samples=self.min_samples)  # fmt: skip
             self.damage = decoded.damage
             seconds = decoded.samples / self.sample_rate
-            if self.damage is None and self.duration_hint is not None and seconds < self.duration_hint - 0.1:
-                self.damage = f"it ends at {seconds:.2f} s of the {self.duration_hint:.2f} s its header gives"
+            if self.damage is None and self._audio_duration is not None and seconds < self._audio_duration - 0.1:
+                self.damage = f"it ends at {seconds:.2f} s of the {self._audio_duration:.2f} s its header gives"
+            self.damage = self.damage or self._header_shortfall
         finally:
             stop_decoder(proc)
             if self._proc is proc:
@@ -94,6 +108,30 @@ class AudioFileSource:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def wav_shortfall(path: Path) -> str | None:
+    """For a RIFF/WAVE file whose ``data`` chunk says more bytes than the file holds (an interrupted copy): how much
+    of it is there; None for anything else (a sound WAV, a stream's 0 or 0xFFFFFFFF placeholder sizes, not a WAV)."""
+    try:
+        with open(path, "rb") as file:
+            riff = file.read(12)
+            if len(riff) < 12 or riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+                return None
+            rate = align = 0
+            while len(chunk := file.read(8)) == 8:
+                kind, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+                if kind == b"data":
+                    held = os.fstat(file.fileno()).st_size - file.tell()
+                    if size in (0, 0xFFFFFFFF) or held >= size or not rate or not align:
+                        return None
+                    return f"it ends at {held / align / rate:.2f} s of the {size / align / rate:.2f} s its header gives"
+                body = file.read(size + size % 2)
+                if kind == b"fmt " and len(body) >= 16:
+                    rate, align = int.from_bytes(body[4:8], "little"), int.from_bytes(body[12:14], "little")
+    except OSError:
+        return None
+    return None
 
 
 def model_audio_args(sample_rate: int) -> list[str]:
@@ -135,8 +173,12 @@ def read_blocks(
         usable = len(data) - len(data) % _BYTES_PER_SAMPLE
         pending = data[usable:]
         if usable:
+            block = np.frombuffer(data[:usable], dtype="<f4").astype(np.float32)
+            if not np.isfinite(block).all():
+                at = (total + int(np.argmin(np.isfinite(block)))) / sample_rate
+                raise BadInputError(f"{what} holds NaN or infinite samples (the first at {at:.2f} s): it is damaged; {fix}")
             total += usable // _BYTES_PER_SAMPLE
-            yield np.frombuffer(data[:usable], dtype="<f4").astype(np.float32)
+            yield block
         if not chunk if live else len(chunk) < block_bytes:  # end of stream
             break
     returncode = proc.wait()

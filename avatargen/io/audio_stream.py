@@ -4,11 +4,16 @@ One ffmpeg decodes stdin into two streams at once: float32 mono at the model's r
 block, like ``AudioFileSource``), and 48 kHz stereo s16le for the encoder's audio track, handed to
 ``encoder_audio`` from a reader thread. The pipeline pulls the model stream only as fast as it renders, which holds
 ffmpeg, and so the reading of stdin, back: memory stays constant however long the session runs.
+
+Stdin reaches ffmpeg through a thread of ours (``StdinReader``), never directly: a producer that stalls would
+otherwise hold the render for as long as it stalls, whatever signal comes. ``end_input()`` (a stop request) ends the
+stream there: ffmpeg decodes what it was given, and the render makes the video of all of it.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -38,36 +43,66 @@ class RawPcm:
 _WAV_FORMATS = {(1, 8): "u8", (1, 16): "s16le", (1, 24): "s24le", (1, 32): "s32le", (3, 32): "f32le", (3, 64): "f64le"}
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
-    """``size`` bytes from ``fd`` (a pipe returns what has arrived: read until there are enough); b"" at once at EOF."""
-    data = b""
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
+class StdinReader:
+    """Reads a descriptor (stdin) unbuffered, with a way out: after ``interrupt()`` (safe to call from a signal
+    handler or another thread) every read returns b"", as at the end of the stream, even one already waiting."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.interrupted = False
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes as they arrive; b"" at the end of the stream or once interrupted."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        poller.register(self._wake_read, select.POLLIN)
+        while not self.interrupted:
+            events = dict(poller.poll())
+            if self._wake_read in events or self.interrupted:
+                break
+            if events.get(self.fd):
+                return os.read(self.fd, size)
+        return b""
+
+    def read_exactly(self, size: int) -> bytes:
+        """``size`` bytes (a pipe returns what has arrived: read until there are enough); fewer at the end."""
+        data = b""
+        while len(data) < size:
+            chunk = self.read(size - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        try:
+            os.write(self._wake_write, b"x")
+        except (BlockingIOError, OSError):
+            pass  # already woken, or closed
 
 
-def read_wav_header(fd: int) -> tuple[str, int, int]:
-    """Read a WAV header from ``fd`` up to the first sample; returns (ffmpeg raw format, sample rate, channels).
+def read_wav_header(reader: StdinReader) -> tuple[str, int, int]:
+    """Read a WAV header up to the first sample; returns (ffmpeg raw format, sample rate, channels).
 
-    Exactly the header's bytes are read (unbuffered), so whoever reads ``fd`` next starts at the first sample. The
+    Exactly the header's bytes are read (unbuffered), so whoever reads next starts at the first sample. The
     length fields are ignored: a stream is read until it ends (recorders write 0 or 0xFFFFFFFF there).
     """
-    riff = _read_exactly(fd, 12)
+    riff = reader.read_exactly(12)
     if len(riff) < 12 or riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
         got = "nothing" if not riff else "no WAV header"
         raise BadInputError(f"audio from stdin: {got} on stdin; {_FIX}")
     fmt: tuple[int, int, int, int] | None = None
     while True:
-        chunk = _read_exactly(fd, 8)
+        chunk = reader.read_exactly(8)
         if len(chunk) < 8:
             raise BadInputError(f"audio from stdin: the WAV header ends before its data; {_FIX}")
         kind, size = chunk[:4], int.from_bytes(chunk[4:], "little")
         if kind == b"data":
             break
-        body = _read_exactly(fd, size + size % 2)  # chunks are word-aligned
+        body = reader.read_exactly(size + size % 2)  # chunks are word-aligned
         if kind == b"fmt " and len(body) >= 16:
             tag, channels, rate = int.from_bytes(body[0:2], "little"), int.from_bytes(body[2:4], "little"), int.from_bytes(body[4:8], "little")
             bits = int.from_bytes(body[14:16], "little")
@@ -103,6 +138,8 @@ class AudioStreamSource:
             raise ValueError(f"sample_rate and block_samples must be positive, got {sample_rate} and {block_samples}")
         if raw is not None and (raw.rate <= 0 or raw.channels <= 0):
             raise BadInputError(f"--audio-rate and --audio-channels must be positive, got {raw.rate} and {raw.channels}")
+        if stream is None and sys.stdin is None:  # the process started with descriptor 0 closed (`<&-`)
+            raise BadInputError(f"--audio - reads audio from stdin, but stdin is closed; {_FIX}")
         self.stream = stream if stream is not None else sys.stdin.buffer
         if self.stream.isatty():
             raise BadInputError(f"--audio - reads audio from stdin, but stdin is a terminal; {_FIX}")
@@ -113,6 +150,12 @@ class AudioStreamSource:
         self._proc: subprocess.Popen | None = None
         self._blocks: Iterator[np.ndarray] | None = None
         self._started = False
+        self._reader = StdinReader(self.stream.fileno())
+
+    def end_input(self) -> None:
+        """End the stream here (a stop request; safe from a signal handler): what has arrived is decoded and comes
+        out, then the iteration ends, as when the producer closes the pipe."""
+        self._reader.interrupt()
 
     def __iter__(self) -> Iterator[np.ndarray]:
         if self._started:
@@ -125,7 +168,7 @@ class AudioStreamSource:
         # The WAV header is read here, not by ffmpeg: ffmpeg's WAV demuxer on a pipe holds its output until the stream
         # ends (measured: 2 s of real-time audio came out only at EOF), raw PCM flows at once. So ffmpeg gets raw PCM.
         sample_format, rate, channels = (
-            ("s16le", self.raw.rate, self.raw.channels) if self.raw is not None else read_wav_header(self.stream.fileno())
+            ("s16le", self.raw.rate, self.raw.channels) if self.raw is not None else read_wav_header(self._reader)
         )
         source = ["-f", sample_format, "-ar", str(rate), "-ac", str(channels)]
         outputs = model_audio_args(self.sample_rate)
@@ -138,11 +181,12 @@ class AudioStreamSource:
                         "-flush_packets", "1", f"pipe:{write_fd}"]  # fmt: skip
         proc = start_ffmpeg(
             ["-v", "error", *source, "-i", "pipe:0", *outputs],
-            stdin=self.stream.fileno(), stdout=subprocess.PIPE, pass_fds=pass_fds,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=pass_fds,
         )  # fmt: skip
         for fd in pass_fds:
             os.close(fd)  # ffmpeg holds the write end; ours would hide the end of the stream from the reader
         self._proc = proc
+        threading.Thread(target=self._pass_stdin, args=(proc.stdin,), name="stdin-to-ffmpeg", daemon=True).start()
         reader = None
         if read_fd >= 0:
             reader = threading.Thread(target=self._forward, args=(os.fdopen(read_fd, "rb", buffering=0),), daemon=True)
@@ -157,6 +201,20 @@ class AudioStreamSource:
             if self._proc is proc:
                 self._proc = None
 
+    def _pass_stdin(self, pipe: BinaryIO) -> None:
+        """Hand stdin to ffmpeg as it arrives; at its end, or on ``end_input()``, close ffmpeg's input."""
+        try:
+            while chunk := self._reader.read(65536):
+                pipe.write(chunk)
+                pipe.flush()
+        except (BrokenPipeError, OSError):
+            pass  # ffmpeg stopped: its exit status says why
+        finally:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
     def _forward(self, pipe: BinaryIO) -> None:
         """Hand the encoder's copy of the audio on as it comes (the encoder queues it: this never blocks long)."""
         with pipe:
@@ -165,6 +223,7 @@ class AudioStreamSource:
 
     def close(self) -> None:
         """Stop the decoder (the iterator then ends)."""
+        self._reader.interrupt()
         if self._proc is not None:
             stop_decoder(self._proc)
         if self._blocks is not None:

@@ -31,6 +31,11 @@ _TOO_LARGE = "File too large"
 # (within a frame) stays on. Measured at CRF 20 (docs/reliability.md): files 15-33 % smaller, PSNR 0.2-0.7 dB lower.
 _X264_PARAMS = "qcomp=1:ipratio=1"
 _STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the last fragment
+# A render stopped early: how long ffmpeg may take to mux the video frames it was given before it is told to finish
+# (SIGINT: it stops reading its inputs and writes the last fragment), and how long that finishing may take.
+_VIDEO_FLUSH_TIMEOUT_S = 30.0
+_FINISH_TIMEOUT_S = 30.0
+_FFMPEG_STOPPED_BY_SIGNAL = 255  # ffmpeg's exit code after a signal it handled (it still finished its outputs)
 
 
 class Encoder:
@@ -53,7 +58,9 @@ class Encoder:
     stereo s16le PCM through ``write_audio`` (audio read from stdin). ``start_frame`` is the timeline frame of the
     first frame written (a resumed render), ``keyframe_period``/``keyframe_shift`` force an IDR keyframe at every
     timeline frame ``f`` with ``(f + shift) % period == 0``: the render's checkpoints, where a resumed render can
-    start a new part. Use as a context manager: an exception aborts, otherwise closes.
+    start a new part. ``hold_fds`` are descriptors ffmpeg keeps open while it lives: the output's lock
+    (``io.output_lock``), so that the lock is free only once no process writes the output any more. ffmpeg dies with
+    this process (``io.ffmpeg.die_with_parent``). Use as a context manager: an exception aborts, otherwise closes.
     """
 
     def __init__(
@@ -73,6 +80,7 @@ class Encoder:
         drop_failed_live: bool = True,
         on_dropped: Callable[[Output, str], None] | None = None,
         audio_pipe: bool = False,
+        hold_fds: tuple[int, ...] = (),
     ) -> None:
         if width <= 0 or height <= 0 or width % 2 or height % 2:
             raise ValueError(f"width and height must be positive and even for yuv420p, got {width}x{height}")
@@ -112,19 +120,24 @@ class Encoder:
         elif audio_path is not None:
             # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
             audio_input = (["-ss", f"{self.start_frame / self.fps:.6f}"] if self.start_frame else []) + ["-i", local_file(audio_path)]
-        args = self._ffmpeg_args(audio_input, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period, keyframe_shift)
+        progress_read, progress_write = os.pipe()
+        args = ["-progress", f"pipe:{progress_write}", "-stats_period", "0.1"]
+        args += self._ffmpeg_args(audio_input, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period, keyframe_shift)
         stdout = sys.stdout.fileno() if any(o.kind == "stdout" for o in self.outputs) else None
         if stdout is not None:
             sys.stdout.flush()
         try:
-            self._proc = start_ffmpeg(args, stdin=subprocess.PIPE, stdout=stdout, pass_fds=pass_fds)
+            self._proc = start_ffmpeg(args, stdin=subprocess.PIPE, stdout=stdout,
+                                      pass_fds=(*pass_fds, progress_write, *hold_fds))  # fmt: skip
         except BaseException:
             if self._audio_feed is not None:
                 self._audio_feed.finish()
+            os.close(progress_read)
             raise
         finally:
-            for fd in pass_fds:
+            for fd in (*pass_fds, progress_write):
                 os.close(fd)  # ffmpeg holds its own copy; ours would keep the pipe open after ffmpeg exits
+        self._progress = MuxProgress(os.fdopen(progress_read, "rb"))
         self._stderr = StderrTail(self._proc, on_line=self._watch)
 
     @property
@@ -253,7 +266,7 @@ class Encoder:
         ``trim`` cuts its audio at the end of its video as ``close_partial`` does, if ffmpeg ended well; a trim that
         fails leaves the file as it was (it still plays)."""
         if not self._closed:
-            returncode = self._stop()
+            returncode = self._stop(cut_audio=True)
             self._closed = True
             self._result = self.partial_path if self.path is not None else None
             if trim and returncode == 0 and self._failure is None and self.frames_written and self._result is not None:
@@ -266,15 +279,17 @@ class Encoder:
     def close_partial(self, trim: bool = True) -> Path | None:
         """Finish the MP4 but keep it at ``partial_path`` (a render stopped early, or one part of a resumed render).
 
-        The encoder reads the audio ahead of the video, so a file closed early ends with up to a second of audio past
-        the last frame; ``trim`` cuts it at the video's end with a stream copy (to within one AAC frame, 21 ms).
+        ffmpeg is not left to encode the rest of the audio (hours of it, for a long file stopped early): once it has
+        muxed every video frame it is told to finish. It reads the audio ahead of the video, so the file then ends with
+        up to a few seconds of audio past the last frame; ``trim`` cuts it at the video's end with a stream copy (to
+        within one AAC frame, 21 ms).
         """
         if self._closed:
             return self._result
         if self._failure is not None:
             self.abort()
             raise self._failure
-        returncode = self._stop()
+        returncode = self._stop(cut_audio=True)
         self._closed = True
         self._result = self.partial_path if self.path is not None else None
         if returncode != 0:
@@ -283,22 +298,37 @@ class Encoder:
             trim_to_frames(self._result, self.frames_written, self.fps)
         return self._result
 
-    def _stop(self) -> int:
-        """Close the inputs (ffmpeg then flushes the last fragment and exits) and reap ffmpeg."""
+    def _stop(self, cut_audio: bool = False) -> int:
+        """Close the inputs (ffmpeg then flushes the last fragment and exits) and reap ffmpeg.
+
+        ``cut_audio``: the video ends early (a stop, an error), so the audio after it is not wanted: once ffmpeg has
+        muxed every frame written (or after ``_VIDEO_FLUSH_TIMEOUT_S``) it gets SIGINT, on which it stops reading its
+        inputs and finishes its outputs, instead of encoding the rest of the audio file first."""
         if self._audio_feed is not None:
             self._audio_feed.finish()  # ffmpeg reads what is queued, then sees the end of the audio
         try:
             self._proc.stdin.close()
         except BrokenPipeError:
             pass  # ffmpeg already exited; its exit code says why
+        told_to_finish = False
+        if cut_audio:
+            deadline = time.monotonic() + _VIDEO_FLUSH_TIMEOUT_S
+            while self._proc.poll() is None and self._progress.frames < self.frames_written and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._proc.poll() is None:
+                self._proc.send_signal(signal.SIGINT)
+                told_to_finish = True
         try:
-            returncode = self._proc.wait(timeout=_STOP_TIMEOUT_S)
+            returncode = self._proc.wait(timeout=_FINISH_TIMEOUT_S if told_to_finish else _STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             returncode = self._proc.wait()
+        if told_to_finish and returncode == _FFMPEG_STOPPED_BY_SIGNAL:
+            returncode = 0  # it finished its outputs on the signal, as asked
         if self._audio_feed is not None:
             self._audio_feed.join()
         self._stderr.join()
+        self._progress.join()
         return returncode
 
     @property
@@ -337,6 +367,29 @@ class Encoder:
             self.abort()
         else:
             self.close()
+
+
+class MuxProgress:
+    """How many video frames ffmpeg has muxed, read from its ``-progress`` reports (``frame=N`` lines) on a pipe of
+    their own, on a daemon thread."""
+
+    def __init__(self, pipe: BinaryIO) -> None:
+        self.frames = 0
+        self._pipe = pipe
+        self._thread = threading.Thread(target=self._run, name="ffmpeg-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with self._pipe:
+            for line in self._pipe:
+                if line.startswith(b"frame="):
+                    try:
+                        self.frames = int(line[6:])
+                    except ValueError:
+                        pass
+
+    def join(self, timeout: float = 5.0) -> None:
+        self._thread.join(timeout)
 
 
 class AudioFeed:

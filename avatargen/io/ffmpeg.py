@@ -8,10 +8,13 @@ handed to it goes through ``local_file``.
 from __future__ import annotations
 
 import collections
+import ctypes
 import functools
 import os
 import re
+import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,13 +65,49 @@ def ffmpeg_exe() -> str:
     return path
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@functools.lru_cache(maxsize=1)
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, loaded once in the parent (a child between fork and exec must not load libraries)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive SIGKILL when this process dies, SIGKILL included
+    (``PR_SET_PDEATHSIG``); None where the kernel has no such call.
+
+    Without it an ffmpeg outlives a killed render: the encoder, its input pipe closed, goes on encoding the rest of
+    the audio into a partial MP4 that a ``--resume`` has already taken over. The signal follows the thread that
+    started the child, so a child must be started by a thread that outlives it (avatargen starts them on the thread
+    that reaps them)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the call above: nobody would send the signal
+            os._exit(1)
+
+    return preexec
+
+
 def start_ffmpeg(
     args: list[str], *, stdin: int | None = None, stdout: int | None = None, pass_fds: tuple[int, ...] = ()
 ) -> subprocess.Popen:
     """Start ``ffmpeg -hide_banner -nostdin <args>`` with stderr piped (pair it with ``StderrTail``).
 
     ffmpeg runs in its own process group so that a Ctrl-C at the terminal reaches only Python: the caller then stops
-    ffmpeg in order (closing stdin finalises an MP4) instead of racing a SIGINT that ffmpeg handles on its own.
+    ffmpeg in order (closing stdin finalises an MP4) instead of racing a SIGINT that ffmpeg handles on its own. It
+    dies with this process (``die_with_parent``), whatever kills it.
     """
     cmd = [ffmpeg_exe(), "-hide_banner", "-nostdin", *args]
     return subprocess.Popen(
@@ -76,8 +115,9 @@ def start_ffmpeg(
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=stdout if stdout is not None else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        pass_fds=pass_fds,  # extra input pipes, read by ffmpeg as pipe:N
+        pass_fds=pass_fds,  # extra pipes (ffmpeg's pipe:N), and descriptors it must hold while it lives
         process_group=0,
+        preexec_fn=die_with_parent(),
     )
 
 
@@ -152,10 +192,16 @@ class InputInfo:
     error: str | None = None  # why ffmpeg could not open it; None when it could
     duration_s: float | None = None  # container duration, absent for some streams ("Duration: N/A")
     stream_kinds: list[str] = field(default_factory=list)  # "Audio", "Video", ... in stream order
+    stream_codecs: list[str] = field(default_factory=list)  # "pcm_f32le", "h264", ... in stream order
+
+    @property
+    def audio_codec(self) -> str | None:
+        """The codec of the first audio stream (None: no audio stream)."""
+        return next((c for k, c in zip(self.stream_kinds, self.stream_codecs) if k == "Audio"), None)
 
 
 _DURATION = re.compile(r"Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
-_STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+):")
+_STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+): ?(\w*)")
 
 
 def read_input_info(path: str | Path) -> InputInfo:
@@ -166,6 +212,7 @@ def read_input_info(path: str | Path) -> InputInfo:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         timeout=60,
+        preexec_fn=die_with_parent(),
     )
     lines = proc.stderr.decode("utf-8", errors="replace").splitlines()
     info = InputInfo()
@@ -181,4 +228,5 @@ def read_input_info(path: str | Path) -> InputInfo:
         stream = _STREAM.match(line)
         if stream:
             info.stream_kinds.append(stream.group(1))
+            info.stream_codecs.append(stream.group(2))
     return info

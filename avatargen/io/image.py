@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from avatargen.face.detector import Face
 
 MIN_SIDE = 32  # below this there are too few pixels for a face
-MAX_PIXELS = 64_000_000  # pixels decoded, or in the padded square: ~200 MB of RGB, a 48 MP phone photo fits
+# Pixels decoded, or in the padded square: a 48 MP phone photo fits. At the limit the picture is 192 MB of RGB, and
+# loading it peaks at about three times that: 471-544 MiB for an 8000x8000 PNG, 8- or 16-bit (benchmarks/image_memory.py).
+MAX_PIXELS = 64_000_000
+_BAND_ROWS = 256  # rows converted to RGB at a time: the conversion's temporaries stay a few MB
 MAX_ASPECT = 4.0  # long side / short side: past it there is no portrait to crop or pad
 FITS = ("face", "crop", "pad")
 _FIX = "give a PNG, JPEG or WebP image"
@@ -74,7 +77,7 @@ def load_reference(
         raise ValueError(f"size must be positive, got {size}")
     path = Path(path)
     try:
-        rgb = _to_rgb(_open(path, fit))
+        rgb = _to_rgb(_open(path, fit), path)
     except ValueError as err:  # a mode Pillow cannot convert to RGB (e.g. LAB without a color profile)
         raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {_FIX}") from None
     height, width = rgb.shape[:2]
@@ -134,11 +137,20 @@ def _open(path: Path, fit: str) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # a 90+ MP "portrait" is not one
-            with Image.open(path) as img:
+            img = Image.open(path)
+            try:
                 check_image_bounds(path, *img.size, fit)  # before anything is decoded
                 img.seek(0)
                 img.load()  # open() reads only the header; decoding is where truncation and corruption show up
-                return ImageOps.exif_transpose(img)  # a copy, so closing the file is safe
+                ImageOps.exif_transpose(img, in_place=True)  # no second copy of a picture up to 64 MP
+                if getattr(img, "n_frames", 1) > 1:  # an animation keeps its file open for the other frames
+                    first = img.copy()
+                    img.close()
+                    return first
+                return img  # one frame: Pillow closed the file once it was loaded
+            except BaseException:
+                img.close()
+                raise
     except UnidentifiedImageError:
         raise BadInputError(f"file '{path}' is not an image Pillow can read; {_FIX}") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -149,24 +161,47 @@ def _open(path: Path, fit: str) -> Image.Image:
         raise BadInputError(f"image '{path}' is corrupt or truncated ({err}); re-export it, {_FIX}") from None
 
 
-def _to_rgb(img: Image.Image) -> np.ndarray:
-    """Any Pillow mode to (H, W, 3) uint8 RGB."""
+def _to_rgb(img: Image.Image, path: Path) -> np.ndarray:
+    """Any Pillow mode to (H, W, 3) uint8 RGB, converted a band of rows at a time: the picture is held twice at most
+    (Pillow's decoded image and the array), never as float64 or a converted copy of the whole."""
+    width, height = img.size
+    convert = _band_converter(img, path)
+    rgb = np.empty((height, width, 3), np.uint8)
+    for top in range(0, height, _BAND_ROWS):
+        bottom = min(height, top + _BAND_ROWS)
+        rgb[top:bottom] = convert(img.crop((0, top, width, bottom)))
+    return rgb
+
+
+def _band_converter(img: Image.Image, path: Path) -> Callable[[Image.Image], np.ndarray]:
+    """How a band of ``img`` becomes (h, W, 3) uint8 RGB."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         # Pillow's convert() clips these to 0..255; 16-bit images (and 'I', which 16-bit PNGs open as) span 0..65535.
-        wide = np.asarray(img, dtype=np.float64)
-        gray = np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8)
-        return np.repeat(gray[:, :, None], 3, axis=2)
+        def wide(band: Image.Image) -> np.ndarray:
+            values = np.asarray(band).astype(np.int64)
+            return np.repeat(((np.clip(values, 0, 65535) + 128) // 257).astype(np.uint8)[:, :, None], 3, axis=2)
+
+        return wide
     if img.mode == "F":
-        values = np.asarray(img, dtype=np.float64)
-        scale = 255.0 if values.max(initial=0.0) <= 1.0 else 1.0  # float images come as 0..1 or 0..255
-        gray = np.clip(np.rint(values * scale), 0, 255).astype(np.uint8)
-        return np.repeat(gray[:, :, None], 3, axis=2)
-    has_alpha = img.mode in ("RGBA", "RGBa", "LA", "La", "PA") or "transparency" in img.info
-    if has_alpha:
-        rgba = img.convert("RGBA")
-        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"))
-    return np.asarray(img.convert("RGB"))
+        values = np.asarray(img)  # 4 bytes a pixel, Pillow's own buffer: read once for the range
+        if not np.isfinite(values).all():
+            raise BadInputError(f"image '{path}' holds NaN or infinite pixel values; re-export it as 8- or 16-bit, "
+                                f"{_FIX}")  # fmt: skip
+        scale = 255.0 if float(values.max(initial=0.0)) <= 1.0 else 1.0  # float images come as 0..1 or 0..255
+
+        def floating(band: Image.Image) -> np.ndarray:
+            gray = np.clip(np.rint(np.asarray(band, dtype=np.float32) * scale), 0, 255).astype(np.uint8)
+            return np.repeat(gray[:, :, None], 3, axis=2)
+
+        return floating
+    if img.mode in ("RGBA", "RGBa", "LA", "La", "PA") or "transparency" in img.info:
+
+        def over_white(band: Image.Image) -> np.ndarray:
+            rgba = band.convert("RGBA")
+            return np.asarray(Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB"))
+
+        return over_white
+    return lambda band: np.asarray(band.convert("RGB"))
 
 
 def _edge_pad(rgb: np.ndarray) -> np.ndarray:

@@ -90,7 +90,9 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path, output: Path, fps: in
     total_s = sum(frames for _, frames in parts) / fps
     try:
         proc = start_ffmpeg(
-            ["-v", "error", "-y", "-f", "concat", "-i", local_file(listing), "-i", local_file(audio),
+            # -copyts: the concat demuxer shifts its timestamps by the first part's start time, which the AAC priming of
+            # its audio makes -21 ms; copied as they are, the video starts at 0 as an uninterrupted render's does.
+            ["-v", "error", "-y", "-copyts", "-f", "concat", "-i", local_file(listing), "-i", local_file(audio),
              "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE),
              "-t", f"{total_s:.6f}", "-movflags", MP4_MOVFLAGS, "-f", "mp4", local_file(output)]
         )  # fmt: skip

@@ -72,6 +72,12 @@ class OutputLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def fileno(self) -> int:
+        """The descriptor the lock is held on: a child process that inherits it holds the lock until it exits too."""
+        if self._fd is None:
+            raise ValueError(f"the lock of '{self.output}' is not held")
+        return self._fd
+
     def try_acquire(self) -> bool:
         """Take the lock if nobody holds it; never waits. True when this process now holds it."""
         if self._fd is not None:

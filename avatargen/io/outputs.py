@@ -13,6 +13,7 @@ from pathlib import Path
 
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import local_file
+from avatargen.io.targets import write_problem
 
 # The fragmented-MP4 flags every MP4 avatargen writes uses (see Encoder for why each is there).
 MP4_MOVFLAGS = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
@@ -110,17 +111,10 @@ def rtmp_output(url: str, timeout_s: float = 5.0) -> Output:
 
 
 def folder_write_problem(target: Path) -> str | None:
-    """Why ``target``'s folder cannot take a file, or None: creates the folder and writes a probe file beside
-    ``target``, so an unwritable place fails before rendering, not as an ffmpeg error mid-render."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        probe = target.with_name(f".{target.name}.probe")
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        blocker = next((p for p in [target.parent, *target.parent.parents] if p.exists()), None)
-        return f"'{blocker}' is a file" if blocker is not None and not blocker.is_dir() else err.strerror
-    return None
+    """Why ``target``'s folder cannot take a file, or None, so an unwritable place fails before rendering, not as an
+    ffmpeg error mid-render. Creates nothing (``io.targets.write_problem``): the render makes the folders once its
+    inputs are known to be good."""
+    return write_problem(target)
 
 
 def parse_publish_target(text: str, segment_s: float, hls_window: int, timeout_s: float = 5.0) -> Output:

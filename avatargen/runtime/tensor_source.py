@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import json
 import pickle
+import zipfile
 from pathlib import Path
 from typing import Protocol
 
@@ -122,21 +123,64 @@ def _index_keys(index: Path) -> dict[str, Path]:
     return keys
 
 
+def load_pth(file: Path) -> dict[str, Tensor]:
+    """A ``.pth`` state dict, memory-mapped by ``torch.load(weights_only=True, mmap=True)``: no tensor data is read,
+    no object beyond tensors is ever unpickled. ``CheckpointError`` (one line) for a pickle that needs Python objects,
+    a legacy (non-zip) pickle, a file that cannot be read, one that is not a flat state dict, and one whose tensors
+    reach past the bytes stored for them (a truncated or re-zipped file: they would read other tensors' bytes)."""
+    try:
+        loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"checkpoint file '{file}' is not a weights-only .pth (it needs Python objects beyond tensors, which "
+            "are never unpickled); save its state_dict() alone, or convert it to .safetensors"
+        ) from None
+    except RuntimeError as error:
+        if "_use_new_zipfile_serialization" in str(error):
+            raise CheckpointError(f"checkpoint file '{file}' is a legacy (non-zip) torch pickle, which cannot be "
+                                  "memory-mapped; re-save it with torch.save() of torch 1.6 or newer, or convert it to "
+                                  ".safetensors") from None  # fmt: skip
+        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from None
+    if not isinstance(loaded, dict) or not all(isinstance(v, Tensor) for v in loaded.values()):
+        raise CheckpointError(f"checkpoint file '{file}' does not hold a flat state dict of tensors; save model.state_dict()")
+    short = _short_storages(file, loaded)
+    if short:
+        raise CheckpointError(f"checkpoint file '{file}' is truncated: tensor {short[0]} needs more bytes than the file "
+                              f"stores for it ({len(short)} tensor(s) so); re-create or re-copy it")  # fmt: skip
+    return loaded
+
+
+def _short_storages(file: Path, tensors: dict[str, Tensor]) -> list[str]:
+    """Tensors whose storage, as the pickle declares it, is longer than the zip record holding its bytes.
+
+    A memory-mapped storage is a slice of one mapping of the whole file at its record's offset, so its address minus
+    the mapping's start is that offset (the first record's data is the lowest address)."""
+    try:
+        with zipfile.ZipFile(file) as archive, open(file, "rb") as raw:
+            sizes: dict[int, int] = {}
+            for info in archive.infolist():
+                if "/data/" not in info.filename:
+                    continue
+                raw.seek(info.header_offset)
+                header = raw.read(30)  # the local header: its name and extra field lengths end at byte 30
+                start = info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(header[28:30], "little")
+                sizes[start] = info.file_size
+    except (OSError, zipfile.BadZipFile):
+        return []
+    storages = {name: t.untyped_storage() for name, t in tensors.items() if t.untyped_storage().nbytes()}
+    if not sizes or not storages:
+        return []
+    base = min(s.data_ptr() for s in storages.values()) - min(sizes)
+    return [name for name, s in storages.items() if sizes.get(s.data_ptr() - base, -1) < s.nbytes()]
+
+
 class PthSource(StateDictSource):
-    """A ``.pth`` state dict, memory-mapped by ``torch.load(weights_only=True, mmap=True)``."""
+    """A ``.pth`` state dict, memory-mapped (``load_pth``)."""
 
     def __init__(self, file: Path, prefix: str):
-        try:
-            loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
-        except pickle.UnpicklingError as error:
-            raise CheckpointError(
-                f"checkpoint file '{file}' is not a weights-only .pth (it needs Python objects beyond tensors, which "
-                "are never unpickled); save its state_dict() alone, or convert it to .safetensors"
-            ) from error
-        except (OSError, RuntimeError, ValueError, EOFError) as error:
-            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
-        if not isinstance(loaded, dict) or not all(isinstance(v, Tensor) for v in loaded.values()):
-            raise CheckpointError(f"checkpoint file '{file}' does not hold a flat state dict of tensors; save model.state_dict()")
+        loaded = load_pth(file)
         tensors = {k[len(prefix):]: v for k, v in loaded.items() if k.startswith(prefix)}
         super().__init__(tensors, str(file))
 

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import shutil
+import struct
+import zipfile
+from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -35,7 +42,9 @@ def test_each_problem_is_one_line_and_the_exit_code_is_2(tmp_path):
     torch.save(vae, root / WAN_DIR / "Wan2.1_VAE.pth")
     save_file({"diffusion_model.blocks.0.ffn.0.lora_down.weight": torch.zeros(2, 7),
                "diffusion_model.blocks.0.ffn.0.lora_up.weight": torch.zeros(128, 2)}, tmp_path / "other.safetensors")  # fmt: skip
-    result = run_cli("weights", "check", str(root), "model=wan_tiny", f"model.wan.lora=[{tmp_path / 'other.safetensors'}]")
+    torch.save({"x": _RunsCode()}, root / WAN_DIR / "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth")
+    result = run_cli("weights", "check", str(root), "model=wan_tiny", f"model.wan.lora=[{tmp_path / 'other.safetensors'}]",
+                     cwd=tmp_path)  # fmt: skip
     assert result.returncode == 2
     problems = [line for line in result.stderr.splitlines() if line.startswith("problem: ")]
     assert "problem: dit: missing file InfiniteTalk/single/infinitetalk.safetensors" in problems
@@ -43,9 +52,133 @@ def test_each_problem_is_one_line_and_the_exit_code_is_2(tmp_path):
     assert "problem: vae: tensor conv2.weight is (16, 16, 1, 1, 2) in the file, the model has (16, 16, 1, 1, 1)" in problems
     assert any(line.startswith("problem: lora: ") and "blocks.0.ffn.0.weight" in line for line in problems)
     assert not any("text_encoder" in line or "audio_encoder" in line for line in problems)
-    assert "Traceback" not in result.stderr
+    clip = "problem: image_encoder: file Wan2.1-I2V-14B-480P/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth is"
+    assert [line for line in problems if "image_encoder" in line] == [f"{clip} not a weights-only .pth (it needs Python "
+        "objects beyond tensors, which are never unpickled); save its state_dict() alone, or convert it to .safetensors"]  # fmt: skip
+    assert "Traceback" not in result.stderr and "weights_only" not in result.stderr and not (tmp_path / "PWNED").exists()
 
 
 def test_a_wrong_model_or_folder_is_one_line(tmp_path):
     result = run_cli("weights", "check", str(tmp_path / "nowhere"), "model=infinitetalk")
     assert result.returncode == 2 and "is not a folder" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- a broken file is one problem line naming it, never a traceback or torch's advice ----------------------------
+
+
+def _shard(root: Path) -> Path:
+    return sorted((root / WAN_DIR).glob("diffusion_pytorch_model-*"))[0]
+
+
+def _rewrite_header(path: Path, change) -> None:
+    data = path.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = change(data[8 : 8 + length])
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data[8 + length :])
+
+
+def _huge_tensor(header: bytes) -> bytes:
+    entries = json.loads(header)
+    entries[next(k for k in entries if k != "__metadata__")]["shape"] = [2**40]
+    text = json.dumps(entries).encode()
+    return text + b" " * (-len(text) % 8)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def _cut_a_storage(vae: Path) -> None:
+    """The VAE pickle re-zipped with its largest tensor's bytes cut in half (the zip itself stays valid)."""
+    original = vae.read_bytes()
+    with zipfile.ZipFile(io.BytesIO(original)) as zin, zipfile.ZipFile(vae, "w", zipfile.ZIP_STORED) as zout:
+        largest = max((n for n in zin.namelist() if "/data/" in n), key=lambda n: zin.getinfo(n).file_size)
+        for name in zin.namelist():
+            data = zin.read(name)
+            zout.writestr(zin.getinfo(name), data[: len(data) // 2] if name == largest else data)
+
+
+def _break(kind: str, root: Path) -> tuple[str, str]:
+    """Break one file of the folder; (module, what its problem line says)."""
+    shard, vae = _shard(root), root / WAN_DIR / "Wan2.1_VAE.pth"
+    if kind == "truncated shard":
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+        return "dit", "incomplete metadata, file not fully covered"
+    if kind == "2^63 header length":
+        shard.write_bytes(struct.pack("<Q", 2**63) + shard.read_bytes()[8:])
+        return "dit", "header too large"
+    if kind == "non-UTF-8 header":
+        _rewrite_header(shard, lambda header: header[:2] + b"\xff" + header[3:])
+        return "dit", "invalid UTF-8 in header"
+    if kind == "2^40-element tensor":
+        _rewrite_header(shard, _huge_tensor)
+        return "dit", "invalid shape, data type, or offset for tensor"
+    if kind == "symlink loop":
+        shard.unlink()
+        shard.symlink_to(shard.name)
+        return "dit", "is a symbolic link loop"
+    if kind == "legacy pickle":
+        torch.save(torch.load(vae, weights_only=True), vae, _use_new_zipfile_serialization=False)
+        return "vae", "is a legacy (non-zip) torch pickle"
+    if kind == "malicious zip pickle":
+        torch.save({"x": _RunsCode()}, vae)
+        return "vae", "is not a weights-only .pth (it needs Python objects beyond tensors, which are never unpickled)"
+    _cut_a_storage(vae)
+    return "vae", "is truncated: tensor"
+
+
+BROKEN = ["truncated shard", "2^63 header length", "non-UTF-8 header", "2^40-element tensor", "symlink loop",
+          "legacy pickle", "malicious zip pickle", "truncated storage"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def clean_folder(tmp_path_factory) -> Path:
+    return write_wan_tiny_folder(tmp_path_factory.mktemp("wan") / "weights")
+
+
+def _broken_copy(clean: Path, kind: str, folder: Path) -> tuple[Path, str, str]:
+    """A copy of the one file ``kind`` breaks (the shard or the VAE), broken; (file, its module, what its line says)."""
+    root = folder / "weights"
+    for original in (_shard(clean), clean / WAN_DIR / "Wan2.1_VAE.pth"):
+        copy = root / original.relative_to(clean)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(original, copy)
+    module, says = _break(kind, root)
+    return (_shard(root) if module == "dit" else root / WAN_DIR / "Wan2.1_VAE.pth"), module, says
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_a_broken_weights_file_is_one_problem_naming_it(tmp_path, clean_folder, kind, monkeypatch):
+    from avatargen.errors import CheckpointError
+    from avatargen.families.wan.check import file_specs
+
+    monkeypatch.chdir(tmp_path)  # where a pickle that runs code would leave PWNED
+    path, _, says = _broken_copy(clean_folder, kind, tmp_path)
+    with pytest.raises(CheckpointError) as error:
+        file_specs(path, path.name)
+    line = str(error.value)
+    assert line.startswith(f"file {path.name} ") and says in line and "\n" not in line, line
+    assert "weights_only=False" not in line and not (tmp_path / "PWNED").exists()
+
+
+def test_a_broken_file_is_its_module_s_only_problem(tmp_path, clean_folder):
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.families.wan.check import check_wan_weights
+
+    root = Path(shutil.copytree(clean_folder, tmp_path / "weights"))
+    _break("truncated storage", root)
+    config = to_config(load_config(["model=wan_tiny", f"model.checkpoint={root}"]))
+    problems = check_wan_weights(config, root).problems()
+    assert len(problems) == 1 and problems[0].startswith("vae: file Wan2.1-I2V-14B-480P/Wan2.1_VAE.pth is truncated")
+
+
+def test_a_render_refuses_a_pth_whose_storage_is_truncated(tmp_path, clean_folder):
+    from avatargen.errors import CheckpointError
+    from avatargen.runtime.tensor_source import load_pth
+
+    vae = Path(shutil.copy(clean_folder / WAN_DIR / "Wan2.1_VAE.pth", tmp_path / "vae.pth"))
+    assert load_pth(vae)  # the file as written
+    _cut_a_storage(vae)
+    with pytest.raises(CheckpointError, match="is truncated: tensor .* needs more bytes than the file stores"):
+        load_pth(vae)

@@ -79,15 +79,29 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
         (["seed=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'seed' could not be resolved"),
         (["pipeline.n_chunk_frames=${pipeline.n_chunk_frames}"], "config key 'pipeline.n_chunk_frames' could not be resolved"),
         (["+meta.where=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'meta.where' could not be resolved"),
-        (["model.a2v.heads=0"], "model.a2v.heads must be >= 1"),
+        (["model.a2v.heads=0"], "model.a2v.heads must be in [1, 16384], got 0"),
         (["model.sr.heads=3"], "model.sr cannot be built from its config (dim (128) must be divisible by heads (3))"),
         (["model.a2v.patch_size=3"], "model.a2v cannot be built"),
-        (["model.fps=1000", "model.audio_encoder.fps=1000"], "model.audio_encoder cannot be built"),
+        (["model.fps=1000", "model.audio_encoder.fps=1000"], "model.fps must be in [1, 240], got 1000"),
         (["model.text_encoder.max_tokens=1"], "model.text_encoder.max_tokens must be >= 2"),
         (["output.gop_seconds=1e9"], "output.gop_seconds must be in (0, 60]"),
         (["runtime.threads=100000"], "runtime.threads must be in [0, 1024]"),
         (["model.a2v.depth=1000000000"], "model.a2v.depth must be in [0, 256]"),  # a meta build of 1e9 blocks never ends
         (["pipeline.idle_motion.blinks_per_minute=200"], "pipeline.idle_motion.blinks_per_minute=200.0: use 0 (off) to 60"),
+        # numbers that reached an allocation, a clock, a seed or a C integer (exit 1, some leaving a partial)
+        (["seed=-1"], "seed must be in [0, 9223372036854775807], got -1"),
+        (["pipeline.audio_block_s=.inf"], "pipeline.audio_block_s must be a finite number, got inf"),
+        (["pipeline.sampling_steps=1000000000000"], "pipeline.sampling_steps must be in [1, 1000]"),
+        (["model.a2v.mlp_ratio=.nan"], "model.a2v.mlp_ratio must be a finite number, got nan"),
+        (["model.sr.mlp_ratio=-.inf"], "model.sr.mlp_ratio must be a finite number, got -inf"),
+        (["output.realtime_buffer_s=1e308"], "output.realtime_buffer_s must be in [0, 3600] (seconds)"),
+        (["model.audio_encoder.hop_length=-160"], "model.audio_encoder.hop_length must be in [1, 16384], got -160"),
+        (["model.sr.mlp_ratio=1e300"], "model.sr.mlp_ratio must give an MLP of 1 to 64 x model.sr.dim units, got 1e+300"),
+        (["model.audio_encoder.dim=0"], "model.audio_encoder.dim must be in [1, 16384], got 0"),  # built, then failed mid-render
+        (["model.a2v.mlp_ratio=1e-320"], "model.a2v.mlp_ratio must give an MLP of 1 to 64"),  # 0 units: torch warned each render
+        (["model.a2v.dim=16384"], "model.a2v would have 27,929,460,768 parameters, over the limit"),
+        (["+x=" + "[" * 200 + "]" * 200], "nests lists or mappings over 32 levels deep"),
+        (["+" + ".".join(["a"] * 200) + "=1"], "has a key 200 levels deep, over 32"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_run_fail_at_load_naming_the_key(overrides, expected):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from avatargen.batch import read_jobs
 from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
 from tests.distributed.torchrun import torchrun
@@ -103,3 +105,59 @@ def test_batch_spreads_jobs_over_two_ranks_claiming_them_as_they_go(tmp_path):
     rendered = [line for line in result.stderr.splitlines() if ": job " in line and " ok: " in line]
     assert sorted(line.split(": job ")[1].split()[0] for line in rendered) == ["0", "1", "2"]  # each job once
     assert all(probe(out / f"v{i}.mp4")["frames"] == 50 for i in range(3))
+
+
+def test_one_output_named_two_ways_is_a_duplicate_and_status_lists_it_once(tmp_path):
+    out = tmp_path / "out"
+    (out / "d").mkdir(parents=True)
+    (out / "link").symlink_to(out)
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(json.dumps({"image": "f.png", "audio": "a.wav", "output": name}) + "\n"
+                            for name in ("x.mp4", "d/../x.mp4", "link/x.mp4", "y.mp4")))  # fmt: skip
+    first, dotted, linked, other = read_jobs(jobs, out)
+    assert first.problem is None and other.problem is None
+    for twin in (dotted, linked):
+        assert "is also the output of job 0; give each job its own output" in twin.problem
+    from avatargen.batch_state import batch_status, write_manifest
+
+    write_manifest(out, [job.claimed_as for job in (first, dotted, linked, other)] + [out / "d" / ".." / "y.mp4"])
+    listed = [state.output for state in batch_status(out) if not state.output.startswith("(job")]
+    assert sorted(listed) == [str((out / "x.mp4").resolve()), str((out / "y.mp4").resolve())]
+
+
+def test_jobs_files_with_a_byte_order_mark_parse(tmp_path):
+    bom = "\ufeff"
+    (tmp_path / "jobs.csv").write_text(bom + "image,audio,output\nf.png,a.wav,one.mp4\n", encoding="utf-8")
+    (tmp_path / "jobs.jsonl").write_text(bom + json.dumps({"image": "f.png", "audio": "a.wav", "output": "two.mp4"}) + "\n",
+                                         encoding="utf-8")  # fmt: skip
+    for name, output in (("jobs.csv", "one.mp4"), ("jobs.jsonl", "two.mp4")):
+        (job,) = read_jobs(tmp_path / name, tmp_path / "out")
+        assert job.problem is None and job.output == tmp_path / "out" / output and job.image == tmp_path / "f.png"
+
+
+def test_a_bad_row_is_reported_with_the_fields_it_gives_not_folders(tmp_path):
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"audio": "a.wav"}) + "\n")
+    from avatargen.batch import run_batch
+
+    said: list[str] = []
+    assert run_batch(jobs, tmp_path / "out", FAST, warn=said.append) == 2
+    (line,) = [message for message in said if "job 0 failed" in message]
+    assert f"(audio '{tmp_path / 'a.wav'}')" in line and "image '" not in line and "output '" not in line, line
+    assert "missing image, output" in line
+    report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
+    assert report["jobs"][0]["image"] == "" and report["jobs"][0]["output"] == ""
+
+
+def test_a_jobs_file_where_the_report_goes_is_refused_before_it_is_overwritten(tmp_path):
+    from avatargen.batch import run_batch
+    from avatargen.errors import BadInputError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    jobs = out / "batch_report.json"  # read as JSONL: any name but .csv
+    jobs.write_text(json.dumps({"image": "f.png", "audio": "a.wav", "output": "x.mp4"}) + "\n")
+    before = jobs.read_bytes()
+    with pytest.raises(BadInputError, match="is the input .*batch_report.json'; writing it would destroy the input"):
+        run_batch(jobs, out, FAST, warn=lambda message: None)
+    assert jobs.read_bytes() == before

@@ -130,3 +130,35 @@ def test_a_wav_written_to_a_pipe_decodes_in_full(tmp_path: Path) -> None:
     streamed.write_bytes(subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", *tone, "-f", "wav", "-"],
                                         capture_output=True, check=True).stdout)  # fmt: skip
     assert load_audio(streamed, SR).size == 2 * SR
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_non_finite_samples_are_bad_input_named_as_such_before_any_decoding_for_the_render(tmp_path, bad):
+    t = np.arange(2 * SR) / SR
+    samples = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    samples[20000:20010] = bad
+    path = tmp_path / "broken.wav"
+    sf.write(path, samples, SR, subtype="FLOAT")
+    with pytest.raises(BadInputError, match=r"audio file '.*broken.wav' holds NaN or infinite samples \(the first at 1.25 s\)"):
+        AudioFileSource(path, SR)  # when the source is opened: a render, or a resume, never meets it
+
+
+def test_a_wav_cut_at_a_sample_boundary_is_reported_as_damaged(tmp_path):
+    wav = _write_wav(tmp_path / "src.wav", 16000, 1, seconds=2.0)
+    data = wav.read_bytes()
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(data[: 44 + (len(data) - 44) // 2])  # ffmpeg reads a WAV's length from its size: it looks whole
+    with AudioFileSource(cut, SR) as source:
+        samples = np.concatenate(list(source))
+        assert source.damage == "it ends at 1.00 s of the 2.00 s its header gives"
+    assert samples.size == SR
+
+
+def test_a_video_whose_audio_is_shorter_than_its_video_is_not_damaged(tmp_path):
+    clip = tmp_path / "clip.mp4"
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "testsrc=d=3:s=64x64:r=25",
+                    "-f", "lavfi", "-i", "sine=d=1.5", "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)  # fmt: skip
+    with AudioFileSource(clip, SR) as source:
+        samples = np.concatenate(list(source))
+        assert source.damage is None
+    assert abs(samples.size / SR - 1.5) < 0.05

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +164,28 @@ def test_a_tall_but_small_image_with_pad_is_refused_before_padding(tmp_path):
     Image.new("L", (32, 30000), 128).save(path)  # a 10 kB file that pads to a 2.7 GB square
     with pytest.raises(BadInputError, match="at most 4:1"):
         load_reference_image(path, SIZE, "pad")
+
+
+def test_a_float_tiff_with_nan_pixels_is_refused_in_one_line_without_a_numpy_warning(tmp_path):
+    values = np.full((64, 64), 0.5, np.float32)
+    values[20:40, 20:40] = np.nan
+    path = tmp_path / "nan.tif"
+    Image.fromarray(values, mode="F").save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning from numpy's cast fails the test
+        with pytest.raises(BadInputError, match="image '.*nan.tif' holds NaN or infinite pixel values; re-export it"):
+            load_reference_image(path, 64, "crop")
+
+
+def test_a_16_bit_image_is_converted_without_a_float_copy_of_the_picture(tmp_path):
+    y, x = np.mgrid[0:1500, 0:1500]
+    path = tmp_path / "wide.png"
+    Image.fromarray(((x * 40 + y) % 65536).astype(np.uint16)).save(path)
+    tracemalloc.start()
+    try:
+        load_reference_image(path, 64, "crop")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rgb = 1500 * 1500 * 3
+    assert peak < 2.5 * rgb, f"{peak / rgb:.1f}x the RGB picture (a float64 copy alone is 2.7x)"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from avatargen.config.schema import Config, ModelConfig
+from avatargen.config.validate import MAX_SAMPLE_RATE, numbers, require_in
 from avatargen.errors import ConfigError
 from avatargen.families.tiny.models import MODEL_CLASSES
 from avatargen.families.tiny.models.a2v_dit import A2VDiTParams
@@ -21,6 +22,9 @@ from avatargen.models.meta import build_on_meta
 
 MAX_LAYERS = 256  # depth-like keys: far past any CPU model, and a meta build stays instant
 DEPTH_KEYS = ("depth", "face_depth", "layers", "blocks_per_level")
+MAX_MODEL_SIZE = 16_384  # any other width, length or count of the five models but their sample rate
+MAX_MODEL_PARAMETERS = 2**33  # 8.6 G parameters (34 GB in float32): a thousand times the shipped model's 14 M
+MAY_BE_ZERO = ("audio_window",)  # counts that may be 0 besides the depth-like DEPTH_KEYS
 COMPOSITED_MOTION_FRAMES = 2  # the count the training recipe conditions its windows on
 
 
@@ -62,6 +66,10 @@ def validate_tiny(config: Config) -> None:
 
     p, m = config.pipeline, config.model
     assert isinstance(m, TinyModelConfig)
+    for key, value in numbers(m):
+        if key.split(".")[0] in MODEL_CLASSES and isinstance(value, int) and key.split(".")[-1] not in DEPTH_KEYS:
+            low = 0 if key.split(".")[-1] in MAY_BE_ZERO else 1  # a width or size of 0 builds, then fails mid-render
+            require_in(value, low, MAX_SAMPLE_RATE if key.endswith("sample_rate") else MAX_MODEL_SIZE, f"model.{key}")
     _require(p.motion_frames is None or 0 <= p.motion_frames < p.n_chunk_frames,
              "pipeline.motion_frames must be null or in [0, pipeline.n_chunk_frames)")  # fmt: skip
     if interpolates(config):
@@ -82,6 +90,9 @@ def validate_tiny(config: Config) -> None:
     )
     _require(m.a2v.audio_dim == m.audio_encoder.out_dim, "model.a2v.audio_dim must equal model.audio_encoder.out_dim")
     _require(m.a2v.text_dim == m.text_encoder.dim, "model.a2v.text_dim must equal model.text_encoder.dim")
+    for name, dit in (("a2v", m.a2v), ("sr", m.sr)):  # an MLP of width 0 builds, then warns on every render
+        _require(int(dit.dim * dit.mlp_ratio) >= 1 and dit.mlp_ratio <= 64,
+                 f"model.{name}.mlp_ratio must give an MLP of 1 to 64 x model.{name}.dim units, got {dit.mlp_ratio:g}")  # fmt: skip
     factor = 2 ** len(m.vae.widths)
     _require(
         m.image_size == m.sr.high_size * factor,
@@ -107,10 +118,14 @@ def _validate_model_shapes(model: TinyModelConfig) -> None:
                 _require(0 <= value <= MAX_LAYERS, f"model.{name}.{key} must be in [0, {MAX_LAYERS}]")
     for name, model_class in MODEL_CLASSES.items():
         try:
-            build_on_meta(partial(model_class, getattr(model, name)))
-        except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError) as error:
+            built = build_on_meta(partial(model_class, getattr(model, name)))
+        except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError, OverflowError, MemoryError) as error:
+            reason = (str(error).strip().splitlines() or [error.__class__.__name__])[0]  # torch appends a C++ trace
             raise ConfigError(
-                f"model.{name} cannot be built from its config ({error}); fix the model.{name}.* keys, or use "
+                f"model.{name} cannot be built from its config ({reason[:200]}); fix the model.{name}.* keys, or use "
                 "the model config its checkpoint was trained with"
             ) from None
+        count = sum(t.numel() for t in built.state_dict().values())
+        _require(count <= MAX_MODEL_PARAMETERS, f"model.{name} would have {count:,} parameters, over the limit of "
+                 f"{MAX_MODEL_PARAMETERS:,}; fix the model.{name}.* keys")  # fmt: skip
 

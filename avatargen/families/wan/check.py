@@ -8,18 +8,23 @@ and every LoRA file (each update must fit a DiT weight).
 
 from __future__ import annotations
 
+import errno
 import glob
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from avatargen.config.schema import Config
+from avatargen.errors import CheckpointError
 from avatargen.families.wan.models.checkpoints import TensorSpec, read_tensor_specs
 from avatargen.families.wan.models.lora import check_targets, parse_lora
 from avatargen.families.wan.build import wan_parts
 from avatargen.runtime.placement import build_on_meta
+from avatargen.runtime.tensor_source import load_pth
 from avatargen.families.wan.sources import WAV2VEC2_WEIGHTS, wav2vec2_names
 
 BYTES_PER_ELEMENT = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
@@ -33,6 +38,7 @@ class ModuleCheck:
     module: str
     files: list[str] = field(default_factory=list)  # the files found
     missing_files: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # why a file found cannot be read (one line each)
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     mis_shaped: dict[str, list[list[int]]] = field(default_factory=dict)  # name -> [stored shape, model shape]
@@ -43,6 +49,7 @@ class ModuleCheck:
     def problems(self) -> list[str]:
         """One line per problem, naming the module and the file or tensor."""
         lines = [f"{self.module}: missing file {f}" for f in self.missing_files]
+        lines += [f"{self.module}: {why}" for why in self.unreadable]
         lines += [f"{self.module}: missing tensor {name}" for name in self.missing]
         lines += [f"{self.module}: unexpected tensor {name}" for name in self.unexpected]
         lines += [f"{self.module}: tensor {name} is {tuple(stored)} in the file, the model has {tuple(model)}"
@@ -69,41 +76,70 @@ class WeightsCheck:
         return {"root": self.root, "ok": self.ok, "problems": self.problems(), "modules": [asdict(m) for m in self.modules]}
 
 
-def _stored(root: Path, patterns: list[str], prefix: str = "") -> tuple[dict[str, TensorSpec], list[str], list[str]]:
-    """(tensors under ``prefix`` named without it, files found, patterns matching no file)."""
+def file_specs(path: Path, shown: str) -> dict[str, TensorSpec]:
+    """The tensors of one weights file, from its header (safetensors) or its memory-mapped pickle (``.pth``, weights
+    only); ``CheckpointError`` with one line naming ``shown`` (the file as the report names it) and what to do when
+    the file cannot be read: truncated, a header too large or not UTF-8, shapes its data does not cover, a symbolic
+    link loop, a legacy or non-weights pickle."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        what = "a symbolic link loop" if err.errno == errno.ELOOP else f"unreadable ({err.strerror})"
+        raise CheckpointError(f"file {shown} is {what}; put the downloaded file there") from None
+    if path.suffix in (".pth", ".pt"):
+        try:
+            tensors = load_pth(path)
+        except CheckpointError as error:
+            raise CheckpointError(str(error).replace(f"checkpoint file '{path}'", f"file {shown}")) from None
+        return {name: TensorSpec(tuple(t.shape), str(t.dtype).removeprefix("torch."), path.name) for name, t in tensors.items()}
+    try:
+        return read_tensor_specs(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        reason = (str(error).splitlines() or [error.__class__.__name__])[0]
+        raise CheckpointError(f"file {shown} cannot be read ({reason}); download it again") from None
+
+
+def _stored(root: Path, patterns: list[str], prefix: str = "") -> tuple[dict[str, TensorSpec], list[str], list[str], list[str]]:
+    """(tensors under ``prefix`` named without it, files found, patterns matching no file, why files cannot be read)."""
     tensors: dict[str, TensorSpec] = {}
-    found, missing = [], []
+    found, missing, unreadable = [], [], []
     for pattern in patterns:
         paths = sorted(glob.glob(str(root / pattern)))
         if not paths:
             missing.append(pattern)
         for path in paths:
-            found.append(str(Path(path).relative_to(root)))
-            for name, spec in read_tensor_specs(Path(path)).items():
+            shown = str(Path(path).relative_to(root))
+            found.append(shown)
+            try:
+                specs = file_specs(Path(path), shown)
+            except CheckpointError as error:
+                unreadable.append(str(error))
+                continue
+            for name, spec in specs.items():
                 if name.startswith(prefix):
                     tensors[name[len(prefix) :]] = spec
-    return tensors, found, missing
+    return tensors, found, missing, unreadable
 
 
-def _stored_for(root: Path, module: str, config: Config) -> tuple[dict[str, TensorSpec], list[str], list[str]]:
+def _stored_for(root: Path, module: str, config: Config) -> tuple[dict[str, TensorSpec], list[str], list[str], list[str]]:
     wan = config.model.wan
     if module == "dit":
         return _stored(root, list(wan.dit))
     if module == "image_encoder":
         return _stored(root, [wan.image_encoder], wan.image_encoder_prefix)
     if module == "audio_encoder":
-        stored, found, missing = _stored(root, [f"{wan.wav2vec2}/{WAV2VEC2_WEIGHTS}"])
+        stored, found, missing, unreadable = _stored(root, [f"{wan.wav2vec2}/{WAV2VEC2_WEIGHTS}"])
         if not (root / wan.wav2vec2 / "config.json").is_file():
             missing.append(f"{wan.wav2vec2}/config.json")
-        return {ours: stored[name] for ours, name in wav2vec2_names(list(stored)).items()}, found, missing
+        return {ours: stored[name] for ours, name in wav2vec2_names(list(stored)).items()}, found, missing, unreadable
     return _stored(root, [getattr(wan, module)])
 
 
 def check_module(root: Path, config: Config, module: str, model_shapes: dict[str, tuple[int, ...]]) -> ModuleCheck:
     """One module's files under ``root`` against the shapes of its meta build."""
-    stored, found, missing_files = _stored_for(root, module, config)
-    check = ModuleCheck(module, files=found, missing_files=missing_files)
-    check.missing = sorted(set(model_shapes) - set(stored))
+    stored, found, missing_files, unreadable = _stored_for(root, module, config)
+    check = ModuleCheck(module, files=found, missing_files=missing_files, unreadable=unreadable)
+    check.missing = [] if unreadable else sorted(set(model_shapes) - set(stored))  # an unreadable file's tensors are not missing
     check.unexpected = sorted(set(stored) - set(model_shapes))
     check.mis_shaped = {name: [list(stored[name].shape), list(shape)] for name, shape in model_shapes.items()
                         if name in stored and tuple(stored[name].shape) != tuple(shape)}  # fmt: skip

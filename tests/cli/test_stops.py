@@ -1,0 +1,155 @@
+"""Stops keep the work: a signal never waits for the encoder to encode the rest of a long audio file, a stalled stdin
+stream still stops (with the video of every sample that came), a killed render leaves no ffmpeg writing behind it, and
+a stopped batch job stays resumable by the command the message prints."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.cli.test_never_lose_work import _checkpoints, _error_lines, _ffmpeg_child, _start, _wait_for
+from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
+from tests.ffmpeg_probe import probe
+from tests.io.test_encoder_stop import write_hours_long_wav
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _wav_bytes(seconds: float) -> bytes:
+    t = np.arange(int(seconds * 16000)) / 16000
+    buffer = io.BytesIO()
+    sf.write(buffer, (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def test_a_stop_on_hours_of_audio_closes_the_partial_at_once_with_the_resume_line(tmp_path):
+    face, audio = write_face_png(tmp_path / "face.png"), write_hours_long_wav(tmp_path / "long.wav")
+    out = tmp_path / "o.mp4"
+    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
+    _wait_for(lambda: _checkpoints(out) >= 1, process, "its first checkpoint")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=50)  # was: 60 s for the encoder, then killed, exit 1
+    assert process.returncode == 130, stderr
+    lines = _error_lines(stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted by SIGINT after") and lines[0].endswith("--resume")
+    info = probe(out.with_name("o.partial.mp4"))
+    assert info["frames"] > 0 and abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25 + 1e-3, info
+
+
+def test_sigterm_while_stdin_stalls_renders_the_audio_that_came_and_exits_143(tmp_path):
+    face, out = write_face_png(tmp_path / "face.png"), tmp_path / "o.mp4"
+    process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
+                                "-q", *FAST], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)  # fmt: skip
+    process.stdin.write(_wav_bytes(1.0))
+    process.stdin.flush()  # and then nothing more, the pipe left open: a producer that stalls
+    partial = out.with_name("o.partial.mp4")
+    _wait_for(lambda: _ffmpeg_child(process, "rawvideo"), process, "the encoder")
+    time.sleep(2)  # stalled: the render has made what it could and waits for more audio
+    process.send_signal(signal.SIGTERM)
+    stderr = process.communicate(timeout=60)[1].decode()
+    assert process.returncode == 143, stderr
+    assert _error_lines(stderr) == [f"error: interrupted by SIGTERM after 25 frames (1.00 s); the video is in '{partial}'"]
+    info = probe(partial)
+    assert info["frames"] == 25 and abs(info["audio_duration_s"] - 1.0) <= 1 / 25 + 1e-3, info
+
+
+def test_sigterm_before_stdin_gives_any_audio_leaves_nothing(tmp_path):
+    face, out = write_face_png(tmp_path / "face.png"), tmp_path / "new" / "o.mp4"
+    process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
+                                "-q", *FAST], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)  # fmt: skip
+    time.sleep(4)  # it waits for the WAV header
+    process.send_signal(signal.SIGTERM)
+    stderr = process.communicate(timeout=60)[1].decode()
+    assert process.returncode == 143, stderr
+    assert _error_lines(stderr) == ["error: interrupted by SIGTERM before any audio came on stdin; nothing was written"]
+    assert not (tmp_path / "new").exists()
+
+
+def test_audio_from_a_closed_stdin_is_exit_2_in_one_line(tmp_path):
+    face = write_face_png(tmp_path / "face.png")
+    result = run_cli("render", "-i", str(face), "-a", "-", "-o", str(tmp_path / "o.mp4"), *FAST, preexec_fn=lambda: os.close(0))
+    assert result.returncode == 2, result.stderr
+    assert _error_lines(result.stderr) == ["error: --audio - reads audio from stdin, but stdin is closed; pipe WAV into "
+                                           "--audio -, or raw s16le PCM with --audio-rate and --audio-channels"]  # fmt: skip
+
+
+def test_the_encoder_dies_with_a_render_killed_by_sigkill_and_writes_nothing_more(tmp_path):
+    face, audio = write_face_png(tmp_path / "face.png"), write_hours_long_wav(tmp_path / "long.wav")
+    out = tmp_path / "o.mp4"
+    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
+    _wait_for(lambda: _checkpoints(out) >= 1 and _ffmpeg_child(process, "rawvideo"), process, "its first checkpoint")
+    encoder = _ffmpeg_child(process, "rawvideo")
+    process.kill()  # the render alone, as the OOM killer or a pre-empting scheduler does
+    process.communicate(timeout=30)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{encoder}").exists() and b"ffmpeg" in Path(f"/proc/{encoder}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the encoder outlived its render (it went on encoding the audio)"
+        time.sleep(0.05)
+    partial = out.with_name("o.partial.mp4")
+    size = partial.stat().st_size
+    time.sleep(1.0)
+    assert partial.stat().st_size == size
+
+
+def _batch(jobs: Path, out_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "avatargen", "batch", str(jobs), "--out-dir", str(out_dir), *FAST],
+                            env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _stop_a_batch_job(tmp_path: Path) -> tuple[list[str], Path]:
+    """A batch of one 2-s job, SIGINT once the job has a checkpoint; (the command its message says resumes, out-dir)."""
+    write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
+    jobs, out_dir = tmp_path / "jobs.jsonl", tmp_path / "out"
+    jobs.write_text(json.dumps({"image": "face.png", "audio": "a.wav", "output": "x.mp4"}) + "\n")
+    process = _batch(jobs, out_dir)
+    _wait_for(lambda: _checkpoints(out_dir / "x.mp4") >= 1, process, "the job's first checkpoint")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert not (out_dir / "x.failed.json").exists()  # not failed for good: the next worker to claim it resumes it
+    return shlex.split(_error_lines(stderr)[-1].split("resume with: ", 1)[1]), out_dir
+
+
+def test_a_stopped_batch_job_stays_resumable_and_its_message_names_the_batch_command(tmp_path):
+    command, out_dir = _stop_a_batch_job(tmp_path)
+    assert command == ["avatargen", "batch", str(tmp_path / "jobs.jsonl"), "--out-dir", str(out_dir), *FAST]
+    status = json.loads(run_cli("batch", "status", str(out_dir), "--json").stdout)
+    assert status["pending"] == 1 and status["jobs"][0]["resumable"], status
+
+
+@pytest.mark.slow  # a second batch run (~10 s); the fast test above checks the command it runs
+def test_the_command_a_stopped_batch_prints_resumes_the_job(tmp_path):
+    command, out_dir = _stop_a_batch_job(tmp_path)
+    out = out_dir / "x.mp4"
+    resumed = subprocess.run([sys.executable, "-m", *command], env=ENV, capture_output=True, text=True, timeout=300,
+                             cwd=Path.cwd())  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads((out_dir / "batch_report.json").read_text())
+    assert report["jobs"][0]["status"] == "ok" and report["jobs"][0]["resumed_from"] > 0
+    assert probe(out)["frames"] == 50
+
+
+@pytest.mark.slow  # the render's stop on hours of audio is the test above; this one adds the batch around it (~10 s)
+def test_sigterm_on_a_batch_job_with_hours_of_audio_exits_143_and_the_job_is_not_failed(tmp_path):
+    write_face_png(tmp_path / "face.png"), write_hours_long_wav(tmp_path / "long.wav")
+    jobs, out_dir = tmp_path / "jobs.jsonl", tmp_path / "out"
+    jobs.write_text(json.dumps({"image": "face.png", "audio": "long.wav", "output": "x.mp4"}) + "\n")
+    process = _batch(jobs, out_dir)
+    _wait_for(lambda: _checkpoints(out_dir / "x.mp4") >= 1, process, "the job's first checkpoint")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=50)
+    assert process.returncode == 143, stderr
+    assert not (out_dir / "x.failed.json").exists()
+    status = json.loads(run_cli("batch", "status", str(out_dir), "--json").stdout)
+    assert status["pending"] == 1 and status["jobs"][0]["resumable"], status
