@@ -168,6 +168,25 @@ def test_causal_conv_equals_the_conv3d_its_weights_come_from() -> None:
     assert set(layer.state_dict()) == {"conv.weight", "conv.bias"}
 
 
+def test_a_decode_of_some_pixels_gives_the_whole_decodes_there_at_a_third_of_the_upper_levels() -> None:
+    # The mouth box of a composited render: the levels above the latent grid compute only what those pixels need.
+    vae = randomize_zero_inits(VAE(VAEParams())).eval()
+    latents, read = torch.randn(1, 8, 3, 17, 20), (38, 108, 32, 120)  # (y0, y1, x0, x1) output pixels
+    sizes: list[tuple[int, int]] = []
+    hook = vae.decoder.up[-2].register_forward_hook(lambda module, args, out: sizes.append(tuple(args[0].shape[-2:])))
+    with torch.no_grad():
+        whole, whole_cache = vae.decode(latents)
+        part, part_cache = vae.decode(latents, read=read)
+    hook.remove()
+    y0, y1, x0, x1 = read
+    assert part.shape == (1, 3, 3, y1 - y0, x1 - x0)
+    torch.testing.assert_close(part, whole[..., y0:y1, x0:x1], rtol=0, atol=1e-5)
+    for a, b in zip(part_cache.frames, whole_cache.frames):  # the causal state is the whole latent grid's
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    (whole_rows, whole_cols), (rows, cols) = sizes  # the full-resolution level's last conv, 4x the latent grid
+    assert rows * cols < 0.4 * whole_rows * whole_cols
+
+
 def test_vae_decoder_cache_is_bounded() -> None:
     vae = VAE(VAEParams()).eval()
 
