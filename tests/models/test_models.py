@@ -271,6 +271,30 @@ def test_a2v_conditioning_frames_ignore_x_t(trained_like_a2v: A2VDiT) -> None:
         assert (model(**dict(inputs, cond_latents=given)) - base).abs().max() > 1e-4
 
 
+@pytest.mark.parametrize("given", [[0, 1], [0, 1, 10, 11]])  # an N chunk's motion frames, an I chunk's anchors
+def test_a2v_predicting_only_the_frames_not_given_gives_their_full_velocity(given: list[int], trained_like_a2v: A2VDiT) -> None:
+    from avatargen.families.tiny.stages.a2v import generated_frames
+
+    inputs = _a2v_inputs(frames=12)
+    inputs["cond_mask"][:] = False
+    inputs["cond_mask"][:, given] = True
+    frames = generated_frames(inputs["cond_mask"])
+    with torch.no_grad():
+        full, part = trained_like_a2v(**inputs), trained_like_a2v(**inputs, frames_out=frames)
+    f0, f1 = frames
+    assert (f0, f1) == (2, 12 if len(given) == 2 else 10)
+    torch.testing.assert_close(part[:, :, f0:f1], full[:, :, f0:f1], rtol=0, atol=1e-5)
+    assert not part[:, :, :f0].any() and not part[:, :, f1:].any()
+
+
+def test_frames_given_between_the_predicted_ones_leave_every_frame_predicted() -> None:
+    from avatargen.families.tiny.stages.a2v import generated_frames
+
+    assert generated_frames(torch.tensor([[True, False, True, False]])) is None
+    assert generated_frames(torch.tensor([[True, False, False], [False, False, False]])) is None  # differs per sample
+    assert generated_frames(torch.tensor([[False, False, True]])) == (0, 2)
+
+
 # ---------------------------------------------------------------------------------------------------- SR DiT
 
 
