@@ -341,7 +341,7 @@ def _render_locked(
     partial = partial_path_for(file) if file is not None else None
     if file is not None and not streamed_audio:
         store = ResumeStore(file)
-        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device, models.precision.name,
+        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device, models.precision.signature,
                             parallel.layout)  # fmt: skip
         checkpoint = resume_point(store, found, partial, warn) if resume else None
         if checkpoint is None:
@@ -490,6 +490,7 @@ def _render_locked(
         "device": str(device),
         "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
         "dtype_choice": models.precision.describe(),
+        "quantize": models.precision.quantization.describe(),  # int8 linear layers (runtime.quantize resolved)
         "overlap": pipeline.overlap,  # segments emitted on a second thread (runtime.overlap)
         "parallel": parallel.layout.report(),  # how torchrun's ranks shared the render (docs/distributed.md)
         "stage_s": {k: round(v, 4) for k, v in stage_s.items()},

@@ -4,7 +4,7 @@ torchrun) in one pass."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.placement import RandomInit, build_on_meta, place
 from avatargen.runtime.precision import Precision
+from avatargen.runtime.quantize import choose_quantization, quantize_linears
 from avatargen.runtime.tensor_source import open_checkpoint
 from avatargen.threads import torch_threads
 
@@ -68,7 +69,8 @@ def build_modules(
     """All five modules, built on the meta device and placed in one pass: loaded strictly (names and shapes checked)
     from the memory-mapped checkpoint, or randomly initialised from ``seed`` where they live; placed by
     ``runtime.offload`` (or FSDP-sharded in a sharded render) with one shared monitor. Their forwards compute in
-    ``precision`` (default: ``runtime.dtype`` resolved for ``device``); the weights stay float32."""
+    ``precision`` (default: ``runtime.dtype`` resolved for ``device``); the weights stay float32, but for the two
+    DiTs' linear layers where ``runtime.quantize`` resolves to int8 (avatargen/runtime/quantize.py)."""
     parallel = parallel if parallel is not None else ParallelContext(world_info())
     precision = precision if precision is not None else resolve_precision(config, device, parallel)
     monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
@@ -84,4 +86,12 @@ def build_modules(
             weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
             plan = placement_plan(config, device, parallel, model)
             modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
-    return TinyModelSet(*modules, monitor=monitor, precision=precision)
+        models = TinyModelSet(*modules, monitor=monitor, precision=precision)
+        quantization = choose_quantization(config.runtime.quantize.value, device, precision.dtype,
+                                           single_process=parallel.world.world_size == 1,
+                                           resident=config.runtime.offload.value == "none")  # fmt: skip
+        if quantization.int8:  # the DiTs: most of a render's matrix products (the VAE is convolutions)
+            for module in (models.a2v, models.sr):
+                quantize_linears(module.model, quantization.engine)
+        models.precision = replace(precision, quantization=quantization)
+    return models
