@@ -22,9 +22,11 @@ from avatargen.errors import ResumeMismatchError
 from avatargen.families.tiny.models.vae import DecoderCache
 from avatargen.modules import Module
 
-# Latent pixels decoded around the pixels read. The tiny model's decoder at 4: the read pixels differ from a whole
-# decode by at most 0.3 grey levels before rounding (1.3 at 3, 0.09 at 5, none at 8, its receptive field).
-DECODE_MARGIN = 4
+# Latent pixels decoded around the pixels read. The tiny model's decoder at 3: the read pixels differ from a whole
+# decode by at most 1.3 grey levels before rounding (0.3 at 4, 0.09 at 5, none at 8, its receptive field); over 4 s
+# of speech, 2 levels at most after rounding, 0.04-0.07 mean, and the composited frames as close to a whole decode's
+# as at 4 (0.0003-0.002 levels mean), for 0.87x the decoder's work under AVX2 (docs/performance.md, "Decoder").
+DECODE_MARGIN = 3
 
 
 @dataclass(frozen=True)
