@@ -31,10 +31,10 @@ from avatargen.pipeline.stats import RenderStats, check_finite
 
 @dataclass
 class Segment:
-    """The latents of frames about to leave: low-resolution, or already upscaled by ``prepare``."""
+    """The latents of frames about to leave (low resolution), and the SR of its first frames once ``prepare`` ran."""
 
-    latents: Tensor  # (1, C, T, h, w), or (1, C, T, H, W) when ``upscaled``
-    upscaled: bool = False
+    latents: Tensor  # (1, C, T, h, w)
+    upscaled: Tensor | None = None  # (1, C, t, H, W): frames 0..t-1 upscaled (t: about half the segment)
 
 
 class TinyChunks:
@@ -140,19 +140,34 @@ class TinyRun(ChunkRun):
         return high
 
     def prepare(self, segment: Segment, step: Emit) -> Segment:
-        return segment if segment.upscaled else Segment(self._upscale(segment.latents, step), upscaled=True)
+        """SR of the segment's first SR batches, about half its frames, on the generating thread: moving a whole
+        segment's SR there made that thread the slower one on 2 cores. Whole SR batches, so the frames are the same
+        whichever thread upscales which (SR runs frame by frame, and int8 quantises each batch's input alone)."""
+        if segment.upscaled is not None:
+            return segment
+        total, batch = segment.latents.shape[2], self.chunks.sr.max_batch_frames
+        share = min(total, max(batch, total // 2 // batch * batch))
+        return Segment(segment.latents, self._upscale(segment.latents[:, :, :share], step))
+
+    def _high(self, segment: Segment, start: int, end: int, step: Emit) -> Tensor:
+        """The upscaled latents of the segment's frames [start, end): (1, C, end - start, H, W)."""
+        done = 0 if segment.upscaled is None else segment.upscaled.shape[2]
+        pieces = [] if start >= done else [segment.upscaled[:, :, start : min(end, done)]]
+        if end > max(start, done):
+            pieces.append(self._upscale(segment.latents[:, :, max(start, done) : end], step))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2)
 
     def frames(self, segment: Segment, step: Emit) -> Iterator[np.ndarray]:
-        """SR (unless prepared) -> decode, a micro-batch of uint8 frames (t, S, S, 3) at a time."""
-        latents = segment.latents
-        parts = [latents]
-        if not self.emitted and latents.shape[2] > 1:
+        """SR (where ``prepare`` did not) -> decode, a micro-batch of uint8 frames (t, S, S, 3) at a time."""
+        total = segment.latents.shape[2]
+        parts = [(0, total)]
+        if not self.emitted and total > 1:
             # The render's first frame goes through SR and the decoder alone, so it reaches the sinks before the rest
             # of its segment is upscaled (the same frames: SR is per frame, the decoder causal).
-            parts = [latents[:, :, :1], latents[:, :, 1:]]
+            parts = [(0, 1), (1, total)]
         self.emitted = True
-        for part in parts:
-            high = part if segment.upscaled else self._upscale(part, step)  # (1, C, t, H, W)
+        for start, end in parts:
+            high = self._high(segment, start, end, step)  # (1, C, t, H, W)
             decoded = self.decoder.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
             while True:
                 with self.stats.timed("decode"):
