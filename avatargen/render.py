@@ -42,7 +42,7 @@ from avatargen.io.outputs import Output, folder_write_problem, parse_publish_tar
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore, resume_folder_for
 from avatargen.io.targets import make_folders, name_max, nearest_existing, refuse_writing_inputs, remove_empty_folders, symlink_loop
-from avatargen.pipeline.build import build_pipeline, prefetch_models, resolve_checkpoint, resolve_device
+from avatargen.pipeline.build import build_pipeline, resolve_checkpoint, resolve_device
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
@@ -280,7 +280,6 @@ def _render(
     o = config.output
     live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
     _check_outputs_spare_inputs(request, config, live)
-    prefetch_models(config)  # the models load on another core while the picture is read (time to first frame)
     reference, compositor, source, config = _open_inputs(request, config, warn)
     if config.model.weights == WeightsSource.random:
         weights = "random"

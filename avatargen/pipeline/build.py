@@ -8,8 +8,6 @@ set) and the family's chunk steps over them.
 from __future__ import annotations
 
 import json
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
@@ -27,7 +25,7 @@ from avatargen.models.structure import model_blocks
 from avatargen.pipeline.family import PlacedModels
 from avatargen.pipeline.overlap import overlaps
 from avatargen.pipeline.pipeline import Pipeline
-from avatargen.runtime.distributed import ParallelContext, start_parallel, world_info
+from avatargen.runtime.distributed import ParallelContext
 from avatargen.runtime.placement import PlacementPlan
 from avatargen.runtime.precision import Precision, choose_precision
 
@@ -86,7 +84,6 @@ def resolve_precision(config: Config, device: torch.device, parallel: ParallelCo
 # -- build once per process ----------------------------------------------------------------------------------------
 
 _cache: dict[str, Any] = {}
-_cache_lock = threading.Lock()  # one build at a time: a prefetch and the render's own build of the same models
 
 
 def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) -> str:
@@ -104,31 +101,10 @@ def place_models(config: Config, device: torch.device, parallel: ParallelContext
     batch that switches models does not pile them up."""
     device = parallel.device_for(device)
     key = _cache_key(config, device, parallel)
-    with _cache_lock:
-        if key not in _cache:
-            _cache.clear()
-            _cache[key] = family_of(config).build_models(config, device, parallel)
-        return _cache[key]
-
-
-def prefetch_models(config: Config) -> None:
-    """Start building a single process's models on a worker thread, so that they load (and their precision probes
-    run) on another core while the render reads its picture and searches its face; the render's own
-    ``place_models`` then waits for them and finds them built. A failure here is dropped: the render's own build
-    raises it where it always has. Renders over several ranks build in order (their process group comes first)."""
-    if world_info().world_size != 1:
-        return
-
-    def build() -> None:
-        try:
-            device = resolve_device(config)
-            place_models(config, device, start_parallel(config, device))
-        except Exception:  # raised again by the render's own build
-            pass
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="avatargen-prefetch")
-    pool.submit(build)
-    pool.shutdown(wait=False)
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = family_of(config).build_models(config, device, parallel)
+    return _cache[key]
 
 
 def pipeline_for(
