@@ -5,6 +5,12 @@ An N chunk's A2V window is its ``motion_frames`` given frames (the previous N ch
 fixed), then its own frames; an I chunk's is its anchors on both sides of the seam around the seam, the anchors'
 predictions discarded. The rolling state holds the N windows at their low resolution; a segment is upscaled (SR) and
 decoded only when it leaves, through one decoder stream whose causal cache is the render's output-side state.
+
+Where ``runtime.quantize`` resolved to int8, N chunk 0 and the SR of the first segment (the frames before the first
+seam: the time to the first frame) still run the DiTs' float linear layers, and every later chunk and segment their
+int8 copies (``TinyModelSet.fast``): int8 kernels' first calls, on all threads, cost that path more than they save
+(AVX2 emulated: first frame 0.535 against 0.46 s). The rule is by timeline position, so a resumed render, which starts
+after the first segment, computes every frame as the render it continues.
 """
 
 from __future__ import annotations
@@ -49,12 +55,20 @@ class TinyChunks:
             p.n_chunk_frames, motion_frames_for(config, composited), interpolates(config), p.seam_frames, p.anchor_frames
         )
         self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed, model.text_encoder.max_tokens)
-        self.a2v = A2VStage(models.a2v, p.sampling_shift)
-        self.sr = SRStage(models.sr, max_batch_frames=4)
+        self.a2v = A2VStage(models.a2v, p.sampling_shift)  # N chunk 0's
+        self.sr = SRStage(models.sr, max_batch_frames=4)  # the first segment's
         self.device = models.a2v.device
         self.audio_context_frames = self.context.context_frames
         # Before an N chunk's start its own motion frames and the next seam's left anchors hear the audio.
         self.audio_history_frames = self.schedule.tail_frames + self.context.context_frames
+
+    def a2v_stage(self, first: bool) -> A2VStage:
+        """A2V for N chunk 0 (``first``) or any later chunk (see the module docstring)."""
+        return self.a2v if first else A2VStage(self.models.fast("a2v"), self.a2v.shift)
+
+    def sr_stage(self, first: bool) -> SRStage:
+        """SR for the first segment's frames (``first``) or any later segment's."""
+        return self.sr if first else SRStage(self.models.fast("sr"), self.sr.max_batch_frames)
 
     def start(
         self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats, read_box: tuple[int, int, int, int] | None
@@ -96,7 +110,8 @@ class TinyRun(ChunkRun):
                 given_mask[:, a : a + latents.shape[2]] = True
         with self.stats.timed("a2v"):
             steps = chunks.config.pipeline.sampling_steps
-            latents = chunks.a2v.generate(self.reference, features, given_latents, given_mask, noise, steps)
+            stage = chunks.a2v_stage(first=kind == "N" and index == 0)
+            latents = stage.generate(self.reference, features, given_latents, given_mask, noise, steps)
         check_finite(latents, "A2V", f"in {kind} chunk {index}")
         return LatentWindow(start, latents)
 
@@ -135,7 +150,7 @@ class TinyRun(ChunkRun):
     def _upscale(self, latents: Tensor, step: Emit) -> Tensor:
         """SR of a segment's latents: (1, C, t, h, w) -> (1, C, t, H, W)."""
         with self.stats.timed("sr"):
-            high = self.chunks.sr.upscale(self.reference, latents)
+            high = self.chunks.sr_stage(first=step.start == 0).upscale(self.reference, latents)
         check_finite(high, "SR", f"in frames {step.start}-{step.end}")
         return high
 
