@@ -95,6 +95,6 @@ def kill_tree(pid: int) -> None:
 
 def run_cli(*args: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
     """Run ``python -m avatargen ARGS`` as a user would; returns the completed process (text mode)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = kwargs.pop("env", None) or {**os.environ, "PYTHONPATH": str(REPO)}
     kwargs.setdefault("text", True)
     return subprocess.run([sys.executable, "-m", "avatargen", *args], capture_output=True, timeout=timeout, env=env, **kwargs)

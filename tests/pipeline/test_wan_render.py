@@ -165,3 +165,22 @@ def test_the_first_clip_starts_from_the_reference_as_one_given_frame():
     assert np.array_equal(video[0], round_trip)
     # Only that one frame is given: the rest of the clip is generated, not the reference held still.
     assert all(np.abs(frame.astype(int) - round_trip).mean() > 2.0 for frame in video[1:])
+
+
+def test_bfloat16_renders_on_a_cpu():
+    """``model.wan.dtype=bfloat16`` (InfiniteTalk's dtype) renders on a CPU: every model runs in the dtype its
+    weights need (the CLIP tower's LayerNorms failed with a mixed-dtype error)."""
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.build import place_models, pipeline_for
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    config = to_config(load_config(["model=wan_tiny", "model.wan.dtype=bfloat16", "model.wan.sampling_steps=1"]))
+    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    assert next(models.dit.model.parameters()).dtype == torch.bfloat16
+    sink = _Frames()
+    pipeline_for(config, models).render(np.full((64, 64, 3), 128, dtype=np.uint8), [np.zeros(4000, np.float32)], [sink])
+    assert np.concatenate(sink.frames).shape == (6, 64, 64, 3)

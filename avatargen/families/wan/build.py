@@ -13,7 +13,7 @@ from torch import nn
 
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.families.wan.config import WanConfig, WanModelConfig
-from avatargen.errors import CheckpointError
+from avatargen.errors import CheckpointError, MissingExtraError
 from avatargen.families.wan.models.clip_vision import CLIPVisionTower
 from avatargen.families.wan.models.dit import WanDiT
 from avatargen.families.wan.models.specs import WanFamilySpec, family_spec
@@ -30,6 +30,21 @@ from avatargen.runtime.tensor_source import pth_source
 from avatargen.families.wan.stages.text import Tokenizer, tokenizer_for
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+WAN_EXTRA = "pip install 'avatargen[wan]'"
+
+
+def require_wan_extra(config: Config) -> None:
+    """MissingExtraError (exit 2, one line) when the ``wan`` extra is not installed: transformers runs wav2vec2 and
+    the umT5 tokenizer. Imported here, at build time: a config check (``avatargen config``) never needs it."""
+    try:
+        import transformers  # noqa: F401
+    except ModuleNotFoundError as error:
+        if error.name != "transformers" and not str(error.name or "").startswith("transformers."):
+            raise
+        raise MissingExtraError(
+            f"model={config.model.name} needs transformers (wav2vec2 and the umT5 tokenizer), which is not installed: "
+            f"{WAN_EXTRA}"
+        ) from None
 
 
 @dataclass
@@ -81,6 +96,7 @@ def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
     run = DTYPES[wan.dtype.value]
     folder = wav2vec2_folder_config(root, wan) if root is not None else None
     # transformers takes seconds to import: only a build reads it, never a config check (``avatargen config``)
+    require_wan_extra(config)
     from avatargen.families.wan.models.wav2vec2 import Wav2Vec2Encoder, wav2vec2_config
 
     audio_config = wav2vec2_config(spec, folder)

@@ -1,0 +1,1 @@
+"""The Wan family's stages: the reference and audio context, the guided clip sampler, the prompt tokenizers."""
