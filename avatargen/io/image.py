@@ -76,14 +76,19 @@ def load_reference(
         rgb = _to_rgb(_open(path, fit))
     except ValueError as err:  # a mode Pillow cannot convert to RGB (e.g. LAB without a color profile)
         raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {_FIX}") from None
+    return reference_from_rgb(rgb, size, fit, warn, f"image '{path}'")
+
+
+def reference_from_rgb(
+    rgb: np.ndarray, size: int, fit: str = "crop", warn: Callable[[str], None] | None = None, name: str = "the picture"
+) -> Reference:
+    """``load_reference`` of a picture already decoded (uint8 (H, W, 3) RGB, upright): a source video's first frame."""
     height, width = rgb.shape[:2]
     if min(height, width) < MIN_SIDE:
-        raise BadInputError(
-            f"image '{path}' is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}"
-        )
+        raise BadInputError(f"{name} is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}")
     face = None
     if fit == "face":
-        square, face, crop = frame_face(rgb, warn or _print_warning, f"image '{path}'")
+        square, face, crop = frame_face(rgb, warn or _print_warning, name)
     elif fit == "crop":
         square, crop = centre_crop(rgb), centre_square(rgb)
     else:

@@ -114,7 +114,8 @@ def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
         WanPart("image_encoder", lambda: CLIPVisionTower(spec.image_encoder),
                 weights(2, pth("image_encoder", wan.image_encoder_prefix)), run, streamed=False),
         WanPart("vae", lambda: WanVAE(spec.vae), weights(3, pth("vae")), torch.float32, streamed=False),
-        WanPart("dit", lambda: WanDiT(spec.dit), weights(4, lambda: dit_source(root, wan)), run, streamed=True),
+        WanPart("dit", lambda: WanDiT(spec.dit, wan.fp32_time_head), weights(4, lambda: dit_source(root, wan)), run,
+                streamed=True),
     ]  # fmt: skip
 
 

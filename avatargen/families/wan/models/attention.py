@@ -4,7 +4,7 @@
 - :class:`CrossAttention` (``cross_attn``): queries attend to the text tokens and, for I2V, separately to the CLIP
   image tokens (``k_img`` / ``v_img``); the two results are summed before the output projection.
 - :class:`AudioCrossAttention` (``audio_cross_attn``, InfiniteTalk/MultiTalk): the tokens of each latent frame
-  attend only to that frame's audio tokens.
+  attend only to that frame's audio tokens; with two speakers, through MultiTalk's label RoPE (``speakers.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from avatargen.families.wan.models.layers import RMSNorm, apply_rope
+from avatargen.families.wan.models.speakers import rope_1d, speaker_key_positions
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -54,11 +55,15 @@ class _NormedQKVAttention(nn.Module):
 class SelfAttention(_NormedQKVAttention):
     """Full self-attention over the video tokens with q/k RMS norm and 3D RoPE."""
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        """``x`` (B, L, dim), ``rope`` (cos, sin) each (L, head_dim/2) -> (B, L, dim)."""
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], keep_qk: list | None = None) -> Tensor:
+        """``x`` (B, L, dim), ``rope`` (cos, sin) each (L, head_dim/2) -> (B, L, dim). ``keep_qk`` receives the
+        rotated queries and keys (two-speaker routing reads them)."""
         q = self.queries(x)  # (B, L, H, D)
         k, v = self.keys_values(x)  # (B, L, H, D) each
-        return self.o(_attend(apply_rope(q, *rope), apply_rope(k, *rope), v))  # (B, L, dim)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if keep_qk is not None:
+            keep_qk.append((q, k))
+        return self.o(_attend(q, k, v))  # (B, L, dim)
 
 
 class CrossAttention(_NormedQKVAttention):
@@ -86,9 +91,11 @@ class CrossAttention(_NormedQKVAttention):
 
 
 class AudioCrossAttention(nn.Module):
-    """InfiniteTalk's per-frame audio attention (one speaker): latent frame ``f``'s tokens attend to its audio tokens.
+    """InfiniteTalk's per-frame audio attention: latent frame ``f``'s tokens attend to its audio tokens.
 
-    No q/k norm; ``kv_linear`` maps the audio tokens to keys and values at once (keys first).
+    No q/k norm; ``kv_linear`` maps the audio tokens to keys and values at once (keys first). With two speakers
+    (``positions`` given) the queries are rotated by each token's label position and the audio tokens (speaker 1's,
+    then speaker 2's) by their speaker's (MultiTalk's label RoPE, ``speakers.py``).
     """
 
     def __init__(self, dim: int, heads: int, audio_dim: int) -> None:
@@ -98,11 +105,16 @@ class AudioCrossAttention(nn.Module):
         self.kv_linear = nn.Linear(audio_dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, audio: Tensor) -> Tensor:
-        """``x`` (B, F*S, dim) with S tokens per latent frame, ``audio`` (B, F, Na, audio_dim) -> (B, F*S, dim)."""
+    def forward(self, x: Tensor, audio: Tensor, positions: Tensor | None = None) -> Tensor:
+        """``x`` (B, F*S, dim) with S tokens per latent frame, ``audio`` (B, F, Na, audio_dim), ``positions`` (F*S,)
+        label positions of two speakers' tokens or None -> (B, F*S, dim)."""
         b, f = audio.shape[:2]
         x = x.reshape(b * f, -1, x.shape[-1])  # (B*F, S, dim)
         q = self.q_linear(x).unflatten(-1, (self.heads, -1))  # (B*F, S, H, D)
+        if positions is not None:
+            q = rope_1d(q.reshape(b, -1, *q.shape[2:]), positions).reshape(q.shape)  # rotated per token
         k, v = self.kv_linear(audio.flatten(0, 1)).unflatten(-1, (2, self.heads, -1)).unbind(2)  # (B*F, Na, H, D)
+        if positions is not None:
+            k = rope_1d(k, speaker_key_positions(k.shape[1] // 2, k.device))
         out = self.proj(_attend(q, k, v))  # (B*F, S, dim)
         return out.reshape(b, -1, out.shape[-1])  # (B, F*S, dim)
