@@ -103,3 +103,38 @@ def test_batch_spreads_jobs_over_two_ranks_claiming_them_as_they_go(tmp_path):
     rendered = [line for line in result.stderr.splitlines() if ": job " in line and " ok: " in line]
     assert sorted(line.split(": job ")[1].split()[0] for line in rendered) == ["0", "1", "2"]  # each job once
     assert all(probe(out / f"v{i}.mp4")["frames"] == 50 for i in range(3))
+
+
+def test_rows_that_dub_a_video_or_give_two_speakers(tmp_path):
+    """The row forms of --video, -a twice, --person-box and --audio-type (JSONL lists, CSV ';'), rendered."""
+    import subprocess
+
+    from avatargen.batch import run_batch
+    from avatargen.io.ffmpeg import ffmpeg_exe
+
+    make_inputs(tmp_path / "in")
+    write_speechlike_wav(tmp_path / "in" / "b.wav", 0.3)
+    write_speechlike_wav(tmp_path / "in" / "short.wav", 0.5)
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25:duration=0.4",
+                    "-pix_fmt", "yuv420p", str(tmp_path / "in" / "src.mp4")], check=True)  # fmt: skip
+    (tmp_path / "jobs.csv").write_text(
+        "image,audio,output,person_boxes,audio_type\n"
+        "in/face.png,in/short.wav;in/b.wav,csv.mp4,\"0,0,150,300;150,0,300,300\",add\n"
+    )
+    (csv_job,) = read_jobs(tmp_path / "jobs.csv", tmp_path / "out")
+    assert csv_job.problem is None and csv_job.extra_audio == (tmp_path / "in" / "b.wav",) and csv_job.audio_type == "add"
+    assert csv_job.person_boxes == ((0, 0, 150, 300), (150, 0, 300, 300))
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("\n".join(json.dumps(row) for row in [
+        {"video": "in/src.mp4", "audio": "in/short.wav", "output": "dub.mp4"},
+        {"image": "in/face.png", "audio": ["in/short.wav", "in/b.wav"], "output": "two.mp4", "audio_type": "add",
+         "person_boxes": [[0, 0, 150, 300], [150, 0, 300, 300]]},
+        {"image": "in/face.png", "audio": ["in/short.wav", "in/b.wav"], "output": "bad.mp4",
+         "person_boxes": [[0, 0, 150, 300]]},
+    ]) + "\n")  # fmt: skip
+    out = tmp_path / "out"
+    code = run_batch(jobs, out, ["model=wan_tiny", "model.wan.sampling_steps=1", *FAST], warn=lambda _: None)
+    report = json.loads((out / "batch_report.json").read_text())
+    assert code == 2 and [j["status"] for j in report["jobs"]] == ["ok", "ok", "failed"]
+    assert "1 --person-box for 2 audio file" in report["jobs"][2]["error"]
+    assert probe(out / "dub.mp4")["frames"] == 13 and probe(out / "two.mp4")["frames"] == 20  # 0.5 s, then 0.3 s
