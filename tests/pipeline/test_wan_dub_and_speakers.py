@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from avatargen.config.loader import load_config, to_config
+from avatargen.io.audio_stats import TrackStats
 from avatargen.pipeline.build import pipeline_for, place_models
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.inputs import RenderInputs
@@ -61,9 +62,9 @@ def _stop_and_resume(render, pipeline: Pipeline) -> tuple[np.ndarray, np.ndarray
 
     first, rest = _Frames(), _Frames()
     grid = checkpoint_grid(pipeline.schedule, 8)
-    stats = render(pipeline, [first], checkpoints=grid, on_checkpoint=keep, should_stop=lambda: bool(saved))
+    stats = render(pipeline, [first], checkpoints=grid, on_checkpoint=keep, should_stop=lambda: len(saved) == 2)
     assert stats.stopped
-    point = RenderCheckpoint.from_tensors(*saved[0])
+    point = RenderCheckpoint.from_tensors(*saved[1])  # the second: the audio before the resumed clip is released
     resumed = render(_pipeline(), [rest], resume=point)
     assert resumed.resumed_from == point.frames > 0
     return whole.video(), np.concatenate([first.video()[: point.frames], rest.video()])
@@ -84,7 +85,8 @@ def test_each_clip_is_conditioned_on_the_source_frame_at_its_start():
 def test_a_stopped_dub_resumes_with_the_uninterrupted_frames():
     def render(pipeline, sinks, **options):
         source = _Source()
-        return pipeline.render(source.frame(0), [SPEECH], sinks, inputs=RenderInputs(video=source), **options)
+        inputs = RenderInputs(video=source, track_stats=lambda: (TrackStats.of(SPEECH),))  # a file: whole-file features
+        return pipeline.render(source.frame(0), [SPEECH], sinks, inputs=inputs, **options)
 
     whole, joined = _stop_and_resume(render, _pipeline())
     assert whole.shape == (38, 64, 64, 3) and np.array_equal(joined, whole)
@@ -101,7 +103,8 @@ def test_two_speakers_are_rendered_with_their_regions_and_resume_with_the_uninte
     regions = ((0.0, 0.0, 32.0, 64.0), (32.0, 0.0, 64.0, 64.0))
 
     def render(pipeline, sinks, tracks=two_tracks, **options):
-        inputs = RenderInputs(tracks=2, regions=regions)
+        totals = (TrackStats.of(tracks[:, 0]), TrackStats.of(tracks[:, 1]))
+        inputs = RenderInputs(tracks=2, regions=regions, track_stats=lambda: totals)
         return pipeline.render(reference, [tracks[i : i + 4000] for i in range(0, len(tracks), 4000)], sinks,
                                inputs=inputs, **options)  # fmt: skip
 

@@ -114,7 +114,10 @@ class WanChunks:
         self.audio_context_frames = context_frames
         # Audio frames before a clip's start that later steps still hear (motion frames, the seam window's start).
         back = max(self.motion_frames, self.schedule.seam_left + wan.anchor_frames + 1 if self.schedule.interpolate else 0)
-        self.audio_history_frames = back + context_frames
+        # Whole-file features are computed per grid window of feature_window_s: a clip (or a resumed render's first
+        # clip) may need its window's audio from the window's start, so that much more is kept (61 s: 3.9 MB).
+        window = round(wan.feature_window_s * model.fps) if wan.audio_features == WanAudioFeatures.whole else 0
+        self.audio_history_frames = back + context_frames + window
 
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
               read_box: tuple[int, int, int, int] | None, inputs: RenderInputs | None = None) -> "WanRun":  # fmt: skip
