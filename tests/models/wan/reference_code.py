@@ -9,7 +9,7 @@ helper that the single-process path never calls:
   (replaced by ``torch.nn.functional.scaled_dot_product_attention`` in fp32, the same maths);
 - ``flash_attention`` (asserts CUDA and casts to bf16) by fp32 SDPA with the same key lengths;
 - ``torch_gc`` (empties the CUDA cache) does nothing;
-- ``torch.compile`` is switched off (``TORCHDYNAMO_DISABLE``): the decorated function runs eagerly;
+- ``torch.compile`` is switched off (``torch._dynamo.config.disable``): the decorated function runs eagerly;
 - torchvision's compiled ops are not loaded (only its Python ``center_crop`` is used); it must be importable
   (any recent build), as must diffusers, transformers, pyloudnorm, scikit-image, imageio and soundfile.
 
@@ -26,10 +26,8 @@ import sys
 import types
 from pathlib import Path
 
-os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
 ENV = "AVATARGEN_REFERENCE"
 
@@ -60,8 +58,21 @@ def flash_attention_fp32(q, k, v, q_lens=None, k_lens=None, **_unused):
     return out.type_as(q)
 
 
+def prepare() -> None:
+    """What every parity run needs before the reference or transformers is imported (idempotent; changes this
+    process only, so it runs when a parity function is called, never at import)."""
+    # torchvision's compiled ops may not match this torch (transformers imports it too); its Python transforms do
+    # not need them
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    torch._dynamo.config.disable = True
+    _install_stubs()
+
+
 def _install_stubs() -> None:
-    import diffusers.models.modeling_utils  # noqa: F401 - before the stubs: it probes for a real xformers
+    try:  # before the stubs: diffusers probes for a real xformers when it is imported
+        import diffusers.models.modeling_utils  # noqa: F401
+    except ImportError:
+        pass  # only the DiT's module needs it (the audio path runs with an older transformers, see the docstring)
 
     if "xfuser" not in sys.modules:
         xfuser, core, distributed = (types.ModuleType(n) for n in ("xfuser", "xfuser.core", "xfuser.core.distributed"))
@@ -86,8 +97,6 @@ def _install_stubs() -> None:
         ops.fmha = types.SimpleNamespace(attn_bias=types.SimpleNamespace(BlockDiagonalMask=None))
         xformers.ops = ops
         sys.modules.update({"xformers": xformers, "xformers.ops": ops})
-    # torchvision's compiled ops may not match this torch; its Python transforms do not need them
-    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
 
 
 def _package(name: str, path: Path) -> None:
@@ -100,12 +109,14 @@ def _package(name: str, path: Path) -> None:
 def load_module(root: Path, dotted: str) -> types.ModuleType:
     """Import ``dotted`` (e.g. ``wan.modules.multitalk_model``) from the checkout, its packages' ``__init__`` not
     run (they import the whole pipeline)."""
-    _install_stubs()
+    prepare()
     parts = dotted.split(".")
     prefix = "avatargen_reference"
     _package(prefix, root)
     for package in ("wan", "wan.modules", "wan.utils", "src", "src.audio_analysis"):  # never their __init__
         _package(f"{prefix}.{package}", root.joinpath(*package.split(".")))
+    for package in ("src", "src.audio_analysis"):  # src/audio_analysis/wav2vec2.py imports itself absolutely
+        _package(package, root.joinpath(*package.split(".")))
     name = ".".join([prefix, *parts])
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, root.joinpath(*parts[:-1], parts[-1] + ".py"))
