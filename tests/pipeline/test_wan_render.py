@@ -189,3 +189,36 @@ def test_bfloat16_renders_on_a_cpu():
     sink = _Frames()
     pipeline_for(config, models).render(np.full((64, 64, 3), 128, dtype=np.uint8), [np.zeros(4000, np.float32)], [sink])
     assert np.concatenate(sink.frames).shape == (6, 64, 64, 3)
+
+
+def test_multitalk_conditions_each_later_clip_on_its_motion_frames():
+    """``model=multitalk``'s long-video loop (``model.wan.clip_condition=motion``): a clip after the first is
+    conditioned on its motion frames (the I2V mask marks them, the CLIP tokens are the last one's), not on the
+    reference as InfiniteTalk's are; the first clip is the same."""
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.families.wan.stages.context import WanContextStage
+    from avatargen.pipeline.build import place_models, pipeline_for
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    reference = np.zeros((64, 64, 3), dtype=np.uint8)
+    reference[:], reference[8:40, 20:52] = (200, 90, 60), (40, 160, 210)
+    audio = [np.sin(np.arange(12000) / 10).astype(np.float32)]  # 0.75 s: 19 frames, two clips
+    videos, given = {}, []
+    original = WanContextStage.encode_given
+    WanContextStage.encode_given = lambda self, frames: given.append(frames.shape[2]) or original(self, frames)
+    try:
+        for mode in ("reference", "motion"):
+            config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1", f"model.wan.clip_condition={mode}"]))
+            models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+            sink = _Frames()
+            pipeline_for(config, models).render(reference, audio, [sink])
+            videos[mode] = np.concatenate(sink.frames).astype(int)
+    finally:
+        WanContextStage.encode_given = original
+    assert given == [1, 1, 5]  # the reference (each render), then the 5 motion frames of the second clip
+    assert np.array_equal(videos["motion"][:13], videos["reference"][:13])
+    assert np.abs(videos["motion"][13:] - videos["reference"][13:]).mean() > 0.1  # one step of untrained weights

@@ -60,7 +60,7 @@ from avatargen.config.schema import Config
 from avatargen.errors import ResumeMismatchError
 from avatargen.families.wan.build import WanModelSet
 from avatargen.families.wan.colour import ColourTarget, match_and_blend
-from avatargen.families.wan.config import WanAudioFeatures, WanConfig, negative_prompt, sampling_shift
+from avatargen.families.wan.config import WanAudioFeatures, WanClipCondition, WanConfig, negative_prompt, sampling_shift
 from avatargen.families.wan.framing import pixels_to_unit_range
 from avatargen.families.wan.latents import packed_latents, packed_window, trimmed
 from avatargen.families.wan.models.conditioning import given_latents_mask, person_masks
@@ -154,14 +154,17 @@ class WanRun(ChunkRun):
         self.colour = ColourTarget.of(reference.image) if strength > 0 else None
         self._source: tuple[int, FrameCondition] | None = None  # the source frame's conditioning last encoded
 
-    def _frame_condition(self, frame: int) -> FrameCondition:
+    def _frame_condition(self, frame: int, given: Tensor | None = None) -> FrameCondition:
         """The image conditioning of a window that starts at timeline frame ``frame``: the reference's, or when
-        dubbing the source video's frame there (encoded once per clip)."""
+        dubbing the source video's frame there (encoded once per clip); with ``model.wan.clip_condition=motion``
+        (MultiTalk) a clip's own given frames ``given`` (1, 3, m, H, W), its motion frames."""
+        if given is not None and self.chunks.config.model.wan.clip_condition == WanClipCondition.motion:
+            return self.chunks.context.encode_given(given)
         if self.video is None or frame == 0:
             return self.reference.frame_condition
         if self._source is None or self._source[0] != frame:
             image = pixels_to_unit_range(self.video.frame(frame), self.chunks.device)  # (1, 3, 1, H, W)
-            condition = self.chunks.context.encode_frame(image)
+            condition = self.chunks.context.encode_given(image)
             check_finite(condition.condition, "Wan VAE", f"encoding source frame {frame}")
             self._source = (frame, condition)
         return self._source[1]
@@ -180,7 +183,7 @@ class WanRun(ChunkRun):
         with self.stats.timed("context"):
             window_audio = self.audio.windows(audio, start, start + frames)  # (1, [2,] frames, 5, L, C)
             check_finite(window_audio, "wav2vec2 audio encoder", where)
-            image = self._frame_condition(start)
+            image = self._frame_condition(start, given if kind == "N" and index > 0 else None)
             with chunks.models.vae.active() as vae:
                 given_latents, _ = vae.encode(given)  # (1, z, 1 + (g - 1) / 4, h, w): a new stream per window
             latent_frames = 1 + (frames - 1) // self.step

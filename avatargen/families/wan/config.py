@@ -41,6 +41,13 @@ class WanAudioFeatures(Enum):
     clip = "clip"  # each clip's window alone (audio_context_s on each side), normalised per window
 
 
+class WanClipCondition(Enum):
+    """What each clip after the first is conditioned on (its I2V mask and latent, its CLIP tokens)."""
+
+    reference = "reference"  # InfiniteTalk: the reference image (dubbing: the source frame at the clip's start)
+    motion = "motion"  # MultiTalk: its motion frames (the CLIP tokens of the last one)
+
+
 class WanDtype(Enum):
     """The dtype the Wan models run in (the checkpoints ship bf16)."""
 
@@ -83,6 +90,7 @@ class WanModelConfig:
     feature_window_s: float = 60.0  # whole: a file up to this long is one wav2vec2 pass, as the reference's
     audio_context_s: float = 1.0  # audio wav2vec2 hears past a window's ends (clip; whole beyond one window)
     fp32_time_head: bool = True  # the time embedding, its projection and the output head in fp32, as the reference
+    clip_condition: WanClipCondition = WanClipCondition.reference  # multitalk: motion (its long-video loop)
     # I chunks (with pipeline.interpolate=true; off by default for Wan models, docs/models.md), in video frames,
     # multiples of the VAE's 4-frame latent step: the seam around each clip boundary, anchors on each side of it.
     seam_frames: int = 8

@@ -60,24 +60,25 @@ class WanContextStage:
         return states[:, : int(mask.sum())].float()  # the real tokens; the DiT zero-pads to text_len
 
     @torch.inference_mode()
-    def encode_frame(self, image: Tensor) -> FrameCondition:
-        """One frame (1, 3, 1, H, W) in [-1, 1] -> its CLIP tokens and the I2V conditioning of a clip that starts
-        from it (the mask marks that frame only; the latent is of the frame followed by black frames)."""
+    def encode_given(self, frames: Tensor) -> FrameCondition:
+        """Given frames (1, 3, g, H, W) in [-1, 1] -> the CLIP tokens of the last one and the I2V conditioning of a
+        clip that starts with them: the mask marks those g frames, the latent is of them followed by black frames
+        (InfiniteTalk gives one frame: the reference or a source frame; MultiTalk its motion frames)."""
         with self.image_encoder.active() as clip:
             dtype = next(clip.parameters()).dtype
-            clip_tokens = clip(clip_pixels(image[:, :, 0], self.spec.image_encoder.image_size).to(dtype)).float()
-        video = torch.zeros(1, 3, self.spec.clip_frames, *image.shape[-2:], device=self.device)  # (1, 3, F, H, W)
-        video[:, :, :1] = image
+            clip_tokens = clip(clip_pixels(frames[:, :, -1], self.spec.image_encoder.image_size).to(dtype)).float()
+        video = torch.zeros(1, 3, self.spec.clip_frames, *frames.shape[-2:], device=self.device)  # (1, 3, F, H, W)
+        video[:, :, : frames.shape[2]] = frames
         with self.vae.active() as vae:
             given, _ = vae.encode(video)  # (1, z, T_lat, h, w), four frames of activations at a time
-        mask = i2v_mask(given.shape[2], given.shape[3], given.shape[4], known_frames=1).to(given)  # (1, 4, T_lat, h, w)
+        mask = i2v_mask(given.shape[2], given.shape[3], given.shape[4], known_frames=frames.shape[2]).to(given)
         return FrameCondition(clip_tokens, torch.cat([mask, given], dim=1))  # (1, Li, D), (1, 4 + z, T_lat, h, w)
 
     @torch.inference_mode()
     def encode_reference(self, rgb: np.ndarray, prompt: str, negative_prompt: str) -> WanReference:
         """Reference image (uint8 (H, W, 3), framed) and prompts -> the static conditioning of the request."""
         image = pixels_to_unit_range(rgb, self.device)  # (1, 3, 1, H, W) in [-1, 1], the reference's arithmetic
-        frame = self.encode_frame(image)
+        frame = self.encode_given(image)
         return WanReference(text=self._text(prompt), negative=self._text(negative_prompt),
                             clip_tokens=frame.clip_tokens, condition=frame.condition, image=image)  # fmt: skip
 
