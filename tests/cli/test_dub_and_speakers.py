@@ -25,14 +25,16 @@ def source_video(path, seconds: float, size: str = "160x96"):
     return path
 
 
-def test_a_dub_longer_than_its_source_follows_the_speech(tmp_path):
+def test_a_dub_longer_than_its_source_follows_the_speech_in_the_file_and_live(tmp_path):
     video = source_video(tmp_path / "source.mp4", 0.6)  # 15 frames of 160x96
     speech = write_speechlike_wav(tmp_path / "speech.wav", 1.2)  # 30 frames: past the source's end its last frame
     out = tmp_path / "dub.mp4"
+    live = tmp_path / "live" / "live.m3u8"
     result = run_cli("render", "--video", str(video), "-a", str(speech), "-o", str(out), "--json", "-q",
-                     "model=wan_tiny", *FAST)  # fmt: skip
+                     "--publish", str(live), "model=wan_tiny", *FAST)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["frames"] == 30
+    assert probe(live)["frames"] == 30  # the live output got the same video
     info = probe(out)
     assert info["frames"] == 30 and info["audio_codec"] == "aac" and abs(info["audio_duration_s"] - 1.2) < 0.05
     assert (info["width"], info["height"]) == (80, 48)  # the 0.67 bucket (512 x 768 at 480p) at wan_tiny's scale
