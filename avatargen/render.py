@@ -413,6 +413,8 @@ def _render_locked(
         if pacer is not None:
             pacer.discard()  # after an error: its thread ends and its queued frames are dropped
         source.close()
+        if inputs.video is not None:
+            inputs.video.close()
     if stats.stopped:
         stop.finishing()
         partial = writer.close_partial()

@@ -84,7 +84,9 @@ def open_picture(image: Path | None, video: Path | None, config: Config, warn: C
 
     def load(fit: str) -> Reference:
         if source is not None:
-            return reference_from_rgb(source.frame(0), size, fit, warn, f"the first frame of video '{video}'")
+            first = source.frame(0)
+            source.close()  # no decoder waits while the models load; the render reads the source again
+            return reference_from_rgb(first, size, fit, warn, f"the first frame of video '{video}'")
         return load_reference(image, size, fit, warn)
 
     # a family that frames the picture itself needs no face search for a square it does not use
@@ -105,6 +107,10 @@ class FramedVideo:
 
     def frame(self, index: int) -> np.ndarray:
         return self.framing.picture(self.source.frame(index))
+
+    def close(self) -> None:
+        """Stop the source's decoder (the end of a render, or its failure)."""
+        self.source.close()
 
 
 def speaker_regions(picture: np.ndarray, boxes: list[Box], tracks: int, framing: Framing,
