@@ -28,6 +28,10 @@ class FrameSource(Protocol):
 
     def frame(self, index: int) -> np.ndarray: ...
 
+    def close(self) -> None:
+        """Stop its decoder (render.py calls it at the end of a render)."""
+        ...
+
 
 @dataclass(frozen=True)
 class RenderInputs:
