@@ -32,19 +32,20 @@ from avatargen.config.validate import idle_motion_settings
 from avatargen.errors import AvatarGenError, BadInputError, CheckpointError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.choice import reference_lips
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
-from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource, RawPcm
-from avatargen.io.image import Reference, load_reference
+from avatargen.io.image import Reference
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.encoder import Encoder
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.outputs import Output, folder_write_problem, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
-from avatargen.io.resume_store import ResumeStore, resume_folder_for
+from avatargen.io.resume_store import ResumeStore, file_digest, resume_folder_for
 from avatargen.io.targets import make_folders, name_max, nearest_existing, refuse_writing_inputs, remove_empty_folders, symlink_loop
 from avatargen.pipeline.build import build_pipeline, resolve_checkpoint, resolve_device
 from avatargen.pipeline.follower import render_as_follower
+from avatargen.pipeline.inputs import RenderInputs
 from avatargen.pipeline.schedule import checkpoint_grid
+from avatargen.render_inputs import check_request_inputs, input_digests, open_audio, open_picture, output_audio, render_inputs
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
 from avatargen.runtime.distributed import rank_failures, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
@@ -56,13 +57,29 @@ STREAM = Path("-")  # --audio - reads stdin; --output - writes MPEG-TS to stdout
 @dataclass
 class RenderRequest:
     """What the user asked for. ``audio`` ``-`` is stdin (``raw_audio`` says its format when it is not WAV);
-    ``output`` ``-`` is MPEG-TS on stdout, None is no file (live outputs only, ``output.publish``)."""
+    ``output`` ``-`` is MPEG-TS on stdout, None is no file (live outputs only, ``output.publish``). ``video``
+    instead of ``image``: dub that source video; ``extra_audio``: the further speakers' files, placed by
+    ``person_boxes`` (one per speaker, or found) and sharing the timeline by ``audio_type`` (render_inputs.py)."""
 
-    image: Path
+    image: Path | None
     audio: Path
     output: Path | None
     prompt: str = ""
     raw_audio: RawPcm | None = None
+    video: Path | None = None
+    extra_audio: tuple[Path, ...] = ()
+    person_boxes: tuple[tuple[float, float, float, float], ...] = ()
+    audio_type: str = "para"
+
+    @property
+    def audio_files(self) -> list[Path]:
+        """Every speaker's audio, the first ``audio``."""
+        return [self.audio, *self.extra_audio]
+
+    @property
+    def picture(self) -> Path:
+        """The file the picture comes from: the image, or the source video."""
+        return self.image if self.image is not None else self.video
 
     @property
     def output_file(self) -> Path | None:
@@ -96,6 +113,8 @@ def _check_request(request: RenderRequest, config: Config, resume: bool) -> None
         raise BadInputError("--resume needs an MP4 output file and an audio file; a stream (stdin/stdout) cannot be resumed")
     if request.raw_audio is not None and request.audio != STREAM:
         raise BadInputError("--audio-rate/--audio-channels describe raw PCM on stdin; use them with --audio -")
+    check_request_inputs(request.image, request.video, request.audio_files, list(request.person_boxes),
+                         request.audio_type, config)  # fmt: skip
 
 
 def names_written_beside(output: Path) -> list[str]:
@@ -128,7 +147,7 @@ def _check_output(output: Path) -> None:
 
 def _inputs(request: RenderRequest, config: Config) -> list[Path]:
     """Every file the render reads: the image, the audio file, the model's weight files."""
-    files = [request.image] + ([request.audio] if request.audio != STREAM else [])
+    files = [request.picture] + [audio for audio in request.audio_files if audio != STREAM]
     try:
         files += family_of(config).weight_files(config)
     except CheckpointError:
@@ -205,18 +224,18 @@ def compositor_for(
 
 
 def _open_inputs(request: RenderRequest, config: Config, warn: Callable[[str], None]) -> tuple[
-    np.ndarray, ReferenceCompositor | None, Any, Config
+    np.ndarray, ReferenceCompositor | None, Any, RenderInputs
 ]:  # fmt: skip
-    """The reference square, its compositor (None: none), the audio source and ``config`` with the motion frames
-    that compositing implies; the photo warning. ffmpeg reads the audio file's header in its own process (~30 ms)
-    while the image's face is searched; an image error still comes first (the audio's outcome is then not asked)."""
+    """The reference as the family reads it (the square, or the family's own framing), its compositor (None: none),
+    the audio source and the ``RenderInputs`` (a source video, the speakers' regions); the photo warning. ffmpeg
+    reads the audio file's header in its own process (~30 ms) while the image's face is searched; an image error
+    still comes first (the audio's outcome is then not asked)."""
     block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
     with ThreadPoolExecutor(max_workers=1) as pool:
         audio_file = None if request.audio == STREAM else pool.submit(
-            AudioFileSource, request.audio, config.model.sample_rate, block_samples=block,
-            min_samples=config.model.sample_rate // config.model.fps)  # fmt: skip
-        loaded = load_reference(request.image, config.model.image_size, config.pipeline.image_fit.value, warn,
-                                face=config.pipeline.face)  # fmt: skip
+            open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
+        opened = open_picture(request.image, request.video, config, warn, face=config.pipeline.face)
+        loaded = opened.loaded
         # The compositor's mouth and the photo warning both ask whether the square is a photograph: one face search.
         is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
         compositor = compositor_for(loaded, config, is_photo, warn)
@@ -225,14 +244,15 @@ def _open_inputs(request: RenderRequest, config: Config, warn: Callable[[str], N
                 warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at most a "
                      "slightly different mouth); prompts are for the models that read one (docs/model-card.md, Prompts)")  # fmt: skip
             # the bundled model knows cartoons only
-            warn_if_out_of_domain(loaded.square, f"image '{request.image}'", warn, composited=compositor is not None,
+            warn_if_out_of_domain(loaded.square, f"image '{request.picture}'", warn, composited=compositor is not None,
                                   warped=compositor is not None and compositor.mouth is not None,
                                   photo=is_photo())  # fmt: skip
         if audio_file is None:
             source = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
         else:
             source = audio_file.result()
-    return loaded.square, compositor, source, config
+    inputs = render_inputs(opened, request.audio_files, request.audio_type, list(request.person_boxes), config, warn)
+    return opened.reference, compositor, source, inputs
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -280,7 +300,7 @@ def _render(
     o = config.output
     live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
     _check_outputs_spare_inputs(request, config, live)
-    reference, compositor, source, config = _open_inputs(request, config, warn)
+    reference, compositor, source, inputs = _open_inputs(request, config, warn)
     if config.model.weights == WeightsSource.random:
         weights = "random"
         warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")
@@ -308,7 +328,7 @@ def _render(
         try:
             return _render_locked(request, cfg, config, progress_factory, warn, record_seams, resume, resume_command,
                                   stop, started, live, reference, compositor, source, weights, device, parallel,
-                                  lock)  # fmt: skip
+                                  inputs, lock)  # fmt: skip
         finally:
             if lock is not None and lock is not output_lock:
                 lock.release()
@@ -320,20 +340,21 @@ def _render_locked(
     request: RenderRequest, cfg: DictConfig, config: Config, progress_factory: Callable[[int, int | None], Any] | None,
     warn: Callable[[str], None], record_seams: bool, resume: bool, resume_command: str, stop: StopRequests,
     started: float, live: list[Output], reference: Any, compositor: ReferenceCompositor | None, source: Any,
-    weights: str, device: torch.device, parallel: Any, lock: OutputLock | None = None,
+    weights: str, device: torch.device, parallel: Any, inputs: RenderInputs, lock: OutputLock | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     # the family may choose its defaults by whether its frames are composited (the bundled one: its motion frames)
     pipeline = build_pipeline(config, device, parallel, composited=compositor is not None)
     models = pipeline.models
     # Compositing reads only the mouth region of the model's frames: only that part is decoded.
     decode_only = {"read_box": compositor.model_box()} if compositor is not None else {}
+    decode_only["inputs"] = inputs  # what shapes the work: a source video, the speakers
     if not parallel.world.is_primary:  # computes its share of what rank 0 computes; only rank 0 writes the output
         checkpoint = parallel.from_primary(None) if resume else None  # rank 0 reads the resume point
         return render_as_follower(pipeline, reference, source, request.prompt, parallel.agreed(stop.requested),
                                   resume=checkpoint, **decode_only)  # fmt: skip
 
     fps = config.model.fps
-    height, width = compositor.size if compositor is not None else (config.model.image_size, config.model.image_size)
+    height, width = compositor.size if compositor is not None else reference.shape[:2]
     grid = checkpoint_grid(pipeline.schedule, max(1, round(fps * config.output.gop_seconds)))
     file, streamed_audio = request.output_file, request.audio == STREAM
     store: ResumeStore | None = None  # checkpoints for --resume: only a file rendered from a file can be resumed
@@ -341,8 +362,10 @@ def _render_locked(
     partial = partial_path_for(file) if file is not None else None
     if file is not None and not streamed_audio:
         store = ResumeStore(file)
-        found = fingerprint(request.image, request.audio, request.prompt, cfg, config, device, models.precision.name,
+        found = fingerprint(request.picture, request.audio, request.prompt, cfg, config, device, models.precision.name,
                             parallel.layout)  # fmt: skip
+        found.update(input_digests(request.video, request.audio_files, list(request.person_boxes), request.audio_type,
+                                   file_digest))  # fmt: skip
         checkpoint = resume_point(store, found, partial, warn) if resume else None
         if checkpoint is None:
             store.reset(found)
@@ -359,7 +382,7 @@ def _render_locked(
              "(output.on_publish_failure=drop)")  # fmt: skip
 
     writer = Encoder(
-        file, width, height, fps, None if streamed_audio else request.audio,
+        file, width, height, fps, None if streamed_audio else output_audio(request.audio_files, request.audio_type),
         crf=config.output.crf, preset=config.output.preset, gop_seconds=config.output.gop_seconds,
         start_frame=start, keyframe_period=grid.period, keyframe_shift=grid.shift,
         outputs=live + ([stdout_output()] if request.output == STREAM else []),
@@ -430,6 +453,8 @@ def _render_locked(
         if pacer is not None:
             pacer.discard()  # after an error: its thread ends and its queued frames are dropped
         source.close()
+        if inputs.video is not None:
+            inputs.video.close()
     if stats.stopped or (streamed_audio and stop.requested()):  # a stream's stop ended its input
         stop.finishing()
         try:
@@ -455,7 +480,7 @@ def _render_locked(
         writer.close_partial(trim=False)
         joined = file.with_name(f".{file.stem}.joining.mp4")
         parts = [(p.file, p.end - p.start) for p in store.parts] + [(partial, writer.frames_written)]
-        join_parts(parts, request.audio, joined, fps)
+        join_parts(parts, output_audio(request.audio_files, request.audio_type), joined, fps)
         os.replace(joined, file)
         partial.unlink(missing_ok=True)
     else:

@@ -56,9 +56,8 @@ class TinyChunks:
         # Before an N chunk's start its own motion frames and the next seam's left anchors hear the audio.
         self.audio_history_frames = self.schedule.tail_frames + self.context.context_frames
 
-    def start(
-        self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats, read_box: tuple[int, int, int, int] | None
-    ) -> "TinyRun":
+    def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
+              read_box: tuple[int, int, int, int] | None, inputs: Any = None) -> "TinyRun":  # fmt: skip
         reference = self.context.encode_reference(reference_rgb, prompt)
         check_finite(reference.ref_high, "VAE", "encoding the reference image")
         check_finite(reference.ref_low, "VAE", "encoding the reference image")
