@@ -125,7 +125,7 @@ def render(
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
         raw = RawPcm(audio_rate, audio_channels or 1) if audio_rate is not None else None
-        from avatargen.render_inputs import parse_box
+        from avatargen.render.inputs import parse_box
 
         boxes = tuple(parse_box(box) for box in person_box or [])
         request = RenderRequest(image=image, audio=audio[0], output=output, prompt=prompt, raw_audio=raw, video=video,

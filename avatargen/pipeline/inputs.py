@@ -1,7 +1,7 @@
 """What a render request gives a family beyond the reference picture and the prompt (``RenderInputs``), for the
 families that read it: a source video to follow (dubbing), several audio tracks (speakers) and the regions of the
 picture they belong to, each track's statistics when the whole track is known before the render (a file). A family
-that reads none of it ignores it; render.py refuses what a family cannot take (``Family.follows_video``,
+that reads none of it ignores it; the render session refuses what a family cannot take (``Family.follows_video``,
 ``Family.speakers``) before anything is built.
 
 With several tracks the audio blocks the engine reads are (n, tracks) arrays, and ``AudioTimeline.samples`` returns
@@ -29,7 +29,7 @@ class FrameSource(Protocol):
     def frame(self, index: int) -> np.ndarray: ...
 
     def close(self) -> None:
-        """Stop its decoder (render.py calls it at the end of a render)."""
+        """Stop its decoder (the render session calls it at the end of a render)."""
         ...
 
 

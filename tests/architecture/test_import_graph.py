@@ -21,7 +21,7 @@ LAYERS = [
     {"stages"},
     {"pipeline"},
     {"families"},
-    {"resume", "render", "render_inputs", "batch", "batch_state", "progress", "eval", "data", "train"},
+    {"resume", "render", "batch", "batch_state", "progress", "eval", "data", "train"},
     {"cli", "doctor", "__main__", "__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -28,7 +28,7 @@ from avatargen.families.tiny.stages.a2v import A2VStage
 from avatargen.families.wan.stages.sampler import WanSamplerStage
 from avatargen.io.image import load_reference
 from avatargen.pipeline.build import pipeline_for, place_models
-from avatargen.render_inputs import open_audio, open_picture, render_inputs
+from avatargen.render.inputs import open_audio, open_picture, render_inputs
 from avatargen.runtime.distributed import start_parallel
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """A render request's inputs beyond one image and one audio file, opened for the engine: a source video to dub
 (``--video``), several speakers (``-a`` given again, ``--person-box``, ``--audio-type``), and the picture framed as
-the model family frames it. render.py calls these; the family reads the result as ``RenderInputs``
+the model family frames it. the render session calls these; the family reads the result as ``RenderInputs``
 (avatargen/pipeline/inputs.py). Every refusal is one line naming the fix (``BadInputError``, exit 2).
 """
 
@@ -25,7 +25,7 @@ from avatargen.io.image import Reference, load_reference, reference_from_rgb
 from avatargen.io.video_in import VideoFrames
 from avatargen.pipeline.inputs import Box, Framing, RenderInputs
 
-STREAM = Path("-")
+STREAM = Path("-")  # --audio - reads stdin; --output - writes MPEG-TS to stdout
 
 
 def parse_box(text: str) -> Box:
@@ -130,7 +130,7 @@ def speaker_regions(picture: np.ndarray, boxes: list[Box], tracks: int, framing:
 
 
 def open_audio(audio: list[Path], audio_type: str, config: Config, block: int, warn: Callable[[str], None]) -> Any:
-    """The audio source of files (stdin is opened by render.py): one file's, or the speakers' as (n, tracks)."""
+    """The audio source of files (stdin is opened by the render session): one file's, or the speakers' as (n, tracks)."""
     rate, min_samples = config.model.sample_rate, config.model.sample_rate // config.model.fps
     if len(audio) == 1:
         return AudioFileSource(audio[0], rate, block_samples=block, min_samples=min_samples)
