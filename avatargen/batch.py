@@ -40,7 +40,7 @@ from avatargen.io.targets import refuse_writing_inputs
 from avatargen.runtime.distributed import RankFailedError, ensure_process_group, full_world, solo_rank
 
 REPORT_NAME = "batch_report.json"
-JOB_KEYS = ("image", "audio", "prompt", "output", "overrides")
+JOB_KEYS = ("image", "video", "audio", "prompt", "output", "overrides", "person_boxes", "audio_type")
 
 
 @dataclass
@@ -49,11 +49,15 @@ class Job:
     A field the row does not give is None (its job cannot run: ``problem`` says why)."""
 
     index: int
-    image: Path | None
-    audio: Path | None
+    image: Path | None  # None: the job dubs ``video`` (or the row gives neither)
+    audio: Path | None  # the first speaker's file
     output: Path | None
     prompt: str = ""
     overrides: list[str] = field(default_factory=list)
+    video: Path | None = None
+    extra_audio: tuple[Path, ...] = ()  # the further speakers' files (``audio`` a list)
+    person_boxes: tuple[tuple[float, float, float, float], ...] = ()
+    audio_type: str = "para"
     problem: str | None = None  # a row that cannot run (reported as failed, the others still run)
     claim: Path | None = None  # what workers lock and mark failed for it: its output, or a bad row's hidden name
 
@@ -89,17 +93,22 @@ def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, wher
         problems.append(f"unknown column(s) {', '.join(unknown)}; valid: {', '.join(JOB_KEYS)}")
     fields: dict[str, str] = {}
     missing = []
-    for key in ("image", "audio", "output", "prompt"):
+    audio = _audio_files(row.get("audio"), problems)  # one file, or a list (CSV: ';' between) for two speakers
+    row = {**row, "audio": audio[0] if audio else ""}
+    for key in ("image", "video", "audio", "output", "prompt", "audio_type"):
         value = row.get(key)
         if value is None or value == "":
-            missing += [key] if key != "prompt" else []
+            missing += [key] if key in ("audio", "output") else []
             value = ""
         elif not isinstance(value, str):
             problems.append(f"{key} must be a string, not {type(value).__name__} ({json.dumps(value)})")
             value = ""
         fields[key] = value
+    if not fields["image"] and not fields["video"]:
+        missing.insert(0, "image (or video)")
     if missing:
-        problems.insert(0, f"missing {', '.join(missing)} (every job needs image, audio and output)")
+        problems.insert(0, f"missing {', '.join(missing)} (every job needs image or video, audio and output)")
+    boxes = _person_boxes(row.get("person_boxes"), problems)
     overrides = row.get("overrides") or []
     if isinstance(overrides, str):
         overrides = shlex.split(overrides)  # CSV: one space-separated string
@@ -111,8 +120,10 @@ def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, wher
         problems.append(f"output '{fields['output']}' is outside --out-dir '{out_dir}'; give a path inside it, or pass "
                         "--allow-outside-out-dir")  # fmt: skip
     image = base / fields["image"] if fields["image"] else None
-    audio = base / fields["audio"] if fields["audio"] else None
-    job = Job(index, image, audio, output, fields["prompt"], list(overrides))
+    video = base / fields["video"] if fields["video"] else None
+    first_audio = base / fields["audio"] if fields["audio"] else None
+    job = Job(index, image, first_audio, output, fields["prompt"], list(overrides), video=video,
+              extra_audio=tuple(base / a for a in audio[1:]), person_boxes=boxes, audio_type=fields["audio_type"] or "para")  # fmt: skip
     job.problem = f"{where}: {'; '.join(problems)}" if problems else None
     return job
 
@@ -120,6 +131,32 @@ def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, wher
 def output_identity(path: Path) -> str:
     """What tells two outputs apart: the absolute path with links and ``..`` resolved (as far as it exists)."""
     return os.path.realpath(path)
+
+
+def _audio_files(value: Any, problems: list[str]) -> list[str]:
+    """A row's ``audio``: one path, a list of paths (JSONL) or paths joined by ';' (CSV)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(";") if part.strip()]
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return list(value)
+    if value not in (None, "", []):
+        problems.append(f"audio must be a path or a list of paths (one per speaker), not {json.dumps(value)}")
+    return []
+
+
+def _person_boxes(value: Any, problems: list[str]) -> tuple[tuple[float, float, float, float], ...]:
+    """A row's ``person_boxes``: [[x0, y0, x1, y1], ...] (JSONL) or 'x0,y0,x1,y1;...' (CSV)."""
+    if value in (None, "", []):
+        return ()
+    parts = value.split(";") if isinstance(value, str) else value
+    try:
+        boxes = tuple(tuple(float(v) for v in (part.split(",") if isinstance(part, str) else part)) for part in parts)
+        if all(len(box) == 4 for box in boxes):
+            return boxes  # type: ignore[return-value]
+    except (TypeError, ValueError):
+        pass
+    problems.append(f"person_boxes must be [[x0, y0, x1, y1], ...] in pixels (CSV: x0,y0,x1,y1;...), not {json.dumps(value)}")
+    return ()
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -186,7 +223,8 @@ def _text(path: Path | None) -> str:
 
 
 def _result(job: Job, rank: int, status: str, started: float, **extra: Any) -> JobResult:
-    return JobResult(job.index, status, _text(job.output), _text(job.image), _text(job.audio), job.prompt, job.overrides,
+    audio = ";".join(str(a) for a in (job.audio, *job.extra_audio) if a is not None)
+    return JobResult(job.index, status, _text(job.output), _text(job.image or job.video), audio, job.prompt, job.overrides,
                      rank, seconds=round(time.perf_counter() - started, 3), **extra)  # fmt: skip
 
 
@@ -211,7 +249,8 @@ def run_job(
         outside = outside_out_dir(cfg, confine_to) if confine_to is not None else None
         if outside is not None:
             raise BadInputError(outside)
-        request = RenderRequest(image=job.image, audio=job.audio, output=job.output, prompt=job.prompt)
+        request = RenderRequest(image=job.image, audio=job.audio, output=job.output, prompt=job.prompt, video=job.video,
+                                extra_audio=job.extra_audio, person_boxes=job.person_boxes, audio_type=job.audio_type)  # fmt: skip
         quiet = lambda message: None if message.startswith("note: model.weights=random") else warn(message)  # noqa: E731
 
         def attempt(resume: bool) -> dict[str, Any]:
@@ -310,8 +349,9 @@ def work_through(jobs: list[Job], overrides: list[str], rank: int, solo: bool, w
 def _report_progress(job: Job, result: JobResult, rank: int, warn: Callable[[str], None]) -> None:
     who = f"worker {WORKER}" + (f" (rank {rank})" if rank else "")
     if result.status == "failed":
-        given = ", ".join(f"{name} '{path}'" for name, path in (("image", job.image), ("audio", job.audio),
-                                                                ("output", job.output)) if path is not None)  # fmt: skip
+        audio = ";".join(str(a) for a in (job.audio, *job.extra_audio) if a is not None) or None
+        named = (("image", job.image), ("video", job.video), ("audio", audio), ("output", job.output))
+        given = ", ".join(f"{name} '{path}'" for name, path in named if path is not None)
         warn(f"{who}: job {job.index} failed{f' ({given})' if given else ''}: {result.error}")
         return
     resumed = f", resumed from frame {result.resumed_from}" if result.resumed_from else ""

@@ -83,8 +83,11 @@ def _run(action: Callable[[], None], debug: bool) -> None:
 
 @app.command(epilog=EXIT_CODES)
 def render(
-    image: Path = typer.Option(..., "--image", "-i", help="Reference image (PNG, JPEG, WebP; any size and mode)."),
-    audio: Path = typer.Option(..., "--audio", "-a", help="Driving audio (wav, flac, mp3, ogg, m4a; any rate, mono or stereo); - reads WAV (or raw PCM, see --audio-rate) from stdin until it ends."),
+    image: Optional[Path] = typer.Option(None, "--image", "-i", help="Reference image (PNG, JPEG, WebP; any size and mode).", show_default=False),
+    video: Optional[Path] = typer.Option(None, "--video", help="Instead of --image: a source video to dub with the audio (its head and body motion followed, its audio replaced; models that follow a video: docs/models.md).", show_default=False),
+    audio: List[Path] = typer.Option(..., "--audio", "-a", help="Driving audio (wav, flac, mp3, ogg, m4a; any rate, mono or stereo); - reads WAV (or raw PCM, see --audio-rate) from stdin until it ends. Twice for two speakers (left first; docs/models.md)."),
+    person_box: Optional[List[str]] = typer.Option(None, "--person-box", help="Two speakers: X0,Y0,X1,Y1 (pixels of the picture) of each speaker, in the order of the -a files; default: found in the picture.", show_default=False),
+    audio_type: str = typer.Option("para", "--audio-type", help="Two speakers: para (they talk at once) or add (the first file, then the second)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml. - writes MPEG-TS to stdout (| ffplay -).", show_default=False),
     publish: Optional[List[str]] = typer.Option(None, "--publish", help="Also publish live while rendering (repeatable): DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY. Same encode as the file.", show_default=False),
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
@@ -99,7 +102,7 @@ def render(
     resume: bool = typer.Option(False, "--resume/--no-resume", help="Continue a stopped or killed render of OUTPUT from its last checkpoint (same inputs and config).", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
 ) -> None:
-    """Render IMAGE speaking AUDIO into OUTPUT, chunk by chunk, writing the MP4 while generating.
+    """Render IMAGE speaking AUDIO into OUTPUT, chunk by chunk, writing the MP4 while generating (or dub VIDEO).
 
     Ctrl-C (SIGINT) or SIGTERM finishes the current chunk, keeps OUTPUT's stem + .partial.mp4 and prints the command
     that resumes the render.
@@ -122,9 +125,14 @@ def render(
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
         raw = RawPcm(audio_rate, audio_channels or 1) if audio_rate is not None else None
-        request = RenderRequest(image=image, audio=audio, output=output, prompt=prompt, raw_audio=raw)
-        if evaluate and (request.output_file is None or str(audio) == "-"):
-            raise BadInputError("--eval measures an MP4 file against an audio file; give --output OUT.mp4 and --audio FILE")
+        from avatargen.render.inputs import parse_box
+
+        boxes = tuple(parse_box(box) for box in person_box or [])
+        request = RenderRequest(image=image, audio=audio[0], output=output, prompt=prompt, raw_audio=raw, video=video,
+                                extra_audio=tuple(audio[1:]), person_boxes=boxes, audio_type=audio_type)  # fmt: skip
+        if evaluate and (request.output_file is None or str(audio[0]) == "-" or len(audio) > 1):
+            raise BadInputError("--eval measures an MP4 file against one speaker's audio file; give --output OUT.mp4 "
+                                "and one --audio FILE")  # fmt: skip
         if evaluate:
             from avatargen.face.detector import INSTALL_HINT, face_networks_installed
 
@@ -150,7 +158,7 @@ def render(
         if evaluate:
             from avatargen.eval import evaluate_video, format_report
 
-            metrics = evaluate_video(output, audio, reference=image, seams=report["seams"] or None)
+            metrics = evaluate_video(output, audio[0], reference=image, seams=report["seams"] or None)
             report.update({k: v for k, v in metrics.items() if k not in report and k != "video"})
             if not json_out and not quiet:
                 print(format_report(metrics), file=sys.stderr)

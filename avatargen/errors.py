@@ -32,6 +32,10 @@ class ConfigError(AvatarGenError):
     exit_code = EXIT_BAD_INPUT
 
 
+class MissingExtraError(BadInputError):
+    """A model needs an optional extra that is not installed (``pip install 'avatargen[NAME]'``). Exit code 2."""
+
+
 class CheckpointError(BadInputError):
     """A checkpoint is missing, unreadable, or its tensors do not match the model. Exit code 2."""
 

@@ -1,5 +1,5 @@
 """Where time to first frame goes: the phases of a fresh ``avatargen render``, from the start of the render
-(``render._render``) to the first frame the MP4 encoder receives, median of N runs per image and source tree.
+(``RenderSession.run``) to the first frame the MP4 encoder receives, median of N runs per image and source tree.
 
 Each run is a fresh ``python -m avatargen render ... --json`` process, as a user starts it, in which the functions
 of each phase are wrapped with ``time.perf_counter`` timers before the CLI runs (the code path itself is unchanged;
@@ -40,26 +40,28 @@ REPO = Path(__file__).resolve().parents[1]
 # (label, [(module, attribute path), ...]): each target is wrapped with a timer; a label's calls are summed. The
 # labels are indented by how they nest; the top-level ones cover the render from its start to the first frame.
 PHASES: list[tuple[str, list[tuple[str, str]]]] = [
-    ("config + request checks", [("avatargen.render", "to_config"), ("avatargen.render", "_check_request"),
-                                 ("avatargen.render", "_check_outputs_spare_inputs")]),
-    ("load reference", [("avatargen.render", "load_reference")]),
+    ("config + request checks", [("avatargen.render.session", "to_config"), ("avatargen.render.session", "check_request"),
+                                 ("avatargen.render.session", "check_outputs_spare_inputs")]),
+    ("load reference", [("avatargen.render.inputs", "load_reference")]),
     ("  face detector built", [("avatargen.face.detector", "FaceDetector.__init__")]),
     ("  face search (FaceDetector.find)", [("avatargen.face.detector", "FaceDetector.find")]),
-    ("compositor", [("avatargen.render", "compositor_for")]),
-    ("  photo check (square_is_photo)", [("avatargen.render", "square_is_photo"),
-                                         ("avatargen.face.domain", "square_is_photo")]),
+    ("compositor", [("avatargen.render.session", "compositor_for")]),
+    ("  photo check (square_is_photo)", [("avatargen.render.session", "square_is_photo"),
+                                         ("avatargen.render.compositing", "square_is_photo")]),
     ("  mouth warp set-up", [("avatargen.compose.mouth_warp", "MouthWarp.__init__")]),
     ("  idle motion set-up", [("avatargen.compose.idle_motion", "IdleMotion.__init__")]),
-    ("photo warning (warn_if_out_of_domain)", [("avatargen.render", "warn_if_out_of_domain")]),
-    ("audio source opened", [("avatargen.render", "AudioFileSource.__init__")]),
-    ("device, parallel context, lock", [("avatargen.render", "resolve_device"), ("avatargen.render", "start_parallel"),
-                                        ("avatargen.render", "OutputLock.acquire")]),
-    ("build pipeline", [("avatargen.render", "build_pipeline")]),
+    ("photo warning (warn_if_out_of_domain)", [("avatargen.render.session", "warn_if_out_of_domain")]),
+    ("audio source opened", [("avatargen.render.inputs", "AudioFileSource.__init__")]),
+    ("device, parallel context, lock", [("avatargen.render.session", "resolve_device"),
+                                        ("avatargen.render.session", "start_parallel"),
+                                        ("avatargen.render.session", "OutputLock.acquire")]),
+    ("build pipeline", [("avatargen.render.session", "build_pipeline")]),
     ("  precision (runtime.dtype=auto probe)", [("avatargen.pipeline.build", "choose_precision")]),
-    ("  models built and loaded", [("avatargen.pipeline.build", "build_modules")]),
-    ("resume fingerprint + store", [("avatargen.render", "fingerprint"), ("avatargen.render", "ResumeStore.reset"),
-                                    ("avatargen.render", "ResumeStore.begin_run")]),
-    ("ffmpeg started (Encoder)", [("avatargen.render", "Encoder.__init__")]),
+    ("  models built and loaded", [("avatargen.pipeline.build", "place_models")]),
+    ("resume fingerprint + store", [("avatargen.render.session", "fingerprint"),
+                                    ("avatargen.render.session", "ResumeStore.reset"),
+                                    ("avatargen.render.session", "ResumeStore.begin_run")]),
+    ("ffmpeg started (Encoder)", [("avatargen.render.session", "Encoder.__init__")]),
     ("pipeline.render until the first frame", [("avatargen.pipeline.pipeline", "Pipeline.render")]),
     ("  reference + prompt encode", [("avatargen.families.tiny.stages.context", "ContextGenStage.encode_reference")]),
     ("  audio features", [("avatargen.families.tiny.stages.context", "ContextGenStage.audio_features")]),

@@ -94,8 +94,8 @@ def kill_tree(pid: int) -> None:
 
 
 def run_cli(*args: str, timeout: float = 300, env_extra: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``python -m avatargen ARGS`` as a user would (``env_extra`` added to the environment); returns the
-    completed process (text mode)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    """Run ``python -m avatargen ARGS`` as a user would (``env``: the whole environment instead of this one's;
+    ``env_extra`` added to it); returns the completed process (text mode)."""
+    env = {**(kwargs.pop("env", None) or {**os.environ, "PYTHONPATH": str(REPO)}), **(env_extra or {})}
     kwargs.setdefault("text", True)
     return subprocess.run([sys.executable, "-m", "avatargen", *args], capture_output=True, timeout=timeout, env=env, **kwargs)

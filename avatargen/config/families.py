@@ -39,7 +39,9 @@ class Family:
     ``weight_files(config) -> list[Path]`` the files a render reads (resume fingerprints, never overwritten);
     ``check_weights(config, folder) -> report`` (optional) checks a downloaded folder (``avatargen weights check``);
     ``parallel_work(config) -> SplittableWork`` (optional, avatargen/runtime/layout.py) what of one render its ranks
-    can split under torchrun (guidance passes, the DiT's tokens); without it the ranks split nothing.
+    can split under torchrun (guidance passes, the DiT's tokens); without it the ranks split nothing;
+    ``framing(config, height, width) -> Framing | None`` (optional) frames pictures of that size itself
+    (pipeline/inputs.py; None: the square of ``pipeline.image_fit``, the default).
     """
 
     name: str
@@ -54,6 +56,9 @@ class Family:
     composited: bool = False  # its frames are the framed face square the compositor can put back into the picture
     overlap: bool = False  # its segments can leave on a second thread while the next chunks generate
     config_dir: Path | None = None  # a folder of model options (``<option>.yaml``) it adds, beside conf/model/
+    framing: Callable[..., Any] | None = None
+    follows_video: bool = False  # it can follow a source video (``--video``: dubbing)
+    speakers: int = 1  # audio tracks it routes to as many speakers (``-a`` given that many times)
 
 
 _loaded: dict[str, Family] = {}

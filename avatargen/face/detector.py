@@ -181,6 +181,14 @@ class FaceDetector:
         points = np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float64)  # (5, 2)
         return Face((rect.left(), rect.top(), rect.right(), rect.bottom()), points, score)
 
+    def boxes(self, rgb: np.ndarray) -> list[tuple[int, int, int, int]]:
+        """Every face of an (H, W, 3) uint8 RGB image as (left, top, right, bottom), most confident first."""
+        search, scale = _search_image(np.ascontiguousarray(rgb))
+        rects, scores, _ = self._hog.run(search, 1, _FIRST_PASS_THRESHOLD)
+        order = np.argsort(scores)[::-1]
+        return [tuple(int(round(v / scale)) for v in (rects[i].left(), rects[i].top(), rects[i].right(), rects[i].bottom()))
+                for i in order]  # fmt: skip
+
     def chip(self, rgb: np.ndarray, face: Face, size: int = CHIP_SIZE) -> np.ndarray:
         """The face rotated, scaled and cropped by its five points as the ResNet sees it -> (size, size, 3) uint8."""
         return np.asarray(self._dlib.get_face_chip(np.ascontiguousarray(rgb), self._shape_of(face), size, CHIP_PADDING))

@@ -98,3 +98,27 @@ def centre_crop(rgb: np.ndarray) -> np.ndarray:
     """The largest centred square of ``rgb``."""
     left, top, side = centre_square(rgb)
     return rgb[top : top + side, left : left + side]
+
+
+class SquareFraming:
+    """The square a reference was cut from (``Reference.crop``: left, top, side in the picture's pixels), resized to
+    ``size``: how a source video's later frames and the speakers' boxes are framed like the reference
+    (``pipeline.image_fit``; the ``Framing`` of avatargen/pipeline/inputs.py)."""
+
+    def __init__(self, crop: tuple[int, int, int], size: int) -> None:
+        self.crop, self.size = crop, size
+
+    def picture(self, rgb: np.ndarray) -> np.ndarray:
+        from PIL import Image
+
+        square = crop_square(rgb, *self.crop)
+        if square.shape[0] != self.size:
+            square = np.asarray(Image.fromarray(square).resize((self.size, self.size), Image.Resampling.LANCZOS))
+        return np.ascontiguousarray(square)
+
+    def box(self, box: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+        left, top, side = self.crop
+        scale = self.size / side
+        clip = lambda v: min(max(v, 0.0), float(self.size))  # noqa: E731
+        x0, y0, x1, y1 = box
+        return clip((x0 - left) * scale), clip((y0 - top) * scale), clip((x1 - left) * scale), clip((y1 - top) * scale)

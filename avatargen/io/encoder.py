@@ -17,6 +17,7 @@ from typing import BinaryIO, Callable, Sequence
 import numpy as np
 
 from avatargen.errors import BadInputError, DiskFullError, PublishError
+from avatargen.io.audio_mix import AudioMix
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, local_file, start_ffmpeg
 from avatargen.io.outputs import MP4_MOVFLAGS, Output, mp4_output, tee_event, tee_target
 
@@ -52,7 +53,8 @@ class Encoder:
     ``on_dropped(output, reason)`` and dropped while the rest go on; otherwise its failure ends the encode and
     ``write`` raises ``PublishError``.
 
-    The audio track is ``audio_path`` from ``start_frame / fps`` on, in full (no ``-shortest``): the caller writes
+    The audio track is ``audio_path`` (a file, or an ``AudioMix`` of several speakers' files) from
+    ``start_frame / fps`` on, in full (no ``-shortest``): the caller writes
     round(duration * fps) frames so both tracks end within one frame of each other; ``close_partial()`` (a render
     stopped early) trims the audio to the video. Or, with ``audio_pipe=True``, the caller streams it as 48 kHz
     stereo s16le PCM through ``write_audio`` (audio read from stdin). ``start_frame`` is the timeline frame of the
@@ -69,7 +71,7 @@ class Encoder:
         width: int,
         height: int,
         fps: int,
-        audio_path: str | Path | None,
+        audio_path: str | Path | AudioMix | None,
         crf: int = 20,
         preset: str = "veryfast",
         gop_seconds: float = 1.0,
@@ -97,8 +99,10 @@ class Encoder:
         self._closed = False
         self._failure: Exception | None = None  # why ffmpeg died mid-write; close() raises it again
 
-        if audio_path is not None and not Path(audio_path).is_file():
-            raise BadInputError(f"audio file '{audio_path}' does not exist; check the path")
+        mix = audio_path if isinstance(audio_path, AudioMix) or audio_path is None else AudioMix((Path(audio_path),))
+        for file in mix.paths if mix is not None else ():
+            if not Path(file).is_file():
+                raise BadInputError(f"audio file '{file}' does not exist; check the path")
         if self.path is not None:
             if self.path.is_dir():
                 raise BadInputError(f"output path '{self.path}' is a folder; give a file name such as out.mp4")
@@ -112,17 +116,19 @@ class Encoder:
         self._audio_feed: AudioFeed | None = None
         pass_fds: tuple[int, ...] = ()
         audio_input: list[str] = []
+        audio_map = ["-map", "1:a:0"]
         if audio_pipe:
             read_fd, write_fd = os.pipe()
             audio_input = ["-f", "s16le", "-ar", str(ENCODER_AUDIO_RATE), "-ac", "2", "-i", f"pipe:{read_fd}"]
             pass_fds = (read_fd,)
             self._audio_feed = AudioFeed(os.fdopen(write_fd, "wb", buffering=0))  # owns (and closes) write_fd
-        elif audio_path is not None:
+        elif mix is not None:
             # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
-            audio_input = (["-ss", f"{self.start_frame / self.fps:.6f}"] if self.start_frame else []) + ["-i", local_file(audio_path)]
+            audio_input, audio_map = mix.ffmpeg_args(1, self.start_frame / self.fps)
         progress_read, progress_write = os.pipe()
         args = ["-progress", f"pipe:{progress_write}", "-stats_period", "0.1"]
-        args += self._ffmpeg_args(audio_input, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period, keyframe_shift)
+        args += self._ffmpeg_args(audio_input, audio_map, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period,
+                                  keyframe_shift)  # fmt: skip
         stdout = sys.stdout.fileno() if any(o.kind == "stdout" for o in self.outputs) else None
         if stdout is not None:
             sys.stdout.flush()
@@ -159,12 +165,13 @@ class Encoder:
                 f"cannot write to output folder '{folder}' ({err.strerror}); choose a writable folder"
             ) from None
 
-    def _ffmpeg_args(self, audio_input: list[str], crf: int, preset: str, keyint: int, period: int, shift: int) -> list[str]:
+    def _ffmpeg_args(self, audio_input: list[str], audio_map: list[str], crf: int, preset: str, keyint: int, period: int,
+                     shift: int) -> list[str]:  # fmt: skip
         args = ["-v", "error", "-y",
                 "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{self.width}x{self.height}",
                 "-framerate", str(self.fps), "-i", "pipe:0"]  # fmt: skip
         if audio_input:
-            args += [*audio_input, "-map", "0:v:0", "-map", "1:a:0",
+            args += [*audio_input, "-map", "0:v:0", *audio_map,
                      "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE)]  # fmt: skip
         else:
             args += ["-map", "0:v:0"]  # the tee muxer needs its streams named

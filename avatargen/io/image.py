@@ -80,14 +80,25 @@ def load_reference(
         rgb = _to_rgb(_open(path, fit), path)
     except ValueError as err:  # a mode Pillow cannot convert to RGB (e.g. LAB without a color profile)
         raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {_FIX}") from None
+    return reference_from_rgb(rgb, size, fit, warn, f"image '{path}'", face)
+
+
+def reference_from_rgb(
+    rgb: np.ndarray,
+    size: int,
+    fit: str = "crop",
+    warn: Callable[[str], None] | None = None,
+    name: str = "the picture",
+    face: int | None = None,
+) -> Reference:
+    """``load_reference`` of a picture already decoded (uint8 (H, W, 3) RGB, upright): a source video's first frame;
+    ``face`` as there."""
     height, width = rgb.shape[:2]
     if min(height, width) < MIN_SIDE:
-        raise BadInputError(
-            f"image '{path}' is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}"
-        )
+        raise BadInputError(f"{name} is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}")
     number, face = face, None
     if fit == "face":
-        square, face, crop, rgb = frame_face(rgb, warn or _print_warning, f"image '{path}'", number=number)
+        square, face, crop, rgb = frame_face(rgb, warn or _print_warning, name, number=number)
     elif fit == "crop":
         square, crop = centre_crop(rgb), centre_square(rgb)
     else:

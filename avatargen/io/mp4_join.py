@@ -14,6 +14,7 @@ import signal
 import struct
 from pathlib import Path
 
+from avatargen.io.audio_mix import AudioMix
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, local_file, start_ffmpeg
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, disk_full_error
 from avatargen.io.outputs import MP4_MOVFLAGS
@@ -66,12 +67,13 @@ def video_packets(path: Path) -> int:
     return int(counts[-1])
 
 
-def join_parts(parts: list[tuple[Path, int]], audio: Path, output: Path, fps: int) -> None:
+def join_parts(parts: list[tuple[Path, int]], audio: Path | AudioMix, output: Path, fps: int) -> None:
     """Write ``output``: the first ``frames`` video frames of each ``(part, frames)`` in order, then the audio, cut at
     the end of the video.
 
     The parts' video is stream-copied (their encoder settings are identical and each starts with an IDR frame, so
-    the joined stream decodes exactly as the parts do); the audio is ``audio`` encoded like ``Encoder`` does.
+    the joined stream decodes exactly as the parts do); the audio is ``audio`` (a file or an ``AudioMix``) encoded
+    like ``Encoder`` does.
     """
     # The concat listing names the parts by links with plain names in a folder of their own: a path in the listing
     # would be read as a URL (a protocol prefix) or break the listing (a quote, a newline), whatever it holds.
@@ -88,12 +90,13 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path, output: Path, fps: in
     listing = links / "parts.ffconcat"
     listing.write_text("\n".join(lines) + "\n")
     total_s = sum(frames for _, frames in parts) / fps
+    audio_input, audio_map = (audio if isinstance(audio, AudioMix) else AudioMix((Path(audio),))).ffmpeg_args(1)
     try:
         proc = start_ffmpeg(
             # -copyts: the concat demuxer shifts its timestamps by the first part's start time, which the AAC priming of
             # its audio makes -21 ms; copied as they are, the video starts at 0 as an uninterrupted render's does.
-            ["-v", "error", "-y", "-copyts", "-f", "concat", "-i", local_file(listing), "-i", local_file(audio),
-             "-map", "0:v:0", "-map", "1:a:0", "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE),
+            ["-v", "error", "-y", "-copyts", "-f", "concat", "-i", local_file(listing), *audio_input,
+             "-map", "0:v:0", *audio_map, "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE),
              "-t", f"{total_s:.6f}", "-movflags", MP4_MOVFLAGS, "-f", "mp4", local_file(output)]
         )  # fmt: skip
         stderr = StderrTail(proc)

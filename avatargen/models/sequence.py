@@ -6,7 +6,9 @@ forward, asks it for the span of the ``L`` tokens this process computes. It then
 places only:
 
 - ``span.take(t, dim)``: this process's tokens of a per-token tensor (the patch embeddings, RoPE tables);
-- ``span.attend(q, k, v)``: self-attention of its queries over the keys and values of the whole sequence;
+- ``span.attend(q, k, v)``: self-attention of its queries over the keys and values of the whole sequence
+  (``span.attend_summing_heads`` also sums a function of the whole sequence's queries and keys over all heads, as
+  two-speaker routing needs: under sequence parallelism each rank holds some heads, and the sum is all-reduced);
 - ``span.start``: the global index of its first token (for anything that depends on a token's position, e.g. which
   latent frame it belongs to);
 - ``span.gather(t, dim)``: the whole sequence back, after the last block.
@@ -18,8 +20,14 @@ model's ``sequence`` with one that splits the tokens over ranks (Ulysses) when a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+# queries and keys of the whole sequence for some of the heads, (B, length, h, D) each -> their sum over those h heads
+# (a tensor whose shape does not depend on h)
+HeadSum = Callable[[Tensor, Tensor], Tensor]
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -48,6 +56,11 @@ class TokenSpan:
         """Self-attention of this span's queries over the whole sequence: q/k/v (B, local, H, D) of this span's
         tokens -> (B, local, H*D)."""
         return attention(q, k, v)
+
+    def attend_summing_heads(self, q: Tensor, k: Tensor, v: Tensor, per_heads: HeadSum) -> tuple[Tensor, Tensor]:
+        """``attend``, and ``per_heads`` of the whole sequence's queries and keys summed over all heads (the same on
+        every process)."""
+        return attention(q, k, v), per_heads(q, k)
 
     def gather(self, tokens: Tensor, dim: int) -> Tensor:
         """The whole sequence from every process's span of ``tokens`` (padding dropped): ``length`` along ``dim``."""

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from avatargen.pipeline.audio_timeline import AudioTimeline
+from avatargen.pipeline.inputs import RenderInputs
 from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import RollingState
 from avatargen.pipeline.stats import RenderStats
@@ -79,11 +80,12 @@ class ChunkSteps(Protocol):
     audio_context_frames: int  # audio frames its steps read past a chunk's end (the span waits for them)
     audio_history_frames: int  # audio frames before an N chunk's start that it or later steps still read
 
-    def start(
-        self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats, read_box: tuple[int, int, int, int] | None
-    ) -> ChunkRun:
-        """The init phase of one request: the reference (uint8 (S, S, 3)) and prompt encoded once.
+    def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
+              read_box: tuple[int, int, int, int] | None, inputs: RenderInputs) -> ChunkRun:  # fmt: skip
+        """The init phase of one request: the reference (uint8 (H, W, 3), framed) and prompt encoded once.
 
         ``read_box`` (y0, y1, x0, x1) in model-frame pixels is all the sinks read of each frame (None: all of it);
-        a family may compute only that part (the frames' other pixels are then zero)."""
+        a family may compute only that part (the frames' other pixels are then zero). ``inputs``: a source video,
+        several audio tracks and their regions, the tracks' statistics (pipeline/inputs.py); a family that takes
+        none of them (``Family.follows_video``, ``Family.speakers``) is never handed them."""
         ...

@@ -22,6 +22,9 @@ def render_as_follower(
         stats = pipeline.render(reference, source, [NullSink()], prompt, should_stop=should_stop, **render_options)
     finally:
         source.close()
+        inputs = render_options.get("inputs")
+        if inputs is not None and inputs.video is not None:
+            inputs.video.close()
     duration = stats.frames / pipeline.config.model.fps
     wall = stats.wall_s
     # The same keys as the primary's report, so any caller can print it; "output" says who wrote the video.

@@ -21,6 +21,7 @@ from avatargen.io.sink import FrameSink
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.family import ChunkRun, ChunkSteps, PlacedModels
+from avatargen.pipeline.inputs import RenderInputs
 from avatargen.pipeline.overlap import EmitThread, split_threads
 from avatargen.pipeline.schedule import CheckpointGrid, Emit, IChunk, NChunk, Step
 from avatargen.pipeline.state import RollingState
@@ -57,6 +58,7 @@ class Pipeline:
         on_checkpoint: Callable[[RenderCheckpoint], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         read_box: tuple[int, int, int, int] | None = None,
+        inputs: RenderInputs | None = None,
     ) -> RenderStats:
         """Render the whole audio stream into ``sinks``; returns timing and counts.
 
@@ -66,14 +68,16 @@ class Pipeline:
         before returning). ``should_stop`` is asked between steps (never inside one): when it says so the render
         returns early with ``stopped`` set, every frame it emitted already handed to the sinks.
         ``read_box`` (y0, y1, x0, x1), in model-frame pixels, is all the sinks read of each frame (None: the whole
-        frame); a family may compute only that part, the frames' other pixels then being zero.
+        frame); a family may compute only that part, the frames' other pixels then being zero. ``inputs``: what the
+        request gives beyond the picture and the prompt (a source video, several audio tracks: pipeline/inputs.py);
+        with several tracks ``audio_blocks`` are (n, tracks) arrays.
         With ``overlap`` every segment after the first reaches the sinks (and ``on_progress``, ``on_checkpoint``)
         from a second thread, in the same order, while this one generates the next chunks.
         """
         started = time.perf_counter()
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
         with stats.timed("init"):
-            run = self.steps.start(reference_rgb, prompt, stats, read_box)
+            run = self.steps.start(reference_rgb, prompt, stats, read_box, inputs or RenderInputs())
         audio = AudioTimeline(
             audio_blocks, self.config.model.sample_rate, self.config.model.fps, self.steps.audio_context_frames
         )

@@ -12,6 +12,8 @@ forward over ``L`` tokens on ``P`` ranks:
   the padding is cut off (a padded token is never a key: this is the mask, and the attention over exactly ``L`` keys
   is the single-process one), attention runs, and a second ``all_to_all_single`` returns C tokens x H heads. Heads
   that ``P`` does not divide are padded with zero heads (their output is dropped);
+- two-speaker routing (``attend_summing_heads``) reads a sum over every head of the whole sequence's queries and
+  keys: each rank computes its heads' share between the two exchanges and one ``all_reduce`` sums the shares;
 - after the last block the slices are all-gathered (``all_gather_single``) and the padding dropped.
 
 Per block a rank sends and receives ``4 C H D`` values (q, k, v out, the output back), against ``L / P`` tokens of
@@ -31,7 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from avatargen.models.sequence import TokenSequence, TokenSpan, attention, has_token_sequence
+from avatargen.models.sequence import HeadSum, TokenSequence, TokenSpan, attention, has_token_sequence
 
 
 # torch >= 2.13 names it all_gather_single (all_gather_into_tensor, its older name, now warns)
@@ -44,7 +46,7 @@ class UlyssesSpan(TokenSpan):
     def __init__(self, length: int, group: Any, rank: int, size: int):
         local = -(-length // size)  # C = ceil(L / P)
         super().__init__(length, start=rank * local, local=local)
-        self.group, self.size = group, size
+        self.group, self.rank, self.size = group, rank, size
 
     def take(self, tokens: Tensor, dim: int) -> Tensor:
         dim = dim % tokens.dim()
@@ -56,8 +58,21 @@ class UlyssesSpan(TokenSpan):
         return part
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        b, c, heads, d = q.shape  # (B, C, H, D)
-        p = self.size
+        heads = q.shape[2]
+        q, k, v = self._heads_of_whole_sequence(q, k, v)  # (B, L, H/P, D) each
+        return self._tokens_of_all_heads(attention(q, k, v), heads, q.shape[3])  # (B, C, H*D)
+
+    def attend_summing_heads(self, q: Tensor, k: Tensor, v: Tensor, per_heads: HeadSum) -> tuple[Tensor, Tensor]:
+        heads = q.shape[2]
+        q, k, v = self._heads_of_whole_sequence(q, k, v)  # (B, L, H/P, D) each
+        own = min(q.shape[2], max(0, heads - self.rank * q.shape[2]))  # this rank's real heads (not the zero padding)
+        summed = per_heads(q[:, :, :own], k[:, :, :own]).contiguous()  # this rank's heads' share
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=self.group)  # every head's, on every rank
+        return self._tokens_of_all_heads(attention(q, k, v), heads, q.shape[3]), summed
+
+    def _heads_of_whole_sequence(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, C, H, D) each, this rank's tokens of every head -> (B, L, H/P, D) each, every token of its heads."""
+        heads, p = q.shape[2], self.size
         group_heads = -(-heads // p)
         qkv = torch.stack([q, k, v])  # (3, B, C, H, D)
         if group_heads * p != heads:
@@ -66,7 +81,12 @@ class UlyssesSpan(TokenSpan):
         received = torch.empty_like(send)  # slot i: rank i's C tokens of this rank's heads
         dist.all_to_all_single(received, send, group=self.group)
         q, k, v = received.permute(1, 2, 0, 3, 4, 5).flatten(2, 3)[:, :, : self.length].unbind(0)  # (B, L, H/P, D)
-        out = attention(q, k, v).unflatten(2, (group_heads, d))  # (B, L, H/P, D)
+        return q, k, v
+
+    def _tokens_of_all_heads(self, out: Tensor, heads: int, head_dim: int) -> Tensor:
+        """Attention output (B, L, H/P*D) of this rank's heads -> (B, C, H*D) of its own tokens."""
+        p, c = self.size, self.local
+        out = out.unflatten(2, (-1, head_dim))  # (B, L, H/P, D)
         out = F.pad(out, (0, 0, 0, 0, 0, c * p - self.length))  # (B, P*C, H/P, D)
         send = out.unflatten(1, (p, c)).transpose(0, 1).contiguous()  # (P, B, C, H/P, D): slot i to rank i
         received = torch.empty_like(send)  # slot j: rank j's heads of this rank's C tokens

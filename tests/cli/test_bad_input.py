@@ -77,7 +77,7 @@ def test_bad_image_exits_2_with_one_line(tmp_path, speech_wav, kind):
 
 
 def test_a_bad_image_is_reported_before_a_bad_audio_file(tmp_path):
-    # the audio file is checked beside the image (render._open_inputs): the image's error still comes first
+    # the audio file is checked beside the image (RenderSession.open_inputs): the image's error still comes first
     image, audio, out = _bad_image("corrupt", tmp_path), _bad_audio("corrupt", tmp_path), tmp_path / "o.mp4"
     _assert_bad_input(run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(out), *FAST), out, image.name)
 

@@ -5,12 +5,16 @@ saves ``OUT/LAYOUT.npz``: the frames the sinks got, the latents every DiT sampli
 the layout the render resolved. ``render_layout`` is the same render in the calling process (one rank: the
 single-process reference).
 
+The ``conversation`` layouts dub a source video with two speakers (MultiTalk's routing): every rank opens the files
+in ``OUT`` (``write_conversation``) through the production readers, as every rank of a ``torchrun`` render does.
+
 The latents are read by wrapping the sampler's ``sample`` here, in test code: production code has no test hooks.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,10 +23,12 @@ import soundfile as sf
 import torch
 
 from avatargen.config.loader import load_config, to_config
+from avatargen.io.ffmpeg import ffmpeg_exe
 from avatargen.families.tiny.stages.a2v import A2VStage
 from avatargen.families.wan.stages.sampler import WanSamplerStage
 from avatargen.io.image import load_reference
 from avatargen.pipeline.build import pipeline_for, place_models
+from avatargen.render.inputs import open_audio, open_picture, render_inputs
 from avatargen.runtime.distributed import start_parallel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,17 +45,42 @@ LAYOUTS: dict[str, list[str]] = {
     "guidance_x_sequence": [*WAN, "runtime.sequence_parallel=2", "runtime.guidance_parallel=true"],
     "bundled_single": BUNDLED,
     "bundled_sequence": [*BUNDLED, "runtime.sequence_parallel=2"],
+    "conversation_single": WAN,
+    "conversation_sequence": [*WAN, "runtime.sequence_parallel=auto", "runtime.guidance_parallel=false"],
+    "conversation_guidance": [*WAN, "runtime.sequence_parallel=1", "runtime.guidance_parallel=true"],
 }
+# a conversation: a 96 x 96 source video (the square bucket: 80 x 80 frames, 100 tokens a clip and 125 a seam window
+# as above), its left and right halves the two speakers
+SOURCE, SPEAKER_FILES = "source.mp4", ("left.wav", "right.wav")
+BOXES = [(0.0, 0.0, 48.0, 96.0), (48.0, 0.0, 96.0, 96.0)]
 
 
-def render_layout(layout: str) -> dict[str, np.ndarray | dict]:
+def write_conversation(folder: Path) -> None:
+    """The source video and the two speakers' files of the ``conversation`` layouts, into ``folder``."""
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-y", "-f", "lavfi", "-i", f"testsrc=size=96x96:rate=25:duration={SECONDS}",
+                    "-c:v", "libx264", "-pix_fmt", "yuv420p", str(folder / SOURCE)], check=True)  # fmt: skip
+    wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")
+    n = int(SECONDS * rate)
+    sf.write(folder / SPEAKER_FILES[0], wave[:n], rate)
+    sf.write(folder / SPEAKER_FILES[1], wave[n : 2 * n] * (np.arange(n) > n // 2), rate)  # the right one joins later
+
+
+def render_layout(layout: str, folder: Path | None = None) -> dict[str, np.ndarray | dict]:
     """The frames (T, H, W, 3) uint8, the DiT's latents (every sampling's, concatenated on time) and the resolved
-    layout of one render of ``layout`` over this process's world."""
+    layout of one render of ``layout`` over this process's world (``folder``: the conversation's files)."""
     torch.set_num_threads(1)
     config = to_config(load_config(LAYOUTS[layout]))
     parallel = start_parallel(config, torch.device("cpu"))
-    square = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, "crop").square
-    wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")
+    if layout.startswith("conversation"):
+        assert folder is not None, "a conversation layout reads the files of write_conversation"
+        speakers = [folder / name for name in SPEAKER_FILES]
+        opened = open_picture(None, folder / SOURCE, config, print)
+        inputs = render_inputs(opened, speakers, "para", BOXES, config, print)
+        reference, audio = opened.reference, open_audio(speakers, "para", config, 4000, print)
+    else:
+        reference = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, "crop").square
+        wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")
+        inputs, audio = None, [wave[: int(SECONDS * rate)]]
     latents: list[torch.Tensor] = []
     samplers = [(WanSamplerStage, "sample", WanSamplerStage.sample), (A2VStage, "generate", A2VStage.generate)]
 
@@ -71,17 +102,20 @@ def render_layout(layout: str) -> dict[str, np.ndarray | dict]:
             def write(self, batch: np.ndarray) -> None:
                 frames.extend(frame.copy() for frame in batch)
 
-        pipeline_for(config, models, composited=False).render(square, [wave[: int(SECONDS * rate)]], [Frames()])
+        pipeline_for(config, models, composited=False).render(reference, audio, [Frames()], inputs=inputs)
     finally:
         for stage, name, original in samplers:
             setattr(stage, name, original)
+        if inputs is not None:  # the source video's and the speakers' decoders
+            inputs.video.close()
+            audio.close()
     return {"frames": np.stack(frames), "latents": torch.cat(latents, dim=2).numpy(),
             "layout": parallel.layout.report()}  # fmt: skip
 
 
 def main(out: Path, layouts: list[str]) -> None:
     for layout in layouts:
-        result = render_layout(layout)
+        result = render_layout(layout, out)
         if torch.distributed.get_rank() == 0:
             np.savez(out / f"{layout}.npz", frames=result["frames"], latents=result["latents"],
                      layout=json.dumps(result["layout"]))  # fmt: skip

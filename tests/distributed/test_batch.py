@@ -144,7 +144,7 @@ def test_a_bad_row_is_reported_with_the_fields_it_gives_not_folders(tmp_path):
     assert run_batch(jobs, tmp_path / "out", FAST, warn=said.append) == 2
     (line,) = [message for message in said if "job 0 failed" in message]
     assert f"(audio '{tmp_path / 'a.wav'}')" in line and "image '" not in line and "output '" not in line, line
-    assert "missing image, output" in line
+    assert "missing image (or video), output" in line
     report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
     assert report["jobs"][0]["image"] == "" and report["jobs"][0]["output"] == ""
 
@@ -161,3 +161,38 @@ def test_a_jobs_file_where_the_report_goes_is_refused_before_it_is_overwritten(t
     with pytest.raises(BadInputError, match="is the input .*batch_report.json'; writing it would destroy the input"):
         run_batch(jobs, out, FAST, warn=lambda message: None)
     assert jobs.read_bytes() == before
+
+
+def test_rows_that_dub_a_video_or_give_two_speakers(tmp_path):
+    """The row forms of --video, -a twice, --person-box and --audio-type (JSONL lists, CSV ';'), rendered."""
+    import subprocess
+
+    from avatargen.batch import run_batch
+    from avatargen.io.ffmpeg import ffmpeg_exe
+
+    make_inputs(tmp_path / "in")
+    write_speechlike_wav(tmp_path / "in" / "b.wav", 0.3)
+    write_speechlike_wav(tmp_path / "in" / "short.wav", 0.5)
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25:duration=0.4",
+                    "-pix_fmt", "yuv420p", str(tmp_path / "in" / "src.mp4")], check=True)  # fmt: skip
+    (tmp_path / "jobs.csv").write_text(
+        "image,audio,output,person_boxes,audio_type\n"
+        "in/face.png,in/short.wav;in/b.wav,csv.mp4,\"0,0,150,300;150,0,300,300\",add\n"
+    )
+    (csv_job,) = read_jobs(tmp_path / "jobs.csv", tmp_path / "out")
+    assert csv_job.problem is None and csv_job.extra_audio == (tmp_path / "in" / "b.wav",) and csv_job.audio_type == "add"
+    assert csv_job.person_boxes == ((0, 0, 150, 300), (150, 0, 300, 300))
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("\n".join(json.dumps(row) for row in [
+        {"video": "in/src.mp4", "audio": "in/short.wav", "output": "dub.mp4"},
+        {"image": "in/face.png", "audio": ["in/short.wav", "in/b.wav"], "output": "two.mp4", "audio_type": "add",
+         "person_boxes": [[0, 0, 150, 300], [150, 0, 300, 300]]},
+        {"image": "in/face.png", "audio": ["in/short.wav", "in/b.wav"], "output": "bad.mp4",
+         "person_boxes": [[0, 0, 150, 300]]},
+    ]) + "\n")  # fmt: skip
+    out = tmp_path / "out"
+    code = run_batch(jobs, out, ["model=wan_tiny", "model.wan.sampling_steps=1", *FAST], warn=lambda _: None)
+    report = json.loads((out / "batch_report.json").read_text())
+    assert code == 2 and [j["status"] for j in report["jobs"]] == ["ok", "ok", "failed"]
+    assert "1 --person-box for 2 audio file" in report["jobs"][2]["error"]
+    assert probe(out / "dub.mp4")["frames"] == 13 and probe(out / "two.mp4")["frames"] == 20  # 0.5 s, then 0.3 s

@@ -45,7 +45,7 @@ class DiscChunks:
         self.audio_context_frames = 0
         self.audio_history_frames = self.schedule.tail_frames
 
-    def start(self, reference_rgb: np.ndarray, prompt: str, stats: Any, read_box: Any) -> "DiscRun":
+    def start(self, reference_rgb: np.ndarray, prompt: str, stats: Any, read_box: Any, inputs: Any = None) -> "DiscRun":
         return DiscRun(self.config, reference_rgb.reshape(-1, 3).mean(axis=0), self.schedule.tail_frames)
 
 

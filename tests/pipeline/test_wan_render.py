@@ -69,9 +69,12 @@ class _Frames:
         self.frames.append(frames)
 
 
-def test_colour_correction_moves_each_clip_to_the_reference_colours():
+def test_colour_correction_moves_every_frame_to_the_reference_lab_statistics():
+    """On by default as in the reference (``model.wan.color_correction=1``): every frame's Lab mean is the
+    reference's (scikit-image's Lab as the oracle); ``0`` turns it off."""
     import numpy as np
     import torch
+    from skimage.color import rgb2lab
 
     from avatargen.config.loader import load_config, to_config
     from avatargen.pipeline.build import place_models, pipeline_for
@@ -80,19 +83,21 @@ def test_colour_correction_moves_each_clip_to_the_reference_colours():
     torch.set_num_threads(1)
     reference = np.zeros((64, 64, 3), dtype=np.uint8)
     reference[:], reference[16:48, 16:48] = (190, 110, 70), (120, 170, 60)  # warm, a green square: far from mid-grey
+    target = rgb2lab(reference / 255.0).reshape(-1, 3).mean(axis=0)
     audio = [np.sin(np.arange(8000) / 10).astype(np.float32)]  # 0.5 s
-    means = {}
-    for corrected in (False, True):
-        config = to_config(load_config(["model=wan_tiny", f"model.wan.color_correction={str(corrected).lower()}"]))
+    distance = {}
+    for strength in ("0", "1"):
+        config = to_config(load_config(["model=wan_tiny", f"model.wan.color_correction={strength}",
+                                        "model.wan.sampling_steps=1"]))  # fmt: skip
         models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
         sink = _Frames()
         pipeline_for(config, models).render(reference, audio, [sink])
-        video = np.concatenate(sink.frames).astype(float)  # (T, 64, 64, 3)
+        video = np.concatenate(sink.frames)  # (T, 64, 64, 3)
         assert video.shape[0] == 13
-        means[corrected] = video.mean(axis=(0, 1, 2))
-    target = reference.reshape(-1, 3).astype(float).mean(axis=0)
-    assert np.abs(means[True] - target).max() < 3.0  # each channel's mean within 3 levels of the reference's
-    assert np.abs(means[False] - target).max() > 20.0  # untrained weights alone are nowhere near it
+        means = np.stack([rgb2lab(frame / 255.0).reshape(-1, 3).mean(axis=0) for frame in video])  # (T, 3)
+        distance[strength] = np.abs(means - target).max()
+    assert distance["1"] < 1.5  # L, a, b within 1.5 of the reference's in every frame (uint8 rounding, clipping)
+    assert distance["0"] > 10.0  # untrained weights alone are nowhere near it
 
 
 def test_block_offload_streams_the_dit_and_umt5_and_gives_the_same_frames():
@@ -148,20 +153,72 @@ def test_the_first_clip_starts_from_the_reference_as_one_given_frame():
     from avatargen.pipeline.build import place_models, pipeline_for
     from avatargen.families.wan.chunks import to_uint8
     from avatargen.runtime.distributed import ParallelContext, world_info
-    from avatargen.families.tiny.stages.context import image_to_tensor
+    from avatargen.families.wan.framing import pixels_to_unit_range
 
     torch.set_num_threads(1)
     reference = np.zeros((64, 64, 3), dtype=np.uint8)
     reference[:], reference[8:40, 20:52] = (200, 90, 60), (40, 160, 210)
-    config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2"]))
+    config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2", "model.wan.color_correction=0"]))
     models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
     sink = _Frames()
     pipeline_for(config, models).render(reference, [np.sin(np.arange(8000) / 10).astype(np.float32)], [sink])  # 0.5 s
     video = np.concatenate(sink.frames)
     assert video.shape[0] == 13  # one clip, every frame of it shown (the given frame is the video's first)
     with torch.inference_mode(), models.vae.active() as vae:
-        latent, _ = vae.encode(image_to_tensor(reference, torch.device("cpu"))[:, :, None])  # (1, z, 1, 8, 8)
+        latent, _ = vae.encode(pixels_to_unit_range(reference, torch.device("cpu")))  # (1, z, 1, 8, 8)
         round_trip = to_uint8(vae.decode(latent)[0])[0]  # (64, 64, 3): the reference through the VAE
     assert np.array_equal(video[0], round_trip)
     # Only that one frame is given: the rest of the clip is generated, not the reference held still.
     assert all(np.abs(frame.astype(int) - round_trip).mean() > 2.0 for frame in video[1:])
+
+
+def test_bfloat16_renders_on_a_cpu():
+    """``model.wan.dtype=bfloat16`` (InfiniteTalk's dtype) renders on a CPU: every model runs in the dtype its
+    weights need (the CLIP tower's LayerNorms failed with a mixed-dtype error)."""
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.pipeline.build import place_models, pipeline_for
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    config = to_config(load_config(["model=wan_tiny", "model.wan.dtype=bfloat16", "model.wan.sampling_steps=1"]))
+    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    assert next(models.dit.model.parameters()).dtype == torch.bfloat16
+    sink = _Frames()
+    pipeline_for(config, models).render(np.full((64, 64, 3), 128, dtype=np.uint8), [np.zeros(4000, np.float32)], [sink])
+    assert np.concatenate(sink.frames).shape == (6, 64, 64, 3)
+
+
+def test_multitalk_conditions_each_later_clip_on_its_motion_frames():
+    """``model=multitalk``'s long-video loop (``model.wan.clip_condition=motion``): a clip after the first is
+    conditioned on its motion frames (the I2V mask marks them, the CLIP tokens are the last one's), not on the
+    reference as InfiniteTalk's are; the first clip is the same."""
+    import numpy as np
+    import torch
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.families.wan.stages.context import WanContextStage
+    from avatargen.pipeline.build import place_models, pipeline_for
+    from avatargen.runtime.distributed import ParallelContext, world_info
+
+    torch.set_num_threads(1)
+    reference = np.zeros((64, 64, 3), dtype=np.uint8)
+    reference[:], reference[8:40, 20:52] = (200, 90, 60), (40, 160, 210)
+    audio = [np.sin(np.arange(12000) / 10).astype(np.float32)]  # 0.75 s: 19 frames, two clips
+    videos, given = {}, []
+    original = WanContextStage.encode_given
+    WanContextStage.encode_given = lambda self, frames: given.append(frames.shape[2]) or original(self, frames)
+    try:
+        for mode in ("reference", "motion"):
+            config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1", f"model.wan.clip_condition={mode}"]))
+            models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+            sink = _Frames()
+            pipeline_for(config, models).render(reference, audio, [sink])
+            videos[mode] = np.concatenate(sink.frames).astype(int)
+    finally:
+        WanContextStage.encode_given = original
+    assert given == [1, 1, 5]  # the reference (each render), then the 5 motion frames of the second clip
+    assert np.array_equal(videos["motion"][:13], videos["reference"][:13])
+    assert np.abs(videos["motion"][13:] - videos["reference"][13:]).mean() > 0.1  # one step of untrained weights

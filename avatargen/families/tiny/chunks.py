@@ -70,9 +70,8 @@ class TinyChunks:
         """SR for the first segment's frames (``first``) or any later segment's."""
         return self.sr if first else SRStage(self.models.fast("sr"), self.sr.max_batch_frames)
 
-    def start(
-        self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats, read_box: tuple[int, int, int, int] | None
-    ) -> "TinyRun":
+    def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
+              read_box: tuple[int, int, int, int] | None, inputs: Any = None) -> "TinyRun":  # fmt: skip
         reference = self.context.encode_reference(reference_rgb, prompt)
         check_finite(reference.ref_high, "VAE", "encoding the reference image")
         check_finite(reference.ref_low, "VAE", "encoding the reference image")

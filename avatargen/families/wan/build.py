@@ -13,7 +13,7 @@ from torch import nn
 
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.families.wan.config import WanConfig, WanModelConfig
-from avatargen.errors import CheckpointError
+from avatargen.errors import CheckpointError, MissingExtraError
 from avatargen.families.wan.models.clip_vision import CLIPVisionTower
 from avatargen.families.wan.models.dit import WanDiT
 from avatargen.families.wan.models.specs import WanFamilySpec, family_spec
@@ -33,6 +33,21 @@ from avatargen.families.wan.stages.sampler import Guidance, guidance_passes
 from avatargen.families.wan.stages.text import Tokenizer, tokenizer_for
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+WAN_EXTRA = "pip install 'avatargen[wan]'"
+
+
+def require_wan_extra(config: Config) -> None:
+    """MissingExtraError (exit 2, one line) when the ``wan`` extra is not installed: transformers runs wav2vec2 and
+    the umT5 tokenizer. Imported here, at build time: a config check (``avatargen config``) never needs it."""
+    try:
+        import transformers  # noqa: F401
+    except ModuleNotFoundError as error:
+        if error.name != "transformers" and not str(error.name or "").startswith("transformers."):
+            raise
+        raise MissingExtraError(
+            f"model={config.model.name} needs transformers (wav2vec2 and the umT5 tokenizer), which is not installed: "
+            f"{WAN_EXTRA}"
+        ) from None
 
 
 @dataclass
@@ -85,6 +100,7 @@ def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
     run = DTYPES[wan.dtype.value]
     folder = wav2vec2_folder_config(root, wan) if root is not None else None
     # transformers takes seconds to import: only a build reads it, never a config check (``avatargen config``)
+    require_wan_extra(config)
     from avatargen.families.wan.models.wav2vec2 import Wav2Vec2Encoder, wav2vec2_config
 
     audio_config = wav2vec2_config(spec, folder)
@@ -102,7 +118,8 @@ def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
         WanPart("image_encoder", lambda: CLIPVisionTower(spec.image_encoder),
                 weights(2, pth("image_encoder", wan.image_encoder_prefix)), run, streamed=False),
         WanPart("vae", lambda: WanVAE(spec.vae), weights(3, pth("vae")), torch.float32, streamed=False),
-        WanPart("dit", lambda: WanDiT(spec.dit), weights(4, lambda: dit_source(root, wan)), run, streamed=True),
+        WanPart("dit", lambda: WanDiT(spec.dit, wan.fp32_time_head), weights(4, lambda: dit_source(root, wan)), run,
+                streamed=True),
     ]  # fmt: skip
 
 

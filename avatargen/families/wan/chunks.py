@@ -5,7 +5,16 @@ memory (the engine, avatargen/pipeline/pipeline.py, runs them).
 ``motion_frames`` (9) frames are the last frames of the previous clip, re-encoded by the VAE and pinned, and the rest
 (72) are new. The first clip is conditioned as InfiniteTalk does it: on the reference as one given frame (its latent
 pinned, the I2V mask marking only the first frame), so all its 81 frames are shown, the first being the reference
-through the VAE. Every clip's I2V conditioning is the reference's (mask on frame 0, the latent of [image, black]).
+through the VAE. Every clip's I2V conditioning (mask on frame 0, the latent of [image, black], the CLIP tokens) is
+the reference's; when dubbing (``RenderInputs.video``) it is the source frame at the clip's first frame instead,
+InfiniteTalk's sparse-frame video-to-video: the motion frames carry the motion on, the source frame every 72 frames
+steers the head and body to the source's.
+
+**Two speakers** (``RenderInputs.tracks == 2``): each clip's audio windows are computed per speaker and the DiT
+routes them by the speakers' regions (MultiTalk's person masks and label RoPE, models/speakers.py).
+
+**Colour.** Every decoded frame is moved to the reference's Lab statistics (``model.wan.color_correction``,
+colour.py) before it is shown, so the next clip's motion frames are the corrected frames, as in the reference.
 
 **I chunks** (``pipeline.interpolate=true``; off by default for Wan models, docs/models.md). The schedule is
 ``ChunkSchedule``'s: N0 -> N1 -> I0 -> N2 -> I1 -> ... The I chunk of the seam between clips k and k+1 regenerates
@@ -50,27 +59,22 @@ from avatargen.config.families import interpolates
 from avatargen.config.schema import Config
 from avatargen.errors import ResumeMismatchError
 from avatargen.families.wan.build import WanModelSet
-from avatargen.families.wan.config import WanConfig
+from avatargen.families.wan.colour import ColourTarget, match_and_blend
+from avatargen.families.wan.config import WanAudioFeatures, WanClipCondition, WanConfig, negative_prompt, sampling_shift
+from avatargen.families.wan.framing import pixels_to_unit_range
 from avatargen.families.wan.latents import packed_latents, packed_window, trimmed
-from avatargen.families.wan.models.conditioning import given_latents_mask
+from avatargen.families.wan.models.conditioning import given_latents_mask, person_masks
 from avatargen.families.wan.models.vae import VAEStream
-from avatargen.families.wan.stages.context import WanContextStage, WanReference
+from avatargen.families.wan.stages.audio import WanAudioStage
+from avatargen.families.wan.stages.context import FrameCondition, WanContextStage, WanReference
 from avatargen.families.wan.stages.sampler import Guidance, WanSamplerStage
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.family import ChunkRun
+from avatargen.pipeline.inputs import RenderInputs
 from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.pipeline.stats import RenderStats, check_finite
 from avatargen.runtime.memory import map_large_allocations
-
-
-def match_colours(video: Tensor, reference: Tensor) -> Tensor:
-    """``video`` (1, 3, T, H, W) with each channel's mean and standard deviation moved to the reference image's
-    (1, 3, 1, H, W): the colour drift of long videos corrected against the reference (``model.wan.color_correction``)."""
-    dims = (2, 3, 4)
-    mean, std = video.mean(dims, keepdim=True), video.std(dims, keepdim=True)
-    ref_mean, ref_std = reference.mean(dims, keepdim=True), reference.std(dims, keepdim=True)
-    return ((video - mean) / (std + 1e-5) * ref_std + ref_mean).clamp(-1.0, 1.0)
 
 
 def to_uint8(video: Tensor) -> np.ndarray:
@@ -102,38 +106,68 @@ class WanChunks:
         # Frames shown that later steps read: the next clip's motion frames, the next seam's left anchor.
         self.held_frames = max(self.motion_frames, wan.anchor_frames + 1 if self.schedule.interpolate else 0)
         context_frames = round(wan.audio_context_s * model.fps)
-        self.context = WanContextStage(
-            spec, models.audio_encoder, models.text_encoder, models.image_encoder, models.vae, models.tokenizer,
-            config.seed, model.fps, context_frames,
-        )  # fmt: skip
+        self.context = WanContextStage(spec, models.text_encoder, models.image_encoder, models.vae, models.tokenizer,
+                                       config.seed)  # fmt: skip
         guidance = Guidance(wan.text_guide_scale, wan.audio_guide_scale)
-        self.sampler = WanSamplerStage(models.dit, wan.sampling_steps, wan.sampling_shift, guidance, models.guidance)
+        self.sampler = WanSamplerStage(models.dit, wan.sampling_steps, sampling_shift(model), guidance, models.guidance)
         self.device = models.vae.device
         self.audio_context_frames = context_frames
         # Audio frames before a clip's start that later steps still hear (motion frames, the seam window's start).
         back = max(self.motion_frames, self.schedule.seam_left + wan.anchor_frames + 1 if self.schedule.interpolate else 0)
-        self.audio_history_frames = back + context_frames
+        # Whole-file features are computed per grid window of feature_window_s: a clip (or a resumed render's first
+        # clip) may need its window's audio from the window's start, so that much more is kept (61 s: 3.9 MB).
+        window = round(wan.feature_window_s * model.fps) if wan.audio_features == WanAudioFeatures.whole else 0
+        self.audio_history_frames = back + context_frames + window
 
-    def start(
-        self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats, read_box: tuple[int, int, int, int] | None
-    ) -> "WanRun":
+    def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
+              read_box: tuple[int, int, int, int] | None, inputs: RenderInputs | None = None) -> "WanRun":  # fmt: skip
         map_large_allocations()  # freed tensors leave at once: the peak does not depend on the duration
-        wan = self.config.model.wan
-        reference = self.context.encode_reference(reference_rgb, prompt, wan.negative_prompt)
+        model = self.config.model
+        wan, inputs = model.wan, inputs or RenderInputs()
+        reference = self.context.encode_reference(reference_rgb, prompt, negative_prompt(model))
         check_finite(reference.condition, "Wan VAE", "encoding the reference image")
         check_finite(reference.text, "umT5 text encoder", "encoding the prompt")
         check_finite(reference.clip_tokens, "CLIP image encoder", "encoding the reference image")
-        return WanRun(self, reference, stats)
+        whole_file = wan.audio_features == WanAudioFeatures.whole and inputs.track_stats is not None
+        audio = WanAudioStage(self.models.audio_encoder, model.sample_rate, model.fps, wan.audio_features,
+                              max(1, round(wan.feature_window_s * model.fps)), self.audio_context_frames,
+                              self.clip_frames, inputs.tracks, inputs.track_stats() if whole_file else None)  # fmt: skip
+        masks = None
+        if inputs.tracks > 1:
+            height, width = reference_rgb.shape[:2]
+            latent = reference.condition.shape[-2:]
+            masks = person_masks(list(inputs.regions), height, width, tuple(latent)).to(self.device)  # (3, h, w)
+        return WanRun(self, reference, stats, audio, inputs.video, masks)
 
 
 class WanRun(ChunkRun):
     """One render of a Wan-family model: its conditioning, its decoder stream and the last frames it showed."""
 
-    def __init__(self, chunks: WanChunks, reference: WanReference, stats: RenderStats):
+    def __init__(self, chunks: WanChunks, reference: WanReference, stats: RenderStats, audio: WanAudioStage,
+                 video: Any = None, masks: Tensor | None = None):  # fmt: skip
         self.chunks, self.reference, self.stats = chunks, reference, stats
+        self.audio, self.video, self.masks = audio, video, masks
         self.step = chunks.step
         self.stream: VAEStream | None = None
         self.shown: LatentWindow | None = None  # pixels (1, 3, held, H, W) of the last frames shown
+        strength = chunks.config.model.wan.color_correction
+        self.colour = ColourTarget.of(reference.image) if strength > 0 else None
+        self._source: tuple[int, FrameCondition] | None = None  # the source frame's conditioning last encoded
+
+    def _frame_condition(self, frame: int, given: Tensor | None = None) -> FrameCondition:
+        """The image conditioning of a window that starts at timeline frame ``frame``: the reference's, or when
+        dubbing the source video's frame there (encoded once per clip); with ``model.wan.clip_condition=motion``
+        (MultiTalk) a clip's own given frames ``given`` (1, 3, m, H, W), its motion frames."""
+        if given is not None and self.chunks.config.model.wan.clip_condition == WanClipCondition.motion:
+            return self.chunks.context.encode_given(given)
+        if self.video is None or frame == 0:
+            return self.reference.frame_condition
+        if self._source is None or self._source[0] != frame:
+            image = pixels_to_unit_range(self.video.frame(frame), self.chunks.device)  # (1, 3, 1, H, W)
+            condition = self.chunks.context.encode_given(image)
+            check_finite(condition.condition, "Wan VAE", f"encoding source frame {frame}")
+            self._source = (frame, condition)
+        return self._source[1]
 
     # -- generation ------------------------------------------------------------------------------------------------
 
@@ -147,15 +181,18 @@ class WanRun(ChunkRun):
         seam = kind == "I"
         where = f"in {'the seam after clip' if seam else 'clip'} {index}"
         with self.stats.timed("context"):
-            window_audio = chunks.context.audio_windows(audio, start, start + frames)  # (1, frames, 5, L, C)
+            window_audio = self.audio.windows(audio, start, start + frames)  # (1, [2,] frames, 5, L, C)
             check_finite(window_audio, "wav2vec2 audio encoder", where)
+            image = self._frame_condition(start, given if kind == "N" and index > 0 else None)
             with chunks.models.vae.active() as vae:
                 given_latents, _ = vae.encode(given)  # (1, z, 1 + (g - 1) / 4, h, w): a new stream per window
             latent_frames = 1 + (frames - 1) // self.step
             noise = chunks.context.noise(index, (1, given_latents.shape[1], latent_frames, *given_latents.shape[3:]), seam=seam)
-            mask_and_given = None if condition is None else condition(given_latents)  # a seam: both ends given
+            mask_and_given = image.condition if condition is None else condition(given_latents)  # seam: both ends
         with self.stats.timed("a2v"):
-            latents = chunks.sampler.sample(self.reference, window_audio, given_latents, noise, end=end, condition=mask_and_given)
+            latents = chunks.sampler.sample(self.reference, window_audio, given_latents, noise, end=end,
+                                            condition=mask_and_given, clip_tokens=image.clip_tokens,
+                                            person_masks=self.masks)  # fmt: skip
         check_finite(latents, "Wan DiT", where)
         return latents  # (1, z, T, h, w)
 
@@ -229,8 +266,9 @@ class WanRun(ChunkRun):
         video = torch.cat(parts, dim=2)
         del parts
         check_finite(video, "Wan VAE", "decoding")
-        if self.chunks.config.model.wan.color_correction:
-            video = match_colours(video, self.reference.image)
+        if self.colour is not None:
+            with self.stats.timed("colour"):
+                video = match_and_blend(video, self.colour, self.chunks.config.model.wan.color_correction)
         return video, stream
 
     def frames(self, segment: Segment, step: Emit) -> Iterator[np.ndarray]:

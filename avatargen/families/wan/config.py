@@ -17,6 +17,37 @@ from avatargen.errors import ConfigError
 WAN_DIR = "Wan2.1-I2V-14B-480P"
 
 
+# The reference's default negative prompt (MeiGen-AI's wan/configs/wan_multitalk_14B.py ``sample_neg_prompt``),
+# which both generate scripts use since neither passes one.
+REFERENCE_NEGATIVE_PROMPT = (
+    "bright tones, overexposed, static, blurred details, subtitles, style, works, paintings, images, static, overall "
+    "gray, worst quality, low quality, JPEG compression residue, ugly, incomplete, extra fingers, poorly drawn hands, "
+    "poorly drawn faces, deformed, disfigured, misshapen limbs, fused fingers, still picture, messy background, three "
+    "legs, many people in the background, walking backwards"
+)
+
+
+class WanFraming(Enum):
+    """How the reference picture becomes the model's frame."""
+
+    bucket = "bucket"  # the reference's: nearest aspect-ratio bucket, resized to cover, centre-cropped
+    square = "square"  # the square of pipeline.image_fit (face / crop / pad), model.image_size a side
+
+
+class WanAudioFeatures(Enum):
+    """What wav2vec2 hears at once."""
+
+    whole = "whole"  # the reference's: the whole file (windows of feature_window_s), normalised over the whole file
+    clip = "clip"  # each clip's window alone (audio_context_s on each side), normalised per window
+
+
+class WanClipCondition(Enum):
+    """What each clip after the first is conditioned on (its I2V mask and latent, its CLIP tokens)."""
+
+    reference = "reference"  # InfiniteTalk: the reference image (dubbing: the source frame at the clip's start)
+    motion = "motion"  # MultiTalk: its motion frames (the CLIP tokens of the last one)
+
+
 class WanDtype(Enum):
     """The dtype the Wan models run in (the checkpoints ship bf16)."""
 
@@ -46,14 +77,20 @@ class WanModelConfig:
     tokenizer: Optional[str] = f"{WAN_DIR}/google/umt5-xxl"  # a tokenizer folder; null = byte-level (wan_tiny)
     lora: List[str] = field(default_factory=list)  # LoRA files merged into the DiT at load (paths as given)
     lora_scale: float = 1.2  # InfiniteTalk's --lora_scale default
-    # Sampling (InfiniteTalk's defaults at 480p).
+    # Sampling (InfiniteTalk's defaults).
     sampling_steps: int = 40
-    sampling_shift: float = 7.0  # t' = s t / (1 + (s - 1) t); InfiniteTalk uses 11 at 720p
+    sampling_shift: Optional[float] = None  # t' = s t / (1 + (s - 1) t); null: the reference's 7 at 480p, 11 at 720p
     text_guide_scale: float = 5.0  # 1 with the step-distilled LoRAs (then two DiT passes per step, not three)
     audio_guide_scale: float = 4.0  # 2 with the step-distilled LoRAs
-    negative_prompt: str = ""
-    audio_context_s: float = 1.0  # audio wav2vec2 hears on each side of a clip (features never span the whole file)
-    color_correction: bool = False  # match each clip's colour statistics to the reference image (long videos drift)
+    negative_prompt: Optional[str] = None  # null: the reference's default (REFERENCE_NEGATIVE_PROMPT); "" none
+    # The reference's defaults, each overridable (docs/models.md, "Defaults").
+    framing: WanFraming = WanFraming.bucket
+    color_correction: float = 1.0  # strength of the reference's Lab match to the reference image per frame; 0 off
+    audio_features: WanAudioFeatures = WanAudioFeatures.whole
+    feature_window_s: float = 60.0  # whole: a file up to this long is one wav2vec2 pass, as the reference's
+    audio_context_s: float = 1.0  # audio wav2vec2 hears past a window's ends (clip; whole beyond one window)
+    fp32_time_head: bool = True  # the time embedding, its projection and the output head in fp32, as the reference
+    clip_condition: WanClipCondition = WanClipCondition.reference  # multitalk: motion (its long-video loop)
     # I chunks (with pipeline.interpolate=true; off by default for Wan models, docs/models.md), in video frames,
     # multiples of the VAE's 4-frame latent step: the seam around each clip boundary, anchors on each side of it.
     seam_frames: int = 8
@@ -69,6 +106,20 @@ class WanConfig(ModelConfig):
     checkpoint: Optional[str] = "weights/"
     image_size: int = 640
     wan: WanModelConfig = field(default_factory=WanModelConfig)
+
+
+def sampling_shift(model: WanConfig) -> float:
+    """``model.wan.sampling_shift``, or the reference's default for the table ``model.image_size`` selects."""
+    from avatargen.families.wan.framing import is_720p
+
+    if model.wan.sampling_shift is not None:
+        return model.wan.sampling_shift
+    return 11.0 if is_720p(model.image_size) else 7.0
+
+
+def negative_prompt(model: WanConfig) -> str:
+    """``model.wan.negative_prompt``, or the reference's default negative prompt when it is null."""
+    return REFERENCE_NEGATIVE_PROMPT if model.wan.negative_prompt is None else model.wan.negative_prompt
 
 
 def validate_wan(config: Config) -> None:
@@ -89,7 +140,9 @@ def validate_wan(config: Config) -> None:
     require(model.image_size % unit == 0, f"model.image_size ({model.image_size}) must be a multiple of {unit} for model.wan.spec={wan.spec} (VAE stride x DiT patch)")
     require(model.sample_rate == 16000, f"model.sample_rate must be 16000 for a Wan model (wav2vec2 hears 16 kHz), got {model.sample_rate}")
     require(wan.sampling_steps >= 1, "model.wan.sampling_steps must be >= 1")
-    require(wan.sampling_shift > 0, "model.wan.sampling_shift must be > 0")
+    require(wan.sampling_shift is None or wan.sampling_shift > 0, "model.wan.sampling_shift must be > 0 (or null: 7 at 480p, 11 at 720p)")
+    require(0.0 <= wan.color_correction <= 1.0, f"model.wan.color_correction ({wan.color_correction}) is a strength in [0, 1] (0: off)")
+    require(wan.feature_window_s >= 1.0, "model.wan.feature_window_s must be >= 1 (seconds wav2vec2 hears at once)")
     require(wan.text_guide_scale >= 0 and wan.audio_guide_scale >= 0, "model.wan.text_guide_scale and audio_guide_scale must be >= 0")
     require(wan.lora_scale >= 0, "model.wan.lora_scale must be >= 0")
     require(wan.audio_context_s >= 0, "model.wan.audio_context_s must be >= 0 (seconds)")

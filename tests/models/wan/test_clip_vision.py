@@ -35,6 +35,19 @@ def test_tower_matches_transformers_clip_vision_at_the_block_wan_reads() -> None
     assert (got - expected).abs().max().item() <= 1e-4
 
 
+def test_bf16_weights_run_on_a_cpu_close_to_fp32() -> None:
+    """``model.wan.dtype=bfloat16`` (the checkpoints' dtype): the tower's LayerNorms compute in fp32 with the bf16
+    weights upcast, as the reference's autocast does, so a CPU runs it (it failed with a mixed-dtype error)."""
+    torch.manual_seed(0)
+    tower = CLIPVisionTower(clip_params("clip_tiny")).eval()
+    pixels = clip_pixels(torch.rand(1, 3, 32, 32) * 2 - 1, tower.params.image_size)
+    with torch.no_grad():
+        full = tower(pixels)
+        half = tower.to(torch.bfloat16)(pixels.bfloat16())
+    assert half.dtype == torch.bfloat16
+    assert (half.float() - full).abs().max().item() <= 0.05 * full.abs().max().item()
+
+
 def test_vit_h_14_has_the_checkpoint_visual_tensors() -> None:
     """Every ``visual.*`` tensor of models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth, prefix removed."""
     with torch.device("meta"):

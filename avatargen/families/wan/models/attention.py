@@ -5,7 +5,7 @@
 - :class:`CrossAttention` (``cross_attn``): queries attend to the text tokens and, for I2V, separately to the CLIP
   image tokens (``k_img`` / ``v_img``); the two results are summed before the output projection.
 - :class:`AudioCrossAttention` (``audio_cross_attn``, InfiniteTalk/MultiTalk): the tokens of each latent frame
-  attend only to that frame's audio tokens.
+  attend only to that frame's audio tokens; with two speakers, through MultiTalk's label RoPE (``speakers.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from avatargen.families.wan.models.layers import RMSNorm, apply_rope
-from avatargen.models.sequence import TokenSpan, attention, span_of_frames, whole_frames
+from avatargen.families.wan.models.speakers import rope_1d, speaker_key_positions
+from avatargen.models.sequence import HeadSum, TokenSpan, attention, span_of_frames, whole_frames
 
 
 class _NormedQKVAttention(nn.Module):
@@ -50,12 +51,20 @@ class _NormedQKVAttention(nn.Module):
 class SelfAttention(_NormedQKVAttention):
     """Full self-attention over the video tokens with q/k RMS norm and 3D RoPE."""
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], tokens: TokenSpan) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], tokens: TokenSpan, per_heads: HeadSum | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """``x`` (B, L, dim) the span's tokens, ``rope`` (cos, sin) each (L, head_dim/2) at their positions ->
-        (B, L, dim); their queries attend to the keys of the whole sequence (``tokens.attend``)."""
+        (B, L, dim); their queries attend to the keys of the whole sequence (``tokens.attend``). With ``per_heads``
+        (two-speaker routing), also its sum over all heads of the rotated queries and keys of the whole sequence
+        (``tokens.attend_summing_heads``; under sequence parallelism each rank holds some heads), else None."""
         q = self.queries(x)  # (B, L, H, D)
         k, v = self.keys_values(x)  # (B, L, H, D) each
-        return self.o(tokens.attend(apply_rope(q, *rope), apply_rope(k, *rope), v))  # (B, L, dim)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if per_heads is None:
+            return self.o(tokens.attend(q, k, v)), None  # (B, L, dim)
+        out, summed = tokens.attend_summing_heads(q, k, v, per_heads)  # (B, L, H*D), per_heads' shape
+        return self.o(out), summed
 
 
 class CrossAttention(_NormedQKVAttention):
@@ -83,9 +92,11 @@ class CrossAttention(_NormedQKVAttention):
 
 
 class AudioCrossAttention(nn.Module):
-    """InfiniteTalk's per-frame audio attention (one speaker): latent frame ``f``'s tokens attend to its audio tokens.
+    """InfiniteTalk's per-frame audio attention: latent frame ``f``'s tokens attend to its audio tokens.
 
-    No q/k norm; ``kv_linear`` maps the audio tokens to keys and values at once (keys first).
+    No q/k norm; ``kv_linear`` maps the audio tokens to keys and values at once (keys first). With two speakers
+    (``positions`` given) the queries are rotated by each token's label position and the audio tokens (speaker 1's,
+    then speaker 2's) by their speaker's (MultiTalk's label RoPE, ``speakers.py``).
     """
 
     def __init__(self, dim: int, heads: int, audio_dim: int) -> None:
@@ -95,21 +106,37 @@ class AudioCrossAttention(nn.Module):
         self.kv_linear = nn.Linear(audio_dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, audio: Tensor, frame_tokens: int | None = None, start: int = 0) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        audio: Tensor,
+        frame_tokens: int | None = None,
+        start: int = 0,
+        positions: Tensor | None = None,
+    ) -> Tensor:
         """``x`` (B, L, dim): tokens ``[start, start + L)`` of the F*S video tokens (S = ``frame_tokens`` per latent
-        frame; None: all of them), ``audio`` (B, F, Na, audio_dim) -> (B, L, dim)."""
+        frame; None: all of them), ``audio`` (B, F, Na, audio_dim), ``positions`` (L,) the label positions of these
+        tokens with two speakers or None -> (B, L, dim)."""
         b, f = audio.shape[:2]
         if frame_tokens is None or (start == 0 and x.shape[1] == f * frame_tokens):
-            return self._per_frame(x.reshape(b * f, -1, x.shape[-1]), audio).reshape(b, -1, x.shape[-1])  # (B, L, dim)
+            out = self._per_frame(x.reshape(b * f, -1, x.shape[-1]), audio, positions)  # (B*F, S, dim)
+            return out.reshape(b, -1, x.shape[-1])  # (B, L, dim)
         # a span of the sequence (sequence parallelism): its frames, whole, then its own tokens of them
         grouped, first = whole_frames(x, start, frame_tokens)  # (B, n, S, dim)
         n = grouped.shape[1]
+        if positions is not None:  # grouped as the tokens are (the padding's positions are never read back)
+            positions = whole_frames(positions[None, :, None], start, frame_tokens)[0].flatten()  # (n*S,)
         frames = torch.arange(first, first + n, device=audio.device).clamp(max=f - 1)  # a padded tail repeats the last
-        out = self._per_frame(grouped.flatten(0, 1), audio[:, frames]).unflatten(0, (b, n))  # (B, n, S, dim)
+        out = self._per_frame(grouped.flatten(0, 1), audio[:, frames], positions).unflatten(0, (b, n))  # (B, n, S, dim)
         return span_of_frames(out, start, x.shape[1])  # (B, L, dim)
 
-    def _per_frame(self, x: Tensor, audio: Tensor) -> Tensor:
-        """``x`` (B*F, S, dim) grouped by latent frame, ``audio`` (B, F, Na, audio_dim) -> (B*F, S, dim)."""
+    def _per_frame(self, x: Tensor, audio: Tensor, positions: Tensor | None) -> Tensor:
+        """``x`` (B*F, S, dim) grouped by latent frame, ``audio`` (B, F, Na, audio_dim), ``positions`` (F*S,) or
+        None -> (B*F, S, dim)."""
         q = self.q_linear(x).unflatten(-1, (self.heads, -1))  # (B*F, S, H, D)
+        if positions is not None:
+            q = rope_1d(q.reshape(audio.shape[0], -1, *q.shape[2:]), positions).reshape(q.shape)  # rotated per token
         k, v = self.kv_linear(audio.flatten(0, 1)).unflatten(-1, (2, self.heads, -1)).unbind(2)  # (B*F, Na, H, D)
+        if positions is not None:
+            k = rope_1d(k, speaker_key_positions(k.shape[1] // 2, k.device))
         return self.proj(attention(q, k, v))  # (B*F, S, dim)

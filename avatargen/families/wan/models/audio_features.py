@@ -43,9 +43,34 @@ def video_frame_count(samples: int, fps: float, sample_rate: int = SAMPLE_RATE) 
     return int(samples / sample_rate * fps)
 
 
+def normalise_with(samples: Tensor, mean: float, variance: float) -> Tensor:
+    """``do_normalize`` with statistics of a longer stretch (the whole file): ``(x - mean) / sqrt(var + 1e-7)``,
+    computed in float64 like the reference's numpy step, returned fp32."""
+    return ((samples.double() - mean) / (variance + 1e-7) ** 0.5).float()
+
+
 @torch.no_grad()
+def encode_frames(encoder: nn.Module, normalised: Tensor, frames: int) -> Tensor:
+    """Normalised waveform (B, N) -> features of every transformer layer at ``frames`` steps: (B, frames, layers, C).
+
+    The conv encoder's frames are resampled (linear, ends aligned) to ``frames`` before the transformer, inserted
+    with a forward hook on transformers' conv feature encoder so that its public forward runs."""
+    if frames < 1:
+        raise ValueError(f"audio of {normalised.shape[-1]} samples gives no video frame")
+
+    def resample(_module: nn.Module, _inputs: tuple, conv: Tensor) -> Tensor:
+        return resample_frames(conv.transpose(1, 2), frames).transpose(1, 2)  # (B, C, frames)
+
+    hook = encoder.feature_extractor.register_forward_hook(resample)
+    try:
+        out = encoder(normalised, output_hidden_states=True)
+    finally:
+        hook.remove()
+    return torch.stack(out.hidden_states[1:], dim=2)  # (B, frames, layers, hidden): outputs of layers 1..L
+
+
 def wav2vec2_frame_features(encoder: nn.Module, samples: Tensor, fps: float = 25.0, normalise: bool = True) -> Tensor:
-    """Waveform -> per-video-frame features of every transformer layer.
+    """Waveform -> per-video-frame features of every transformer layer, as the reference's ``get_embedding``.
 
     Args:
         encoder: a transformers ``Wav2Vec2Model`` (in eval mode).
@@ -59,16 +84,7 @@ def wav2vec2_frame_features(encoder: nn.Module, samples: Tensor, fps: float = 25
     frames = video_frame_count(samples.shape[-1], fps)
     if frames < 1:
         raise ValueError(f"audio of {samples.shape[-1]} samples is shorter than one video frame at {fps} fps")
-
-    def resample(_module: nn.Module, _inputs: tuple, conv: Tensor) -> Tensor:
-        return resample_frames(conv.transpose(1, 2), frames).transpose(1, 2)  # (B, C, frames)
-
-    hook = encoder.feature_extractor.register_forward_hook(resample)
-    try:
-        out = encoder(normalise_waveform(samples) if normalise else samples.float(), output_hidden_states=True)
-    finally:
-        hook.remove()
-    return torch.stack(out.hidden_states[1:], dim=2)  # (B, frames, layers, hidden): outputs of layers 1..L
+    return encode_frames(encoder, normalise_waveform(samples) if normalise else samples.float(), frames)
 
 
 def frame_windows(features: Tensor, start: int, stop: int, window: int = FEATURE_WINDOW) -> Tensor:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avatargen.families.wan.models.layers import FP32LayerNorm
 from avatargen.families.wan.models.named_specs import lookup_spec
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -60,13 +61,6 @@ CLIP_SPECS: dict[str, CLIPVisionParams] = {
 def clip_params(name: str, **overrides: object) -> CLIPVisionParams:
     """A named spec (``CLIP_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
     return replace(lookup_spec(CLIP_SPECS, name, "CLIP"), **overrides)
-
-
-class FP32LayerNorm(nn.LayerNorm):
-    """LayerNorm in fp32, returned in the input's dtype."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return super().forward(x.float()).type_as(x)
 
 
 class SelfAttention(nn.Module):

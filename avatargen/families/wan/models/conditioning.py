@@ -40,3 +40,16 @@ def i2v_input(noisy: Tensor, mask: Tensor, given_latent: Tensor) -> Tensor:
     -> (B, 36, T, h, w)."""
     mask = mask.to(noisy.dtype).expand(noisy.shape[0], -1, -1, -1, -1)
     return torch.cat([noisy, mask, given_latent.to(noisy.dtype)], dim=1)
+
+
+def person_masks(boxes: list[tuple[float, float, float, float]], height: int, width: int,
+                 latent_size: tuple[int, int]) -> Tensor:  # fmt: skip
+    """Two speakers' regions as MultiTalk's ``ref_target_masks``: each box (x0, y0, x1, y1) in the frame's pixels
+    filled (coordinates truncated, as the reference's ``int()``), then the background (in no box), each resized
+    (nearest) to the latent grid: (len(boxes) + 1, h, w) of 0/1."""
+    masks = torch.zeros(len(boxes) + 1, height, width)
+    for k, (x0, y0, x1, y1) in enumerate(boxes):
+        masks[k, int(y0) : int(y1), int(x0) : int(x1)] = 1.0
+    masks[-1] = (masks[:-1].sum(0) == 0).float()
+    resized = torch.nn.functional.interpolate(masks[None], size=latent_size, mode="nearest")[0]
+    return (resized > 0).float()

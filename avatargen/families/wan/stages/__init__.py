@@ -1,1 +1,2 @@
-"""The Wan family's stages: the context (prompts, CLIP tokens, audio windows), the guided sampler, the tokenizers."""
+"""The Wan family's stages: the reference and audio context (prompts, CLIP tokens, audio windows), the guided clip
+sampler, the prompt tokenizers."""

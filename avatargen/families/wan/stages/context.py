@@ -1,5 +1,5 @@
 """Wan context: the reference conditioning once per request (prompt states, CLIP tokens, the I2V mask and latent),
-then per clip the wav2vec2 feature windows of its frames and its seeded noise."""
+a source frame's conditioning per clip when dubbing, and each clip's seeded noise (the audio: ``audio.py``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from avatargen.families.wan.models.audio_features import frame_windows, wav2vec2_frame_features
+from avatargen.families.wan.framing import pixels_to_unit_range
 from avatargen.families.wan.models.clip_vision import clip_pixels
 from avatargen.families.wan.models.conditioning import i2v_mask
 from avatargen.families.wan.models.specs import WanFamilySpec
 from avatargen.modules import Module
-from avatargen.stages.inputs import AudioSamples, image_to_tensor
 from avatargen.families.wan.stages.text import Tokenizer
+
+
+@dataclass
+class FrameCondition:
+    """A clip's image conditioning from one frame (InfiniteTalk: the reference, or the source frame at the clip's
+    start when dubbing): its CLIP tokens and the I2V mask and latent of [frame, black frames]."""
+
+    clip_tokens: Tensor  # (1, Li, D_clip)
+    condition: Tensor  # (1, 4 + z, T_lat, h, w)
 
 
 @dataclass
@@ -28,18 +36,20 @@ class WanReference:
     condition: Tensor  # (1, 4 + z, T_lat, h, w): the I2V mask and the latent of [image, black frames]
     image: Tensor  # (1, 3, 1, H, W) in [-1, 1]: the first clip's one given frame and the colour reference
 
+    @property
+    def frame_condition(self) -> FrameCondition:
+        return FrameCondition(self.clip_tokens, self.condition)
+
 
 class WanContextStage:
     """Encodes the reference and prompts (init) and each clip's audio; draws each clip's noise from the seed."""
 
-    def __init__(self, spec: WanFamilySpec, audio_encoder: Module, text_encoder: Module, image_encoder: Module,
-                 vae: Module, tokenizer: Tokenizer, seed: int, fps: int, audio_context_frames: int):  # fmt: skip
+    def __init__(self, spec: WanFamilySpec, text_encoder: Module, image_encoder: Module, vae: Module,
+                 tokenizer: Tokenizer, seed: int):  # fmt: skip
         self.spec = spec
-        self.audio_encoder, self.text_encoder, self.image_encoder, self.vae = audio_encoder, text_encoder, image_encoder, vae
+        self.text_encoder, self.image_encoder, self.vae = text_encoder, image_encoder, vae
         self.tokenizer = tokenizer
         self.seed = seed
-        self.fps = fps
-        self.context_frames = audio_context_frames
         self.device = vae.device
 
     @torch.inference_mode()
@@ -50,35 +60,27 @@ class WanContextStage:
         return states[:, : int(mask.sum())].float()  # the real tokens; the DiT zero-pads to text_len
 
     @torch.inference_mode()
-    def encode_reference(self, rgb: np.ndarray, prompt: str, negative_prompt: str) -> WanReference:
-        """Reference image (uint8 (S, S, 3)) and prompts -> the static conditioning of the request."""
-        image = image_to_tensor(rgb, self.device)  # (1, 3, S, S) in [-1, 1]
+    def encode_given(self, frames: Tensor) -> FrameCondition:
+        """Given frames (1, 3, g, H, W) in [-1, 1] -> the CLIP tokens of the last one and the I2V conditioning of a
+        clip that starts with them: the mask marks those g frames, the latent is of them followed by black frames
+        (InfiniteTalk gives one frame: the reference or a source frame; MultiTalk its motion frames)."""
         with self.image_encoder.active() as clip:
             dtype = next(clip.parameters()).dtype
-            clip_tokens = clip(clip_pixels(image, self.spec.image_encoder.image_size).to(dtype)).float()  # (1, Li, D)
-        frames = self.spec.clip_frames
-        video = torch.zeros(1, 3, frames, *image.shape[-2:], device=self.device)  # (1, 3, F, S, S): black
-        video[:, :, 0] = image
+            clip_tokens = clip(clip_pixels(frames[:, :, -1], self.spec.image_encoder.image_size).to(dtype)).float()
+        video = torch.zeros(1, 3, self.spec.clip_frames, *frames.shape[-2:], device=self.device)  # (1, 3, F, H, W)
+        video[:, :, : frames.shape[2]] = frames
         with self.vae.active() as vae:
             given, _ = vae.encode(video)  # (1, z, T_lat, h, w), four frames of activations at a time
-        mask = i2v_mask(given.shape[2], given.shape[3], given.shape[4], known_frames=1).to(given)  # (1, 4, T_lat, h, w)
-        return WanReference(
-            text=self._text(prompt), negative=self._text(negative_prompt), clip_tokens=clip_tokens,
-            condition=torch.cat([mask, given], dim=1), image=image[:, :, None],
-        )  # fmt: skip
+        mask = i2v_mask(given.shape[2], given.shape[3], given.shape[4], known_frames=frames.shape[2]).to(given)
+        return FrameCondition(clip_tokens, torch.cat([mask, given], dim=1))  # (1, Li, D), (1, 4 + z, T_lat, h, w)
 
     @torch.inference_mode()
-    def audio_windows(self, audio: AudioSamples, start: int, stop: int) -> Tensor:
-        """The DiT's audio input for video frames [start, stop): (1, stop - start, 5, layers, C).
-
-        wav2vec2 hears the clip plus ``context_frames`` on each side (zeros before the audio starts and after it
-        ends), never the whole file: memory per clip is constant, and features do not depend on the audio length.
-        """
-        margin = self.context_frames
-        samples = torch.from_numpy(audio.samples(start - margin, stop + margin)).to(self.device)[None]  # (1, N)
-        with self.audio_encoder.active() as wav2vec2:
-            features = wav2vec2_frame_features(wav2vec2, samples, fps=self.fps)  # (1, frames, layers, C)
-        return frame_windows(features[0], margin, margin + stop - start)[None]  # (1, F, 5, layers, C)
+    def encode_reference(self, rgb: np.ndarray, prompt: str, negative_prompt: str) -> WanReference:
+        """Reference image (uint8 (H, W, 3), framed) and prompts -> the static conditioning of the request."""
+        image = pixels_to_unit_range(rgb, self.device)  # (1, 3, 1, H, W) in [-1, 1], the reference's arithmetic
+        frame = self.encode_given(image)
+        return WanReference(text=self._text(prompt), negative=self._text(negative_prompt),
+                            clip_tokens=frame.clip_tokens, condition=frame.condition, image=image)  # fmt: skip
 
     def noise(self, index: int, shape: tuple[int, ...], seam: bool = False) -> Tensor:
         """Seeded noise of clip ``index`` (or of the seam after it): a function of (seed, index, seam) only, so

@@ -60,18 +60,22 @@ class WanSamplerStage:
 
     @torch.inference_mode()
     def sample(self, reference: WanReference, audio: Tensor, motion: Tensor, noise: Tensor,
-               end: Tensor | None = None, condition: Tensor | None = None) -> Tensor:  # fmt: skip
+               end: Tensor | None = None, condition: Tensor | None = None, clip_tokens: Tensor | None = None,
+               person_masks: Tensor | None = None) -> Tensor:  # fmt: skip
         """Latents (1, z, T, h, w) of the clip; its first ``motion.shape[2]`` latent frames equal ``motion`` (and its
         last ``end.shape[2]`` equal ``end`` when given).
 
-        ``audio`` (1, F, 5, layers, C) per video frame, ``noise`` (1, z, T, h, w); ``condition`` (1, 4 + z, T, h, w)
-        the I2V mask and given latents (default: the reference's, the first frame given).
+        ``audio`` (1, F, 5, layers, C) per video frame, or (1, 2, F, ...) for two speakers with ``person_masks``
+        (3, h, w); ``noise`` (1, z, T, h, w); ``condition`` (1, 4 + z, T, h, w) the I2V mask and given latents and
+        ``clip_tokens`` (1, Li, D) the CLIP tokens (default: the reference's, the first frame given).
         """
         g = self.guidance
         pinned = motion.shape[2]
         tail = 0 if end is None else end.shape[2]
         condition = reference.condition if condition is None else condition
-        silence = torch.zeros_like(audio)
+        clip_tokens = reference.clip_tokens if clip_tokens is None else clip_tokens
+        # the reference's unconditional audio is one speaker's zeros, whatever the speakers (no routing then)
+        silence = torch.zeros_like(audio if audio.dim() == 5 else audio[:, 0])
         x = noise.clone()
 
         def pin(x: Tensor) -> None:
@@ -85,7 +89,7 @@ class WanSamplerStage:
 
             def run(text: Tensor, sound: Tensor, t: Tensor) -> Tensor:
                 inputs = i2v_input(x, condition[:, :4], condition[:, 4:])  # (1, 36, T, h, w)
-                return dit(inputs, t, text, reference.clip_tokens, sound)  # (1, z, T, h, w) fp32
+                return dit(inputs, t, text, clip_tokens, sound, person_masks)  # (1, z, T, h, w) fp32
 
             # the passes of a step, in this order: (text, audio) of cond, then no_audio, or no_text and uncond
             if guidance_passes(g) == 2:

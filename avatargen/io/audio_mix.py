@@ -1,0 +1,36 @@
+"""The audio a video carries: one file, or several speakers' files mixed by ffmpeg as the model heard them (``para``:
+at once, summed; ``add``: one after the other), at the files' own quality, for the encoder and the part joiner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from avatargen.io.ffmpeg import local_file
+
+
+@dataclass(frozen=True)
+class AudioMix:
+    """Audio files and how they share the timeline (``avatargen/io/audio_tracks.py``)."""
+
+    paths: tuple[Path, ...]
+    arrangement: str = "para"
+
+    def ffmpeg_args(self, first_input: int, start_s: float = 0.0) -> tuple[list[str], list[str]]:
+        """(input arguments, mapping arguments) adding the mixed audio as ffmpeg's input(s) number ``first_input``
+        on, from ``start_s`` seconds of the timeline on; the mapping names one audio stream."""
+        if len(self.paths) == 1:
+            seek = ["-ss", f"{start_s:.6f}"] if start_s else []
+            return [*seek, "-i", local_file(self.paths[0])], ["-map", f"{first_input}:a:0"]
+        inputs = [arg for path in self.paths for arg in ("-i", local_file(path))]
+        labels = [f"[{first_input + k}:a:0]" for k in range(len(self.paths))]
+        # one sample format and layout before joining (concat needs them equal; amix gets the same input)
+        parts = [f"{label}aresample=48000,aformat=sample_fmts=fltp:channel_layouts=stereo[p{k}]"
+                 for k, label in enumerate(labels)]  # fmt: skip
+        joined = "".join(f"[p{k}]" for k in range(len(self.paths)))
+        if self.arrangement == "add":
+            mix = f"{joined}concat=n={len(self.paths)}:v=0:a=1"
+        else:
+            mix = f"{joined}amix=inputs={len(self.paths)}:duration=longest:normalize=0"
+        graph = ";".join(parts) + f";{mix},atrim=start={start_s:.6f},asetpts=PTS-STARTPTS[mix]"
+        return inputs, ["-filter_complex", graph, "-map", "[mix]"]

@@ -1,0 +1,57 @@
+"""The reference compositor of a render: the family's frames put back into the reference picture at its own size,
+only the mouth and jaw generated, the idle motion on top (avatargen/compose/)."""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from typing import Callable
+
+from avatargen.compose.composite import ReferenceCompositor
+from avatargen.compose.idle_motion import IdleMotion
+from avatargen.compose.layout import FaceLayout
+from avatargen.compose.mouth_choice import mouth_for
+from avatargen.config.families import family_of
+from avatargen.config.schema import Config, MouthMode
+from avatargen.config.validate import idle_motion_settings
+from avatargen.face.choice import reference_lips
+from avatargen.face.domain import square_is_photo
+from avatargen.io.image import Reference
+
+
+def compositor_for(
+    loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None,
+    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> ReferenceCompositor | None:
+    """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
+
+    Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
+    found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
+    training-style avatar); a family whose frames are not that square (it renders the whole picture at its own
+    resolution) is left alone. Idle motion
+    (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
+    layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
+    reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
+    the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose own mouth the
+    cue reads open (a dark beard, a smile showing its teeth: ``mouth_for``; docs/model-card.md); the warp moves the
+    lips the lip finder found, or keeps the still mouth (one line to ``warn``) where it could not trust them. ``is_photo`` says
+    whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once)."""
+    if not config.pipeline.composite or not family_of(config).composited:
+        return None
+    height, width = loaded.picture.shape[:2]
+    whole_square = height == width and loaded.crop == (0, 0, width)
+    if loaded.face is None and not (whole_square and config.pipeline.image_fit.value != "face"):
+        return None  # no face found: the model's centre crop, as the warning said
+    compositor = ReferenceCompositor(loaded.picture, loaded.crop, config.model.image_size, loaded.face,
+                                     max_side=config.output.max_side)  # fmt: skip
+    layout = compositor.layout() or FaceLayout.canonical(compositor.size[1])
+    mode = config.pipeline.mouth
+    if is_photo is None:
+        is_photo = partial(square_is_photo, loaded.square, loaded.square_face)
+    if mode != MouthMode.blend:  # warp; auto: warp, or None: blend (mouth_for says when)
+        lips = reference_lips(loaded.picture, loaded.face)  # None: estimated from the landmarks
+        compositor.mouth = mouth_for(compositor, layout, lips, is_photo(), mode == MouthMode.auto, loaded.square, warn)
+    settings = idle_motion_settings(config)
+    if settings.active:
+        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place
+    return compositor

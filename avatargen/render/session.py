@@ -1,0 +1,493 @@
+"""One render request, end to end, as a session of named steps: check the request, open its inputs, start the
+runtime, claim the outputs, build the pipeline, find the resume point, start the encoder, generate, finish, report.
+
+The outputs (file, live, stdout) are one ``Encoder``, optionally behind a real-time pacer and the reference
+compositor. Signals and resume (avatargen/resume.py): a stopped render closes its partial MP4 with what was emitted;
+``resume=True`` continues from the latest checkpoint, writes the rest as a new part, and joins the parts into
+``OUT.mp4``. Ranks other than 0 of a torchrun render run the same steps up to the build, then follow rank 0's
+generation and write nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache, partial
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from avatargen.compose.composite import CompositingSink, ReferenceCompositor
+from avatargen.config.loader import to_config, to_yaml
+from avatargen.config.schema import Config, PublishFailure, WeightsSource
+from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, PublishError, RenderInterrupted
+from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
+from avatargen.io.audio_stream import AudioStreamSource
+from avatargen.io.encoder import Encoder
+from avatargen.io.mp4_join import join_parts
+from avatargen.io.output_lock import OutputLock
+from avatargen.io.outputs import Output, parse_publish_target, stdout_output
+from avatargen.io.pacing import RealtimePacer
+from avatargen.io.resume_store import ResumeStore, file_digest
+from avatargen.io.targets import remove_empty_folders
+from avatargen.pipeline.build import build_pipeline, resolve_checkpoint, resolve_device
+from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.pipeline.follower import render_as_follower
+from avatargen.pipeline.inputs import RenderInputs
+from avatargen.pipeline.pipeline import Pipeline
+from avatargen.pipeline.schedule import checkpoint_grid
+from avatargen.pipeline.stats import RenderStats
+from avatargen.render.compositing import compositor_for
+from avatargen.render.inputs import input_digests, open_audio, open_picture, output_audio, render_inputs
+from avatargen.render.request import (
+    STREAM,
+    RenderRequest,
+    check_outputs_spare_inputs,
+    check_request,
+    config_path_for,
+    make_output_folder,
+    partial_path_for,
+)
+from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
+from avatargen.runtime.distributed import ParallelContext, rank_failures, start_parallel
+from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
+
+
+def _print_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@dataclass
+class RenderOptions:
+    """How ``render()`` runs a request (everything but the request and its config).
+
+    ``progress_factory(fps, total_frames_estimate)`` returns a context manager with ``update(Progress)``;
+    ``record_seams`` adds the chunk seams to the report; ``resume`` continues a stopped render of the same output,
+    ``resume_command`` is the command the stop message gives for it; ``output_lock`` is one the caller already holds.
+    """
+
+    progress_factory: Callable[[int, int | None], Any] | None = None
+    warn: Callable[[str], None] = _print_to_stderr
+    record_seams: bool = False
+    resume: bool = False
+    resume_command: str = ""
+    output_lock: OutputLock | None = None
+
+
+@dataclass
+class OpenedInputs:
+    """A request's inputs, opened: the reference as the family reads it, its compositor (None: the family's frames
+    go out as they are), the audio source and what else shapes the work (a source video, the speakers)."""
+
+    reference: np.ndarray
+    compositor: ReferenceCompositor | None
+    audio: Any
+    inputs: RenderInputs
+
+    def close(self) -> None:
+        self.audio.close()
+        if self.inputs.video is not None:
+            self.inputs.video.close()
+
+
+def render(
+    request: RenderRequest,
+    cfg: DictConfig,
+    progress_factory: Callable[[int, int | None], Any] | None = None,
+    warn: Callable[[str], None] = _print_to_stderr,
+    record_seams: bool = False,
+    resume: bool = False,
+    resume_command: str = "",
+    output_lock: OutputLock | None = None,
+) -> dict[str, Any]:
+    """Render ``request`` with config ``cfg``; returns the report printed by ``--json`` (``RenderOptions`` says what
+    the other arguments do).
+
+    SIGINT/SIGTERM stop it after the current step with ``RenderInterrupted`` (exit code 130/143), whose message
+    names the partial MP4 and ``resume_command``. The output file is written under its lock (``OUT.lock``): a second
+    render of it fails at once (``OutputLockedError``).
+    """
+    options = RenderOptions(progress_factory, warn, record_seams, resume, resume_command, output_lock)
+    with StopRequests() as stop, rank_failures():
+        return RenderSession(request, cfg, options, stop).run()
+
+
+class RenderSession:
+    """One request through its steps, in the order ``run()`` takes them; each step leaves its results as attributes
+    that the later steps read."""
+
+    def __init__(self, request: RenderRequest, cfg: DictConfig, options: RenderOptions, stop: StopRequests):
+        self.request, self.cfg, self.options, self.stop = request, cfg, options, stop
+        self.warn = options.warn
+        self.started = time.perf_counter()
+        self.streamed_audio = request.audio == STREAM
+        self.config: Config = to_config(cfg)
+        self.live: list[Output] = []
+        self.opened: OpenedInputs
+        self.weights = "random"
+        self.device: torch.device
+        self.parallel: ParallelContext
+        self.lock: OutputLock | None = options.output_lock
+        self.pipeline: Pipeline
+        self.store: ResumeStore | None = None  # checkpoints for --resume: only a file rendered from a file
+        self.checkpoint: RenderCheckpoint | None = None
+        self.partial: Path | None = None
+        self.writer: Encoder
+        self.pacer: RealtimePacer | None = None
+        self.sink: Any = None
+        self.rss_end: float | None = None
+
+    def run(self) -> dict[str, Any]:
+        self.check()
+        self.open_inputs()
+        try:
+            self.start_runtime()
+            with self.claimed_outputs():
+                self.build()
+                if not self.parallel.world.is_primary:
+                    return self.follow()
+                self.find_resume_point()
+                self.start_encoder()
+                stats = self.generate()
+                self.finish(stats)
+                return self.report(stats)
+        finally:
+            self.opened.close()  # the audio and video decoders stop whatever happened (again: it is idempotent)
+
+    # -- before anything is written --------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """The request, the config and the outputs, before any input is read: no output may be an input."""
+        config, o = self.config, self.config.output
+        check_request(self.request, config, self.options.resume)
+        self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
+        check_outputs_spare_inputs(self.request, config, self.live)
+
+    def open_inputs(self) -> None:
+        """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the
+        bundled model's notes. ffmpeg reads the audio file's header in its own process (~30 ms) while the image's
+        face is searched; an image error still comes first (the audio's outcome is then not asked)."""
+        request, config, warn = self.request, self.config, self.warn
+        block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            audio_file = None if self.streamed_audio else pool.submit(
+                open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
+            opened = open_picture(request.image, request.video, config, warn, face=config.pipeline.face)
+            loaded = opened.loaded
+            # The compositor's mouth and the photo warning both ask whether the square is a photograph: one search.
+            is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
+            compositor = compositor_for(loaded, config, is_photo, warn)
+            if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:  # the shipped model
+                if request.prompt:
+                    warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at "
+                         "most a slightly different mouth); prompts are for the models that read one "
+                         "(docs/model-card.md, Prompts)")  # fmt: skip
+                # the bundled model knows cartoons only
+                warn_if_out_of_domain(loaded.square, f"image '{request.picture}'", warn,
+                                      composited=compositor is not None,
+                                      warped=compositor is not None and compositor.mouth is not None,
+                                      photo=is_photo())  # fmt: skip
+            if audio_file is None:
+                audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
+            else:
+                audio = audio_file.result()
+        inputs = render_inputs(opened, request.audio_files, request.audio_type, list(request.person_boxes), config, warn)
+        self.opened = OpenedInputs(opened.reference, compositor, audio, inputs)
+
+    def start_runtime(self) -> None:
+        """Threads, the device, and this process's place among torchrun's ranks (alone, or one rank of a render)."""
+        config = self.config
+        if config.model.weights == WeightsSource.random:
+            self.warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")
+        else:
+            self.weights = str(resolve_checkpoint(config))
+        if config.runtime.threads:
+            torch.set_num_threads(config.runtime.threads)
+        self.device = resolve_device(config)
+        self.parallel = start_parallel(config, self.device)
+        if self.streamed_audio and self.parallel.world.world_size > 1:
+            raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
+
+    @contextmanager
+    def claimed_outputs(self) -> Iterator[None]:
+        """Rank 0 makes the output folders and holds the output's lock (before anything of it is written or removed;
+        the models load after it); folders it made and left empty are removed again, whatever happens."""
+        created: list[Path] = []
+        file = self.request.output_file if self.parallel.world.is_primary else None  # only rank 0 touches the output
+        try:
+            if self.parallel.world.is_primary:
+                for target in [file] if file is not None else []:
+                    created += make_output_folder(target)
+                for output in self.live:
+                    if output.kind == "hls":
+                        created += make_output_folder(Path(output.target))
+            if file is not None and self.lock is None:
+                self.lock = OutputLock(file)
+                self.lock.acquire()
+            try:
+                yield
+            finally:
+                if self.lock is not None and self.lock is not self.options.output_lock:
+                    self.lock.release()
+        finally:
+            remove_empty_folders(created)
+
+    # -- the models and where the render starts --------------------------------------------------------------------
+
+    def build(self) -> None:
+        """The family's placed models (cached per process) and its steps on the engine; the family may choose its
+        defaults by whether its frames are composited (the bundled one: its motion frames)."""
+        composited = self.opened.compositor is not None
+        self.pipeline = build_pipeline(self.config, self.device, self.parallel, composited=composited)
+
+    def _work_options(self) -> dict[str, Any]:
+        """What shapes the work on every rank: the part of each frame the compositor reads (only that is decoded),
+        a source video, the speakers."""
+        options: dict[str, Any] = {"inputs": self.opened.inputs}
+        if self.opened.compositor is not None:
+            options["read_box"] = self.opened.compositor.model_box()
+        return options
+
+    def follow(self) -> dict[str, Any]:
+        """A rank other than 0: its share of what rank 0 computes, from rank 0's resume point; nothing written."""
+        checkpoint = self.parallel.from_primary(None) if self.options.resume else None
+        return render_as_follower(self.pipeline, self.opened.reference, self.opened.audio, self.request.prompt,
+                                  self.parallel.agreed(self.stop.requested), resume=checkpoint,
+                                  **self._work_options())  # fmt: skip
+
+    def find_resume_point(self) -> None:
+        """With ``--resume``, the latest checkpoint the saved video covers (None: from the start); the resume folder
+        of this render, reset unless it resumes. The other ranks continue from the same point."""
+        request, file = self.request, self.request.output_file
+        self.partial = partial_path_for(file) if file is not None else None
+        if file is not None and not self.streamed_audio:
+            self.store = ResumeStore(file)
+            found = fingerprint(request.picture, request.audio, request.prompt, self.cfg, self.config, self.device,
+                                self.pipeline.models.precision.signature, self.parallel.layout)  # fmt: skip
+            found.update(input_digests(request.video, request.audio_files, list(request.person_boxes),
+                                       request.audio_type, file_digest))  # fmt: skip
+            self.checkpoint = resume_point(self.store, found, self.partial, self.warn) if self.options.resume else None
+            if self.checkpoint is None:
+                self.store.reset(found)
+        if self.options.resume:
+            self.checkpoint = self.parallel.from_primary(self.checkpoint)
+        if self.store is not None:
+            self.store.begin_run(self.start_frame)
+
+    @property
+    def start_frame(self) -> int:
+        return self.checkpoint.frames if self.checkpoint is not None else 0
+
+    # -- output ----------------------------------------------------------------------------------------------------
+
+    def start_encoder(self) -> None:
+        """One ffmpeg for every output (the MP4 file, live targets, stdout), behind the real-time pacer and the
+        reference compositor when they are on."""
+        request, config, warn = self.request, self.config, self.warn
+        fps = config.model.fps
+        compositor = self.opened.compositor
+        height, width = compositor.size if compositor is not None else self.opened.reference.shape[:2]
+        self.grid = checkpoint_grid(self.pipeline.schedule, max(1, round(fps * config.output.gop_seconds)))
+
+        def dropped(output: Output, reason: str) -> None:
+            warn(f"warning: publish target '{output.label}' failed ({reason}); dropped it, the other outputs go on "
+                 "(output.on_publish_failure=drop)")  # fmt: skip
+
+        audio = None if self.streamed_audio else output_audio(request.audio_files, request.audio_type)
+        self.writer = Encoder(
+            request.output_file, width, height, fps, audio,
+            crf=config.output.crf, preset=config.output.preset, gop_seconds=config.output.gop_seconds,
+            start_frame=self.start_frame, keyframe_period=self.grid.period, keyframe_shift=self.grid.shift,
+            outputs=self.live + ([stdout_output()] if request.output == STREAM else []),
+            drop_failed_live=config.output.on_publish_failure == PublishFailure.drop, on_dropped=dropped,
+            audio_pipe=self.streamed_audio,
+            hold_fds=(self.lock.fileno(),) if self.lock is not None else (),  # the lock lives while ffmpeg does
+        )  # fmt: skip
+
+    def _resume_hint(self) -> str:
+        return f"resume with: {self.options.resume_command or '--resume'}"
+
+    def _kept_so_far(self) -> str:
+        """Where the video rendered so far is, and how to continue it (for the message of an error)."""
+        if self.partial is None:
+            return "the live outputs end here"
+        store = self.store
+        where = f"the video so far is in '{self.partial}'" + (f" (earlier parts in '{store.folder}')" if store and store.parts else "")
+        return f"{where}; {self._resume_hint()}" if store is not None else where
+
+    def _sinks(self) -> Any:
+        """The pacer (``--realtime``) in front of the encoder, the compositor in front of both."""
+        config, warn, fps = self.config, self.warn, self.config.model.fps
+        if self.streamed_audio:
+            self.opened.audio.encoder_audio = self.writer.write_audio
+            # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.
+            self.stop.on_request(self.opened.audio.end_input)
+        if config.output.realtime:
+
+            def underrun(count: int) -> None:
+                if count == 1:
+                    warn("warning: --realtime: generation fell behind the clock, the live output stalled; a faster "
+                         "device, more runtime.threads or pipeline=preview avoids it (underruns are counted in the "
+                         "report)")  # fmt: skip
+
+            self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun)
+        sink = self.pacer if self.pacer is not None else self.writer
+        if self.opened.compositor is not None:  # the family's square frames become the picture with their mouth
+            sink = CompositingSink(self.opened.compositor, [sink], first_frame=self.start_frame)
+        return sink
+
+    # -- generation ------------------------------------------------------------------------------------------------
+
+    def generate(self) -> RenderStats:
+        """The pipeline over the whole audio into the sinks. On an error what was rendered is kept (the partial MP4,
+        its audio cut to its video) and the message says how to resume; what failed before a frame leaves nothing."""
+        fps, pipeline, store = self.config.model.fps, self.pipeline, self.store
+        try:
+            self.sink = self._sinks()
+            audio = self.opened.audio
+            estimate = round(audio.duration_hint * fps) if audio.duration_hint else None
+            progress_cm = self.options.progress_factory(fps, estimate) if self.options.progress_factory else None
+            should_stop = None if self.streamed_audio else self.parallel.agreed(self.stop.requested)  # a stream stops at its end
+            run = dict(record_seams=self.options.record_seams, resume=self.checkpoint, should_stop=should_stop,
+                       **self._work_options())  # fmt: skip
+            if store is not None:
+                run.update(checkpoints=self.grid, on_checkpoint=checkpoint_saver(store))
+            pipeline.models.monitor.reset()  # the modules outlive a render (batch reuses them); their costs do not
+            args = (self.opened.reference, audio, [self.sink], self.request.prompt)
+            if progress_cm is not None:
+                with progress_cm as bar:
+                    stats = pipeline.render(*args, on_progress=bar.update, **run)
+            else:
+                stats = pipeline.render(*args, **run)
+            self.rss_end = current_rss_mb()  # after the last segment: what a render holds once it runs (flat)
+            if self.pacer is not None:
+                self.pacer.close(hurry=stats.stopped)  # the last frames go out on the clock too
+            return stats
+        except KeyboardInterrupt:  # a second signal: stop at once, keep what the encoder has, its audio cut to its video
+            self.stop.finishing()
+            self.writer.abort(trim=True)
+            raise RenderInterrupted(f"interrupted by {self.stop.name}; {self._kept_so_far()}", self.stop.exit_code) from None
+        except BaseException as error:
+            self._keep_what_was_rendered(error)
+            raise
+        finally:
+            if self.pacer is not None:
+                self.pacer.discard()  # after an error: its thread ends and its queued frames are dropped
+            self.opened.close()
+
+    def _keep_what_was_rendered(self, error: BaseException) -> None:
+        """After ``error``: the encoder stopped with its audio cut to its video; nothing left where no frame was
+        made; the message of an error after frames were made names where they are."""
+        self.writer.abort(trim=True)
+        store = self.store
+        rendered = self.writer.frames_written > 0 or (store is not None and bool(store.parts))
+        if not isinstance(error, DiskFullError) and not rendered:
+            # Failed before a frame was made (a broken checkpoint's NaN in chunk 0, a model that cannot run): an empty
+            # partial and a state without a checkpoint are nothing to resume.
+            if self.partial is not None:
+                self.partial.unlink(missing_ok=True)
+            if store is not None:
+                store.remove()
+            if isinstance(error, BadInputError) and self.streamed_audio and self.stop.requested():  # before any audio
+                raise RenderInterrupted(f"interrupted by {self.stop.name} before any audio came on stdin; nothing was "
+                                        "written", self.stop.exit_code) from None  # fmt: skip
+        elif isinstance(error, AvatarGenError) and not isinstance(error, PublishError) and rendered:
+            error.args = (f"{error}; {self._kept_so_far()}",)  # what was rendered is never deleted by an error after it
+
+    # -- the end ---------------------------------------------------------------------------------------------------
+
+    def finish(self, stats: RenderStats) -> None:
+        """A stopped render closes its partial and raises ``RenderInterrupted`` with the resume line; a finished one
+        becomes ``OUT.mp4`` (its parts joined after a resume) with its config beside it."""
+        request, store, fps = self.request, self.store, self.config.model.fps
+        if stats.stopped or (self.streamed_audio and self.stop.requested()):  # a stream's stop ended its input
+            self._close_stopped(stats)
+        if self.opened.audio.damage is not None:
+            what = "audio from stdin" if self.streamed_audio else f"audio file '{request.audio}'"
+            self.warn(f"warning: {what} is damaged ({self.opened.audio.damage}); the video covers the "
+                      f"{stats.frames / fps:.2f} s that decoded")  # fmt: skip
+        self.encode_started = time.perf_counter()
+        file = request.output_file
+        if store is not None and store.parts:
+            self.writer.close_partial(trim=False)
+            joined = file.with_name(f".{file.stem}.joining.mp4")
+            parts = [(p.file, p.end - p.start) for p in store.parts] + [(self.partial, self.writer.frames_written)]
+            join_parts(parts, output_audio(request.audio_files, request.audio_type), joined, fps)
+            os.replace(joined, file)
+            self.partial.unlink(missing_ok=True)
+        else:
+            self.writer.close()
+        if store is not None:
+            store.remove()
+        if self.config.output.save_config and file is not None:
+            _write_text_atomic(config_path_for(file), to_yaml(self.cfg))
+
+    def _close_stopped(self, stats: RenderStats) -> None:
+        stop, store, fps = self.stop, self.store, self.config.model.fps
+        stop.finishing()
+        try:
+            partial = self.writer.close_partial()
+        except AvatarGenError as error:  # the encoder failed as it closed: the partial still plays up to its last fragment
+            self.warn(f"warning: closing the partial video: {error}")
+            partial = self.writer.abort()
+        done = f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s)"
+        if store is None:
+            kept = f"the video is in '{partial}'" if partial else "the live outputs end here"
+            raise RenderInterrupted(f"{done}; {kept}", stop.exit_code)
+        where = f"'{partial}'" + (f" (earlier parts in '{store.folder}')" if store.parts else "")
+        raise RenderInterrupted(f"{done}; the video of this run is in {where}; {self._resume_hint()}", stop.exit_code)
+
+    def report(self, stats: RenderStats) -> dict[str, Any]:
+        """What ``--json`` prints: counts, times, memory, where the work ran and what each output did."""
+        config, pipeline, writer = self.config, self.pipeline, self.writer
+        models = pipeline.models
+        wall = time.perf_counter() - self.started
+        duration = stats.frames / config.model.fps
+        stage_s = dict(stats.stage_s)
+        if isinstance(self.sink, CompositingSink):  # publish held the compositing: reported apart from the pipe
+            stage_s["composite"], stage_s["idle_motion"] = self.sink.paste_s, self.sink.move_s
+            stage_s["publish"] -= self.sink.paste_s + self.sink.move_s
+        stage_s["encode_finish"] = time.perf_counter() - self.encode_started
+        ttff = (writer.first_frame_time - self.started) if writer.first_frame_time else None
+        return {
+            "output": str(self.request.output) if self.request.output is not None else None,
+            "weights": self.weights,
+            "frames": stats.frames,
+            "fps": config.model.fps,
+            "duration_s": round(duration, 4),
+            "chunks": stats.n_chunks,
+            "i_chunks": stats.i_chunks,
+            "motion_frames": pipeline.schedule.motion_frames,
+            "ttff_s": round(ttff, 4) if ttff is not None else None,
+            "wall_s": round(wall, 4),
+            "gen_fps": round(stats.frames / wall, 3) if wall > 0 else None,
+            "rtf": round(wall / duration, 4) if duration > 0 else None,
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "rss_end_mb": round(self.rss_end, 1) if self.rss_end is not None else None,
+            "device": str(self.device),
+            "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
+            "dtype_choice": models.precision.describe(),
+            "quantize": models.precision.quantization.describe(),  # int8 linear layers (runtime.quantize resolved)
+            "overlap": pipeline.overlap,  # segments emitted on a second thread (runtime.overlap)
+            "parallel": self.parallel.layout.report(),  # how torchrun's ranks shared the render (docs/distributed.md)
+            "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
+            "seams": stats.seams,
+            "resumed_from": stats.resumed_from,
+            "publish": [{"target": o.label, "kind": o.kind, "dropped": o.label in writer.dropped,
+                         "reason": writer.dropped.get(o.label)} for o in self.live],  # fmt: skip
+            "realtime": self.pacer.stats.as_dict() if self.pacer is not None else None,
+            "offload": models.monitor.report(),
+        }
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
