@@ -49,9 +49,10 @@ from benchmarks.overlap_speed import speech  # noqa: E402
 # (environment, config overrides) per CPU class.
 CLASSES: dict[str, tuple[dict[str, str], list[str]]] = {
     "native": ({}, []),
-    "avx512": ({"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},
+    "avx512": ({"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI",
+               "FBGEMM_ENABLE_INSTRUCTIONS": "AVX512_E1"},
                ["runtime.dtype=float32"]),
-    "avx2": ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx2": ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"},
              ["runtime.dtype=float32"]),
 }  # fmt: skip
 SHOWN_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
