@@ -28,9 +28,10 @@ import torch
 import avatargen
 from avatargen.face.hog_cache import cache_folder
 from avatargen.runtime.numa import cuda_bus_id, node_cpus, numa_nodes, pci_numa_node
-from avatargen.runtime.precision import choose_precision, cpu_flags, probe_cpu_speedup, probe_cuda_speedup
+from avatargen.runtime.precision import CPU_CLASSES, choose_precision, cpu_class, cpu_flags, probe_cpu_speedup, probe_cuda_speedup
+from avatargen.runtime.quantize import choose_quantization, engine_for_this_cpu, probe_int8_speedup
 
-REPORTED_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
+REPORTED_CPU_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 REQUIRED_ENCODERS = ("libx264", "aac")  # the MP4 writer's H.264 video and AAC audio (avatargen/io/encoder.py)
 MIN_FREE_BYTES = 100 * 2**20  # a render's MP4 and resume state: ~2-10 MB a minute of video at the defaults
 FFMPEG_TIMEOUT_S = 20
@@ -160,6 +161,7 @@ def cpu_info() -> dict[str, Any]:
         "cores_total": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "flags": [flag for flag in REPORTED_CPU_FLAGS if flag in flags],
+        "class": cpu_class(flags),  # the README's speed table lists the speed of each class
     }
 
 
@@ -186,10 +188,14 @@ def measure_precision(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     ``runtime.dtype=auto`` picks for each device (the render's choice, from the same probe)."""
     devices: dict[str, Any] = {}
     cpu = torch.device("cpu")
+    auto = choose_precision("auto", cpu)
+    engine = engine_for_this_cpu()
     devices["cpu"] = {
         "bf16_vs_fp32": round(probe_cpu_speedup(torch.bfloat16), 2),
         "fp16_vs_fp32": round(probe_cpu_speedup(torch.float16), 2),
-        "auto": choose_precision("auto", cpu).describe(),
+        "auto": auto.describe(),
+        "int8_vs_fp32": round(probe_int8_speedup(engine), 2) if engine is not None else None,  # linear layers
+        "quantize_auto": choose_quantization("auto", cpu, auto.dtype, single_process=True, resident=True).describe(),
     }
     for gpu in gpus:
         device = torch.device("cuda", gpu["index"])
@@ -401,6 +407,8 @@ def format_report(report: Report) -> str:
         ("platform", report.platform),
         ("cpu", f"{cpu['model']}: {cpu['cores_usable']} of {cpu['cores_total']} cores usable, torch threads "
                 f"{cpu['torch_threads']}; flags: {' '.join(cpu['flags']) or 'none of ' + ', '.join(REPORTED_CPU_FLAGS)}"),
+        ("cpu class", f"{cpu['class']}: {CPU_CLASSES[cpu['class']][1] if cpu['class'] in CPU_CLASSES else 'older or unknown'}"
+                      " (README.md, Speed per CPU class)"),
     ]  # fmt: skip
     if report.gpus:
         lines += [("gpu", f"cuda:{g['index']} {g['name']} (sm {g['capability']}), {g['memory_gib']} GiB, "
@@ -414,6 +422,9 @@ def format_report(report: Report) -> str:
         lines.append(("precision", f"{where}: bf16 {_ratio(measured['bf16_vs_fp32'])}, fp16 "
                                    f"{_ratio(measured['fp16_vs_fp32'])} (matmul, measured); "
                                    f"runtime.dtype=auto -> {measured['auto']}"))  # fmt: skip
+        if "quantize_auto" in measured:
+            lines.append(("int8", f"{where}: {_ratio(measured['int8_vs_fp32'])} (linear layer, measured); "
+                                  f"runtime.quantize=auto -> {measured['quantize_auto']}"))  # fmt: skip
     if ff["path"] is None or ff["version"] is None:
         lines.append(("ffmpeg", f"{ff['path'] or 'not found'}: does not run"))
     else:

@@ -1,5 +1,6 @@
 """Cost of the VAE decoder per frame: the causal convs as one Conv3d (the layer's weights) vs as 2D convs per time
-tap (how it runs), and the whole frame vs only the region reference compositing reads.
+tap (how it runs), the whole frame vs only the region reference compositing reads, and that region with each level
+above the latent grid computing only what the read box needs (how it runs).
 
 The shipped decoder; latents are the shipped VAE's encoding of ``--frames`` frames of a moving face (the example
 avatar, shifted a pixel per frame, so the causal convs see motion); decoded streamed in the renderer's micro-batches
@@ -25,7 +26,7 @@ from avatargen.io.image import load_reference
 from avatargen.families.tiny.models.vae import VAE, CausalConv3d, VAEParams
 from avatargen.modules import read_checkpoint
 from avatargen.pipeline.build import shipped_checkpoint
-from avatargen.families.tiny.stages.decode_publish import DECODE_MARGIN, DecodeRegion
+from avatargen.families.tiny.stages.decode import DECODE_MARGIN, DecodeRegion
 
 EXAMPLE = "examples/avatar_1.png"
 
@@ -41,16 +42,17 @@ def as_conv3d():
         CausalConv3d._temporal_conv = original
 
 
-def decode_ms_per_frame(vae: VAE, latents: torch.Tensor, region: DecodeRegion | None) -> float:
+def decode_ms_per_frame(vae: VAE, latents: torch.Tensor, region: DecodeRegion | None, cropped_levels: bool) -> float:
     """Streamed decode of (1, C, T, h, w) latents, 4 frames at a time; ms per frame."""
-    frames = 4  # the renderer's micro-batch: 4 whole frames, or as many region frames as hold as many pixels
+    frames, read = 4, None  # the renderer's micro-batch: 4 whole frames, or as many region frames as hold as many pixels
     if region is not None:
         latents, frames = region.crop(latents), region.frames_like(4)
+        read = region.read_window() if cropped_levels else None
     started = time.perf_counter()
     with torch.inference_mode():
         cache = vae.still_cache(latents)
         for part in latents.split(frames, dim=2):
-            video, cache = vae.decode(part, cache)
+            video, cache = vae.decode(part, cache, read)
             video.add(1.0).mul(127.5).round().clamp(0, 255).to(torch.uint8)
     return (time.perf_counter() - started) * 1000 / latents.shape[2]
 
@@ -73,19 +75,21 @@ def main() -> None:
     box = ReferenceCompositor(loaded.picture, loaded.crop, 256, loaded.face).model_box()
     region = DecodeRegion.around(box, vae.factor, latents.shape[-1])
     area = (region.bottom - region.top) * (region.right - region.left) / latents.shape[-1] ** 2
+    mouth = f"mouth region ({area:.0%} of the grid, margin {DECODE_MARGIN}, {region.frames_like(4)} frames at a time), 2D taps"
     variants = {
-        "whole frame, Conv3d": (True, None),
-        "whole frame, 2D taps": (False, None),
-        f"mouth region ({area:.0%} of the grid, margin {DECODE_MARGIN}, {region.frames_like(4)} frames at a time), 2D taps": (False, region),
+        "whole frame, Conv3d": (True, None, False),
+        "whole frame, 2D taps": (False, None, False),
+        mouth: (False, region, False),
+        "the same, upper levels only where the box reads (the default)": (False, region, True),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, (conv3d, part) in variants.items():
+        for name, (conv3d, part, cropped) in variants.items():
             if conv3d:
                 with as_conv3d():
-                    times[name].append(decode_ms_per_frame(vae, latents, part))
+                    times[name].append(decode_ms_per_frame(vae, latents, part, cropped))
             else:
-                times[name].append(decode_ms_per_frame(vae, latents, part))
+                times[name].append(decode_ms_per_frame(vae, latents, part, cropped))
     first = statistics.median(next(iter(times.values())))
     print(f"| decoder (threads={args.threads}, {args.frames} frames) | ms/frame | vs first |\n|---|---|---|")
     for name, values in times.items():

@@ -90,7 +90,7 @@ def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) 
     model = asdict(config.model)  # enums and paths as str(): a key, not a config (OmegaConf takes ~10 ms for it)
     seed = config.seed if config.model.weights == WeightsSource.random else None
     runtime = config.runtime
-    placement = [runtime.offload.value, runtime.offload_resident_blocks, str(device), runtime.dtype.value]
+    placement = [runtime.offload.value, runtime.offload_resident_blocks, str(device), runtime.dtype.value, runtime.quantize.value]
     layout = [parallel.sharded, parallel.world.world_size, asdict(parallel.layout)]
     return json.dumps([model, seed, placement, layout], sort_keys=True, default=str)
 

@@ -4,8 +4,8 @@ thread generates the next chunks (A2V), each thread with its share of the CPU th
 On a CPU the two halves of a render cost about the same (A2V 40-55 % with one or two sampling steps), and small
 tensor ops scale poorly from one thread to two (1.5x for a whole render on 2 cores), so two threads of one core each
 finish sooner than one thread of two cores (docs/performance.md, "Overlapped emission"). When the emitting thread
-falls behind, the pipeline upscales the next segment on the generating thread before handing it over
-(:meth:`EmitThread.behind`). The order of everything a sink sees is unchanged:
+falls behind, the pipeline runs the next segment's ``prepare`` (the bundled family: SR of half of it) on the
+generating thread before handing it over (:meth:`EmitThread.behind`). The order of everything a sink sees is unchanged:
 jobs run one at a time, in the order they were handed over. The frames are those of a render with a thread
 each for every step after the first (within a rounding step of an inline render, as another `runtime.threads` is).
 """

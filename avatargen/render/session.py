@@ -270,7 +270,7 @@ class RenderSession:
         if file is not None and not self.streamed_audio:
             self.store = ResumeStore(file)
             found = fingerprint(request.picture, request.audio, request.prompt, self.cfg, self.config, self.device,
-                                self.pipeline.models.precision.name, self.parallel.layout)  # fmt: skip
+                                self.pipeline.models.precision.signature, self.parallel.layout)  # fmt: skip
             found.update(input_digests(request.video, request.audio_files, list(request.person_boxes),
                                        request.audio_type, file_digest))  # fmt: skip
             self.checkpoint = resume_point(self.store, found, self.partial, self.warn) if self.options.resume else None
@@ -474,6 +474,7 @@ class RenderSession:
             "device": str(self.device),
             "dtype": models.precision.name,  # what the stage forwards computed in (runtime.dtype resolved)
             "dtype_choice": models.precision.describe(),
+            "quantize": models.precision.quantization.describe(),  # int8 linear layers (runtime.quantize resolved)
             "overlap": pipeline.overlap,  # segments emitted on a second thread (runtime.overlap)
             "parallel": self.parallel.layout.report(),  # how torchrun's ranks shared the render (docs/distributed.md)
             "stage_s": {k: round(v, 4) for k, v in stage_s.items()},

@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from avatargen.runtime.quantize import OFF, Quantization
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_SPEEDUP = 1.3  # bf16 must beat fp32 by this much in the probe, or auto keeps float32
@@ -32,10 +34,17 @@ PROBE_REPEATS = 5  # best of: a repeat the scheduler interrupted does not count
 
 @dataclass(frozen=True)
 class Precision:
-    """The dtype a render computes in, and why it was chosen (reported by ``--json``)."""
+    """The dtype a render computes in, and why it was chosen (reported by ``--json``); ``quantization``: whether
+    its linear layers run in int8 (``runtime.quantize``, avatargen/runtime/quantize.py)."""
 
     dtype: torch.dtype
     reason: str  # e.g. "forced", "probe: bf16 3.9x fp32", "no native bf16 (avx512_bf16/amx_bf16)"
+    quantization: Quantization = OFF
+
+    @property
+    def signature(self) -> str:
+        """What changes the frames: ``float32``, ``bfloat16``, or ``float32+int8``."""
+        return self.name + ("+int8" if self.quantization.int8 else "")
 
     @property
     def name(self) -> str:
@@ -57,6 +66,20 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
         if line.startswith("flags") and ":" in line:
             return frozenset(line.split(":", 1)[1].split())
     return frozenset()
+
+
+CPU_CLASSES = {  # the classes the README's speed table lists, newest first: (flags it needs, what it is)
+    "amx": (("amx_bf16",), "AMX: native bf16 matrix units (Xeon 4th gen and later)"),
+    "avx512": (("avx512f",), "AVX-512 without AMX"),
+    "avx2": (("avx2", "fma"), "AVX2 + FMA (most laptops and cloud VMs)"),
+}
+
+
+def cpu_class(flags: frozenset[str] | None = None) -> str:
+    """This CPU's speed class (``CPU_CLASSES``: ``amx``, ``avx512``, ``avx2``), or ``other`` (older x86, or a CPU
+    whose flags /proc/cpuinfo does not list)."""
+    flags = cpu_flags() if flags is None else flags
+    return next((name for name, (needed, _) in CPU_CLASSES.items() if set(needed) <= flags), "other")
 
 
 def _best_matmul_s(dtype: torch.dtype, size: int, repeats: int) -> float:

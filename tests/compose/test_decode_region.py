@@ -1,5 +1,5 @@
 """Under reference compositing only the mouth region of the model's frames is decoded: the video is the one a whole
-decode gives, at a third of the decoder's work."""
+decode gives, at a fifth of the decoder's work."""
 
 from __future__ import annotations
 

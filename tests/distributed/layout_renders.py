@@ -36,8 +36,8 @@ SECONDS = 0.6  # wan_tiny: 15 frames, 2 clips and the seam between them; the bun
 # 80 x 80 frames: 5 x 5 tokens a latent frame, so a clip has 100 tokens and a seam window 125: neither divides by 3,
 # and 125 does not divide by 2 (the padded and masked slices); 2 heads over 3 ranks are padded too.
 WAN = ["model=wan_tiny", "model.image_size=80", "pipeline.interpolate=true", "runtime.threads=1"]
-# the bundled model: its own square, float32; 64 tokens a latent frame, 18 frames and the reference: 1,216 tokens
-BUNDLED = ["pipeline.composite=false", "runtime.dtype=float32", "runtime.threads=1"]
+# the bundled model: its own square, float32 (float linear layers: int8 runs in one process only); 64 tokens a latent frame, 18 frames and the reference: 1,216 tokens
+BUNDLED = ["pipeline.composite=false", "runtime.dtype=float32", "runtime.quantize=none", "runtime.threads=1"]
 LAYOUTS: dict[str, list[str]] = {
     "single": WAN,
     "sequence": [*WAN, "runtime.sequence_parallel=auto", "runtime.guidance_parallel=false"],

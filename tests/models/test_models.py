@@ -168,6 +168,25 @@ def test_causal_conv_equals_the_conv3d_its_weights_come_from() -> None:
     assert set(layer.state_dict()) == {"conv.weight", "conv.bias"}
 
 
+def test_a_decode_of_some_pixels_gives_the_whole_decodes_there_at_a_third_of_the_upper_levels() -> None:
+    # The mouth box of a composited render: the levels above the latent grid compute only what those pixels need.
+    vae = randomize_zero_inits(VAE(VAEParams())).eval()
+    latents, read = torch.randn(1, 8, 3, 17, 20), (38, 108, 32, 120)  # (y0, y1, x0, x1) output pixels
+    sizes: list[tuple[int, int]] = []
+    hook = vae.decoder.up[-2].register_forward_hook(lambda module, args, out: sizes.append(tuple(args[0].shape[-2:])))
+    with torch.no_grad():
+        whole, whole_cache = vae.decode(latents)
+        part, part_cache = vae.decode(latents, read=read)
+    hook.remove()
+    y0, y1, x0, x1 = read
+    assert part.shape == (1, 3, 3, y1 - y0, x1 - x0)
+    torch.testing.assert_close(part, whole[..., y0:y1, x0:x1], rtol=0, atol=1e-5)
+    for a, b in zip(part_cache.frames, whole_cache.frames):  # the causal state is the whole latent grid's
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    (whole_rows, whole_cols), (rows, cols) = sizes  # the full-resolution level's last conv, 4x the latent grid
+    assert rows * cols < 0.4 * whole_rows * whole_cols
+
+
 def test_vae_decoder_cache_is_bounded() -> None:
     vae = VAE(VAEParams()).eval()
 
@@ -250,6 +269,30 @@ def test_a2v_conditioning_frames_ignore_x_t(trained_like_a2v: A2VDiT) -> None:
         given = inputs["cond_latents"].clone()
         given[:, :, :2] += 1.0
         assert (model(**dict(inputs, cond_latents=given)) - base).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("given", [[0, 1], [0, 1, 10, 11]])  # an N chunk's motion frames, an I chunk's anchors
+def test_a2v_predicting_only_the_frames_not_given_gives_their_full_velocity(given: list[int], trained_like_a2v: A2VDiT) -> None:
+    from avatargen.families.tiny.stages.a2v import generated_frames
+
+    inputs = _a2v_inputs(frames=12)
+    inputs["cond_mask"][:] = False
+    inputs["cond_mask"][:, given] = True
+    frames = generated_frames(inputs["cond_mask"])
+    with torch.no_grad():
+        full, part = trained_like_a2v(**inputs), trained_like_a2v(**inputs, frames_out=frames)
+    f0, f1 = frames
+    assert (f0, f1) == (2, 12 if len(given) == 2 else 10)
+    torch.testing.assert_close(part[:, :, f0:f1], full[:, :, f0:f1], rtol=0, atol=1e-5)
+    assert not part[:, :, :f0].any() and not part[:, :, f1:].any()
+
+
+def test_frames_given_between_the_predicted_ones_leave_every_frame_predicted() -> None:
+    from avatargen.families.tiny.stages.a2v import generated_frames
+
+    assert generated_frames(torch.tensor([[True, False, True, False]])) is None
+    assert generated_frames(torch.tensor([[True, False, False], [False, False, False]])) is None  # differs per sample
+    assert generated_frames(torch.tensor([[False, False, True]])) == (0, 2)
 
 
 # ---------------------------------------------------------------------------------------------------- SR DiT

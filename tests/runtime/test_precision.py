@@ -101,7 +101,7 @@ def one_second(tmp_path_factory):
 
 def render_frames(dtype: torch.dtype, audio, watch: DtypesSeen | None = None) -> np.ndarray:
     torch.set_num_threads(1)
-    config = to_config(load_config([f"runtime.dtype={str(dtype).removeprefix('torch.')}"]))
+    config = to_config(load_config([f"runtime.dtype={str(dtype).removeprefix('torch.')}", "runtime.quantize=none"]))
     models = build_modules(config, CPU, precision=choose_precision(config.runtime.dtype.value, CPU))
     pipeline = pipeline_for(config, models)
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
@@ -137,6 +137,7 @@ def test_a_bfloat16_render_writes_a_valid_video_and_reports_its_dtype(one_second
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["dtype"], report["dtype_choice"]) == ("bfloat16", "bfloat16 (forced)")
+    assert report["quantize"] == "none (bfloat16 compute)"  # int8 linear layers only where the compute is float32
     assert count_frames(out) == report["frames"] == 25
     frames = decode_frames(out)
     assert frames.shape[1:] == (256, 256, 3) and frames.std() > 5  # a picture, not a flat or empty video

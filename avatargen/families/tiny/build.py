@@ -4,7 +4,9 @@ torchrun) in one pass."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import threading
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -17,9 +19,10 @@ from avatargen.modules import Module, ModuleSpec
 from avatargen.pipeline.build import placement_plan, resolve_checkpoint, resolve_precision
 from avatargen.runtime.distributed import ParallelContext, world_info
 from avatargen.runtime.layout import SplittableWork
-from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.offload import OffloadMonitor, Resident
 from avatargen.runtime.placement import RandomInit, build_on_meta, place
 from avatargen.runtime.precision import Precision
+from avatargen.runtime.quantize import choose_quantization, quantize_linears
 from avatargen.runtime.tensor_source import open_checkpoint
 from avatargen.threads import torch_threads
 
@@ -36,9 +39,26 @@ class TinyModelSet:
     sr: Module
     monitor: OffloadMonitor
     precision: Precision = Precision(torch.float32, "default")
+    _int8: dict[str, Module] = field(default_factory=dict, repr=False)
+    _int8_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def all(self) -> list[Module]:
         return [self.audio_encoder, self.text_encoder, self.vae, self.a2v, self.sr]
+
+    def fast(self, name: str) -> Module:
+        """DiT ``name`` (``a2v`` or ``sr``) as the render's precision computes it after its first segment: with int8
+        linear layers where ``runtime.quantize`` resolved to int8 (a copy, packed on first use, once per process; the
+        float module stays for every render's first segment), else the module itself."""
+        module: Module = getattr(self, name)
+        quantization = self.precision.quantization
+        if not quantization.int8:
+            return module
+        with self._int8_lock:  # either overlapped thread may ask first
+            if name not in self._int8:
+                model = copy.deepcopy(module.model)
+                quantize_linears(model, quantization.engine)
+                self._int8[name] = Module(name, Resident(model, module.device, self.monitor, name), module.compute_dtype)
+            return self._int8[name]
 
 
 def module_specs(config: Config) -> list[ModuleSpec]:
@@ -68,7 +88,8 @@ def build_modules(
     """All five modules, built on the meta device and placed in one pass: loaded strictly (names and shapes checked)
     from the memory-mapped checkpoint, or randomly initialised from ``seed`` where they live; placed by
     ``runtime.offload`` (or FSDP-sharded in a sharded render) with one shared monitor. Their forwards compute in
-    ``precision`` (default: ``runtime.dtype`` resolved for ``device``); the weights stay float32."""
+    ``precision`` (default: ``runtime.dtype`` resolved for ``device``); the weights stay float32 (where
+    ``runtime.quantize`` resolves to int8, the two DiTs also get int8 copies: ``TinyModelSet.fast``)."""
     parallel = parallel if parallel is not None else ParallelContext(world_info())
     precision = precision if precision is not None else resolve_precision(config, device, parallel)
     monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
@@ -84,4 +105,9 @@ def build_modules(
             weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
             plan = placement_plan(config, device, parallel, model)
             modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
-    return TinyModelSet(*modules, monitor=monitor, precision=precision)
+        models = TinyModelSet(*modules, monitor=monitor, precision=precision)
+        quantization = choose_quantization(config.runtime.quantize.value, device, precision.dtype,
+                                           single_process=parallel.world.world_size == 1,
+                                           resident=config.runtime.offload.value == "none")  # fmt: skip
+        models.precision = replace(precision, quantization=quantization)  # the DiTs' int8 copies: ``fast``
+    return models

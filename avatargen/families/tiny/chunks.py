@@ -5,6 +5,12 @@ An N chunk's A2V window is its ``motion_frames`` given frames (the previous N ch
 fixed), then its own frames; an I chunk's is its anchors on both sides of the seam around the seam, the anchors'
 predictions discarded. The rolling state holds the N windows at their low resolution; a segment is upscaled (SR) and
 decoded only when it leaves, through one decoder stream whose causal cache is the render's output-side state.
+
+Where ``runtime.quantize`` resolved to int8, N chunk 0 and the SR of the first segment (the frames before the first
+seam: the time to the first frame) still run the DiTs' float linear layers, and every later chunk and segment their
+int8 copies (``TinyModelSet.fast``): int8 kernels' first calls, on all threads, cost that path more than they save
+(AVX2 emulated: first frame 0.535 against 0.46 s). The rule is by timeline position, so a resumed render, which starts
+after the first segment, computes every frame as the render it continues.
 """
 
 from __future__ import annotations
@@ -31,10 +37,10 @@ from avatargen.pipeline.stats import RenderStats, check_finite
 
 @dataclass
 class Segment:
-    """The latents of frames about to leave: low-resolution, or already upscaled by ``prepare``."""
+    """The latents of frames about to leave (low resolution), and the SR of its first frames once ``prepare`` ran."""
 
-    latents: Tensor  # (1, C, T, h, w), or (1, C, T, H, W) when ``upscaled``
-    upscaled: bool = False
+    latents: Tensor  # (1, C, T, h, w)
+    upscaled: Tensor | None = None  # (1, C, t, H, W): frames 0..t-1 upscaled (t: about half the segment)
 
 
 class TinyChunks:
@@ -49,12 +55,30 @@ class TinyChunks:
             p.n_chunk_frames, motion_frames_for(config, composited), interpolates(config), p.seam_frames, p.anchor_frames
         )
         self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed, model.text_encoder.max_tokens)
-        self.a2v = A2VStage(models.a2v, p.sampling_shift)
-        self.sr = SRStage(models.sr, max_batch_frames=4)
+        self.a2v = A2VStage(models.a2v, p.sampling_shift)  # N chunk 0's
+        self.sr = SRStage(models.sr, max_batch_frames=4)  # the first segment's
+        self._a2v_int8: A2VStage | None = None  # later chunks' and segments' where runtime.quantize resolved to int8
+        self._sr_int8: SRStage | None = None
         self.device = models.a2v.device
         self.audio_context_frames = self.context.context_frames
         # Before an N chunk's start its own motion frames and the next seam's left anchors hear the audio.
         self.audio_history_frames = self.schedule.tail_frames + self.context.context_frames
+
+    def a2v_stage(self, first: bool) -> A2VStage:
+        """A2V for N chunk 0 (``first``) or any later chunk (see the module docstring)."""
+        if first or not self.models.precision.quantization.int8:
+            return self.a2v
+        if self._a2v_int8 is None:
+            self._a2v_int8 = A2VStage(self.models.fast("a2v"), self.a2v.shift)
+        return self._a2v_int8
+
+    def sr_stage(self, first: bool) -> SRStage:
+        """SR for the first segment's frames (``first``) or any later segment's."""
+        if first or not self.models.precision.quantization.int8:
+            return self.sr
+        if self._sr_int8 is None:
+            self._sr_int8 = SRStage(self.models.fast("sr"), self.sr.max_batch_frames)
+        return self._sr_int8
 
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
               read_box: tuple[int, int, int, int] | None, inputs: Any = None) -> "TinyRun":  # fmt: skip
@@ -95,7 +119,8 @@ class TinyRun(ChunkRun):
                 given_mask[:, a : a + latents.shape[2]] = True
         with self.stats.timed("a2v"):
             steps = chunks.config.pipeline.sampling_steps
-            latents = chunks.a2v.generate(self.reference, features, given_latents, given_mask, noise, steps)
+            stage = chunks.a2v_stage(first=kind == "N" and index == 0)
+            latents = stage.generate(self.reference, features, given_latents, given_mask, noise, steps)
         check_finite(latents, "A2V", f"in {kind} chunk {index}")
         return LatentWindow(start, latents)
 
@@ -134,24 +159,39 @@ class TinyRun(ChunkRun):
     def _upscale(self, latents: Tensor, step: Emit) -> Tensor:
         """SR of a segment's latents: (1, C, t, h, w) -> (1, C, t, H, W)."""
         with self.stats.timed("sr"):
-            high = self.chunks.sr.upscale(self.reference, latents)
+            high = self.chunks.sr_stage(first=step.start == 0).upscale(self.reference, latents)
         check_finite(high, "SR", f"in frames {step.start}-{step.end}")
         return high
 
     def prepare(self, segment: Segment, step: Emit) -> Segment:
-        return segment if segment.upscaled else Segment(self._upscale(segment.latents, step), upscaled=True)
+        """SR of the segment's first SR batches, about half its frames, on the generating thread: moving a whole
+        segment's SR there made that thread the slower one on 2 cores. Whole SR batches, so the frames are the same
+        whichever thread upscales which (SR runs frame by frame, and int8 quantises each batch's input alone)."""
+        if segment.upscaled is not None:
+            return segment
+        total, batch = segment.latents.shape[2], self.chunks.sr.max_batch_frames
+        share = min(total, max(batch, total // 2 // batch * batch))
+        return Segment(segment.latents, self._upscale(segment.latents[:, :, :share], step))
+
+    def _high(self, segment: Segment, start: int, end: int, step: Emit) -> Tensor:
+        """The upscaled latents of the segment's frames [start, end): (1, C, end - start, H, W)."""
+        done = 0 if segment.upscaled is None else segment.upscaled.shape[2]
+        pieces = [] if start >= done else [segment.upscaled[:, :, start : min(end, done)]]
+        if end > max(start, done):
+            pieces.append(self._upscale(segment.latents[:, :, max(start, done) : end], step))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2)
 
     def frames(self, segment: Segment, step: Emit) -> Iterator[np.ndarray]:
-        """SR (unless prepared) -> decode, a micro-batch of uint8 frames (t, S, S, 3) at a time."""
-        latents = segment.latents
-        parts = [latents]
-        if not self.emitted and latents.shape[2] > 1:
+        """SR (where ``prepare`` did not) -> decode, a micro-batch of uint8 frames (t, S, S, 3) at a time."""
+        total = segment.latents.shape[2]
+        parts = [(0, total)]
+        if not self.emitted and total > 1:
             # The render's first frame goes through SR and the decoder alone, so it reaches the sinks before the rest
             # of its segment is upscaled (the same frames: SR is per frame, the decoder causal).
-            parts = [latents[:, :, :1], latents[:, :, 1:]]
+            parts = [(0, 1), (1, total)]
         self.emitted = True
-        for part in parts:
-            high = part if segment.upscaled else self._upscale(part, step)  # (1, C, t, H, W)
+        for start, end in parts:
+            high = self._high(segment, start, end, step)  # (1, C, t, H, W)
             decoded = self.decoder.decode(high, check=lambda video: check_finite(video, "VAE", f"decoding frames {step.start}-{step.end}"))
             while True:
                 with self.stats.timed("decode"):

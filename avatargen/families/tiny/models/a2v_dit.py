@@ -61,10 +61,13 @@ class A2VBlock(nn.Module):
         self.ada = AdaLNZero(dim, dim, 9)  # shift/scale/gate x (self-attn, audio cross-attn, MLP)
 
     def forward(self, x: Tensor, c: Tensor, audio_windows: Tensor, audio_mask: Tensor, n_ref: int,
-                tokens: TokenSpan | None = None) -> Tensor:  # fmt: skip
+                tokens: TokenSpan | None = None, frames_out: tuple[int, int] | None = None) -> Tensor:  # fmt: skip
         """``x``: (B, n_ref + T*N, D); ``c``: (B, D); ``audio_windows``: (B*T, 2w+1, D) with ``audio_mask``
         (B*T, 1, 1, 2w+1) -> (B, n_ref + T*N, D). With ``tokens`` (sequence parallelism), ``x`` is that span of the
-        sequence (B, C, D) and so is the output."""
+        sequence (B, C, D) and so is the output. ``frames_out`` (f0, f1): only the tokens of video frames f0..f1-1
+        are computed (every token is still a key and a value): the output is theirs, (B, (f1 - f0) * N, D)."""
+        if frames_out is not None:
+            return self._frames_only(x, c, audio_windows, audio_mask, n_ref, frames_out)
         s1, sc1, g1, s2, sc2, g2, s3, sc3, g3 = self.ada(c)  # 9 x (B, D)
         split = tokens is not None and tokens.local != tokens.length
         x = x + g1[:, None] * self.attn(modulate(self.norm1(x), s1, sc1), tokens=tokens if split else None)  # (B, L, D)
@@ -81,6 +84,23 @@ class A2VBlock(nn.Module):
         x = torch.cat([x[:, :n_ref], video + g2[:, None] * heard], dim=1)  # (B, L, D)
 
         return x + g3[:, None] * self.mlp(modulate(self.norm3(x), s3, sc3))  # (B, L, D)
+
+    def _frames_only(self, x: Tensor, c: Tensor, audio_windows: Tensor, audio_mask: Tensor, n_ref: int,
+                     frames_out: tuple[int, int]) -> Tensor:  # fmt: skip
+        """The block's output for the tokens of video frames ``frames_out`` = (f0, f1) alone: (B, (f1 - f0) N, D)."""
+        s1, sc1, g1, s2, sc2, g2, s3, sc3, g3 = self.ada(c)  # 9 x (B, D)
+        b, frames = x.shape[0], audio_windows.shape[0] // x.shape[0]
+        f0, f1 = frames_out
+        per_frame = (x.shape[1] - n_ref) // frames
+        q0, q1 = n_ref + f0 * per_frame, n_ref + f1 * per_frame
+        attended = self.attn(modulate(self.norm1(x), s1, sc1), queries_from=q0, queries_to=q1)  # (B, L', D)
+        video = x[:, q0:q1] + g1[:, None] * attended  # (B, (f1 - f0) N, D)
+        q = rearrange(modulate(self.norm2(video), s2, sc2), "b (t n) d -> (b t) n d", t=f1 - f0)  # (B T', N, D)
+        windows = audio_windows.unflatten(0, (b, frames))[:, f0:f1].flatten(0, 1)  # (B T', 2w+1, D)
+        mask = audio_mask.unflatten(0, (b, frames))[:, f0:f1].flatten(0, 1)  # (B T', 1, 1, 2w+1)
+        heard = rearrange(self.audio_attn(q, context=windows, mask=mask), "(b t) n d -> b (t n) d", b=b)
+        video = video + g2[:, None] * heard  # (B, (f1 - f0) N, D)
+        return video + g3[:, None] * self.mlp(modulate(self.norm3(video), s3, sc3))  # (B, (f1 - f0) N, D)
 
     def _heard_span(self, x: Tensor, shift: Tensor, scale: Tensor, audio_windows: Tensor, audio_mask: Tensor,
                     n_ref: int, tokens: TokenSpan) -> tuple[Tensor, int]:  # fmt: skip
@@ -177,6 +197,7 @@ class A2VDiT(nn.Module):
         ref_latents: Tensor,
         audio: Tensor,
         text: Tensor,
+        frames_out: tuple[int, int] | None = None,
     ) -> Tensor:
         """Predict the flow velocity.
 
@@ -188,6 +209,9 @@ class A2VDiT(nn.Module):
             ref_latents: (B, C, h, w) reference-image latents.
             audio: (B, T, audio_dim) per-frame audio features.
             text: (B, text_dim) pooled text / scene embedding.
+            frames_out: (f0, f1): only frames f0..f1-1's velocity is wanted (e.g. the frames not given); the last
+                block and the head then compute their tokens alone, and the other frames' velocity is 0. Ignored
+                under sequence parallelism.
 
         Returns:
             (B, C, T, h, w) velocity.
@@ -215,11 +239,19 @@ class A2VDiT(nn.Module):
 
         cond = self.t_embed(t) + self.text_proj(text)  # (B, D)
         windows, window_mask = self.audio_windows(audio)  # (B*T, 2w+1, D), (B*T, 1, 1, 2w+1)
-        for block in self.blocks:
-            x = block(x, cond, windows, window_mask, n_ref, tokens)  # (B, C, D)
+        if frames_out is not None and (tokens.local != tokens.length or not self.blocks or frames_out == (0, frames)):
+            frames_out = None  # all of them: nothing to leave out (or a rank's span of the tokens)
+        for index, block in enumerate(self.blocks):
+            last = frames_out if index == len(self.blocks) - 1 else None
+            x = block(x, cond, windows, window_mask, n_ref, tokens, frames_out=last)  # (B, C, D)
 
-        x = tokens.gather(x, dim=1)  # (B, N + T*N, D)
-        out = self.final(x[:, n_ref:], cond)  # (B, T*N, C p p)
-        out = rearrange(out, "b (t n) e -> (b t) n e", t=frames)  # (B*T, N, C p p)
-        out = unpatchify(out, p.patch_size, h, w)  # (B*T, C, h, w)
-        return rearrange(out, "(b t) c h w -> b c t h w", b=b)  # (B, C, T, h, w)
+        if frames_out is None:
+            video = tokens.gather(x, dim=1)[:, n_ref:]  # (B, T*N, D)
+            f0, f1 = 0, frames
+        else:
+            video, (f0, f1) = x, frames_out  # (B, (f1 - f0) N, D)
+        out = self.final(video, cond)  # (B, T'*N, C p p)
+        out = rearrange(out, "b (t n) e -> (b t) n e", t=f1 - f0)  # (B*T', N, C p p)
+        out = unpatchify(out, p.patch_size, h, w)  # (B*T', C, h, w)
+        out = rearrange(out, "(b t) c h w -> b c t h w", b=b)  # (B, C, T', h, w)
+        return F.pad(out, (0, 0, 0, 0, f0, frames - f1)) if (f0, f1) != (0, frames) else out  # (B, C, T, h, w)

@@ -96,11 +96,12 @@ class Attention(nn.Module):
 
     def forward(
         self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None, queries_from: int = 0,
-        tokens: TokenSpan | None = None,
+        tokens: TokenSpan | None = None, queries_to: int | None = None,
     ) -> Tensor:
-        """``x``: (B, L, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, L - queries_from, D): the outputs
-        of the tokens from ``queries_from`` on (self-attention: every token is still a key and a value).
-        ``tokens``: ``x`` is that span of a longer sequence, whose whole is attended to (models/sequence.py)."""
+        """``x``: (B, L, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, Lq, D): the outputs of the tokens
+        ``queries_from:queries_to`` (default: from ``queries_from`` on; self-attention: every token is still a key
+        and a value). ``tokens``: ``x`` is that span of a longer sequence, whose whole is attended to
+        (models/sequence.py)."""
         if tokens is not None and not self.is_cross:
             q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b l h d", three=3, h=self.heads)
             return self.proj(tokens.attend(q, k, v))  # (B, L, D)
@@ -111,9 +112,9 @@ class Attention(nn.Module):
             k, v = rearrange(self.kv(context), "b l (two h d) -> two b h l d", two=2, h=self.heads)  # (B, H, Lk, d)
         else:
             q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b h l d", three=3, h=self.heads)
-        q = q[:, :, queries_from:]  # (B, H, L - queries_from, d)
+        q = q[:, :, queries_from:queries_to]  # (B, H, Lq, d)
         if mask is not None and mask.shape[-2] > 1:
-            mask = mask[..., queries_from:, :]
+            mask = mask[..., queries_from:queries_to, :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Lq, d)
         return self.proj(rearrange(out, "b h l d -> b l (h d)"))  # (B, Lq, D)
 

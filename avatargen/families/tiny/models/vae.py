@@ -136,17 +136,75 @@ class Decoder(nn.Module):
                 levels.append(nn.SiLU())
         self.up = nn.Sequential(*levels)
 
-    def forward(self, z: Tensor, cache: DecoderCache | None) -> tuple[Tensor, DecoderCache]:
-        """``z``: (B, C, T, h, w) -> (video (B, 3, T, fh, fw), new cache)."""
+    def forward(self, z: Tensor, cache: DecoderCache | None, read: Window | None = None) -> tuple[Tensor, DecoderCache]:
+        """``z``: (B, C, T, h, w) -> (video (B, 3, T, fh, fw), new cache).
+
+        ``read`` (y0, y1, x0, x1), output pixels of ``z``'s grid (end exclusive): only those are wanted. The levels
+        above the latent resolution then compute only the part of their grid those pixels depend on, and the video
+        is those pixels alone, (B, 3, T, y1 - y0, x1 - x0), equal to the whole output's there up to float rounding
+        (a conv's output at ``k // 2`` or more pixels inside a crop's edge does not see the edge)."""
         past = cache.frames if cache is not None else [None, None]
         b, t = z.shape[0], z.shape[2]
         x, cache_in = self.causal_in(z, past[0])  # (B, w0, T, h, w)
         dx, cache_mid = self.causal_mid(F.silu(x), past[1])  # (B, w0, T, h, w)
         x = x + dx  # (B, w0, T, h, w)
         x = rearrange(x, "b c t h w -> (b t) c h w").contiguous(memory_format=torch.channels_last)  # (BT, w0, h, w)
-        x = torch.tanh(self.up(x))  # (BT, 3, fh, fw)
-        video = rearrange(x, "(b t) c h w -> b c t h w", b=b, t=t)  # (B, 3, T, fh, fw)
+        if read is None:
+            x = self.up(x)  # (BT, 3, fh, fw)
+        else:
+            x = self._up_within(x, read)  # (BT, 3, y1 - y0, x1 - x0)
+        video = rearrange(torch.tanh(x), "(b t) c h w -> b c t h w", b=b, t=t)  # (B, 3, T, ., .)
         return video, DecoderCache(frames=[cache_in, cache_mid])
+
+    def _up_within(self, x: Tensor, read: Window) -> Tensor:
+        """``self.up`` over (N, w0, h, w), each level after the first cropped to the window ``read`` needs of it:
+        -> (N, 3, y1 - y0, x1 - x0)."""
+        needed = _needed_windows(list(self.up), read)  # each module's input window, at its own scale
+        top, left = 0, 0  # where x's first row and column lie on its level's grid
+        for index, module in enumerate(self.up):
+            if index == 0 or isinstance(self.up[index - 1], nn.PixelShuffle):  # a new level
+                x, top, left = _crop(x, needed[index], top, left)
+            x = module(x)
+            if isinstance(module, nn.PixelShuffle):
+                top, left = top * module.upscale_factor, left * module.upscale_factor
+        x, _, _ = _crop(x, read, top, left)
+        return x
+
+
+Window = tuple[int, int, int, int]  # (y0, y1, x0, x1) on a level's pixel grid, end exclusive
+
+
+def _reach(module: nn.Module) -> int:
+    """How many pixels beyond an output pixel ``module``'s output depends on (its stacked 'same' convs' half widths)."""
+    if isinstance(module, nn.Conv2d):
+        return int(module.padding[0])
+    return sum(_reach(child) for child in module.children())
+
+
+def _needed_windows(modules: list[nn.Module], read: Window) -> list[Window]:
+    """For a stack of per-pixel ops, 'same' convs and PixelShuffles: each module's input window that the output
+    window ``read`` depends on, at that module's own scale."""
+    y0, y1, x0, x1 = read
+    needed: list[Window] = [read] * len(modules)
+    for index in reversed(range(len(modules))):
+        module = modules[index]
+        if isinstance(module, nn.PixelShuffle):
+            r = module.upscale_factor
+            y0, y1, x0, x1 = y0 // r, -(-y1 // r), x0 // r, -(-x1 // r)
+        else:
+            k = _reach(module)
+            y0, y1, x0, x1 = y0 - k, y1 + k, x0 - k, x1 + k
+        needed[index] = (y0, y1, x0, x1)
+    return needed
+
+
+def _crop(x: Tensor, window: Window, top: int, left: int) -> tuple[Tensor, int, int]:
+    """(N, C, H, W) whose first pixel is at (``top``, ``left``) of its grid -> its part inside ``window`` (clipped to
+    what it holds), and where that part's first pixel lies."""
+    y0, y1, x0, x1 = window
+    rows = max(y0 - top, 0), min(y1 - top, x.shape[-2])
+    cols = max(x0 - left, 0), min(x1 - left, x.shape[-1])
+    return x[..., rows[0] : rows[1], cols[0] : cols[1]], top + rows[0], left + cols[0]
 
 
 class VAE(nn.Module):
@@ -199,11 +257,12 @@ class VAE(nn.Module):
         _, cache_mid = self.decoder.causal_mid(F.silu(x), None)
         return DecoderCache(frames=[cache_in, cache_mid])
 
-    def decode(self, latents: Tensor, cache: DecoderCache | None = None) -> tuple[Tensor, DecoderCache]:
+    def decode(self, latents: Tensor, cache: DecoderCache | None = None, read: Window | None = None) -> tuple[Tensor, DecoderCache]:
         """Latents (B, C, T, h, w) -> (video (B, 3, T, fh, fw) in [-1, 1], cache for the next chunk).
 
         ``latents`` are normalised like :meth:`encode`'s output. Pass the returned cache with the next chunk of the
-        same video; ``None`` starts a new video.
+        same video; ``None`` starts a new video. ``read`` (y0, y1, x0, x1): only those output pixels are computed
+        above the latent resolution and returned (:meth:`Decoder.forward`).
         """
         raw = latents * self.latent_std.view(1, -1, 1, 1, 1) + self.latent_mean.view(1, -1, 1, 1, 1)
-        return self.decoder(raw, cache)
+        return self.decoder(raw, cache, read)

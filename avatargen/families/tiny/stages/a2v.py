@@ -27,12 +27,26 @@ class A2VStage:
         noise: Tensor,  # (1, C, T, h, w)
         steps: int,
     ) -> Tensor:
-        """Latents (1, C, T, h, w) of the window after ``steps`` Euler steps; at given frames they equal ``given``."""
+        """Latents (1, C, T, h, w) of the window after ``steps`` Euler steps; at given frames they equal ``given``.
+        Only the frames not given are predicted (the given ones' velocity is never read)."""
+        wanted = generated_frames(given_mask)
         with self.dit.active() as dit:
 
             def velocity(x_t: Tensor, t: Tensor) -> Tensor:
-                return dit(x_t, t, given, given_mask, reference.ref_low, audio, reference.text)
+                return dit(x_t, t, given, given_mask, reference.ref_low, audio, reference.text, frames_out=wanted)
 
             latents = euler_sample(velocity, noise, steps, self.shift)  # (1, C, T, h, w)
         mask = given_mask[:, None, :, None, None]  # (1, 1, T, 1, 1)
         return torch.where(mask, given, latents)
+
+
+def generated_frames(given_mask: Tensor) -> tuple[int, int] | None:
+    """(f0, f1) when the frames no sample of the batch is given, ``given_mask`` (B, T) False, are f0..f1-1 and all
+    the others are given in every sample; else None (every frame is predicted)."""
+    generated = ~given_mask.all(dim=0)  # (T,)
+    if bool((given_mask.any(dim=0) & generated).any()):
+        return None
+    indices = generated.nonzero().flatten()
+    if len(indices) == 0 or int(indices[-1] - indices[0]) + 1 != len(indices):
+        return None
+    return int(indices[0]), int(indices[-1]) + 1

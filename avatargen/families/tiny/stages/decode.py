@@ -4,7 +4,8 @@ the sinks (the publish half of the decode-and-publish stage, avatargen/pipeline/
 When the sinks read only part of each frame (reference compositing reads the mouth and jaw), ``DecodeRegion`` lets
 the decoder run on that part of the latent grid alone, with a margin of latent pixels around it so that the
 pixels the sinks read come out as a whole-frame decode would give them (the decoder is convolutional: a crop's
-border only reaches a few latent pixels in; docs/performance.md, "Decoder").
+border only reaches a few latent pixels in; docs/performance.md, "Decoder"). Above the latent grid each level
+computes only the pixels the read box depends on (exactly: ``VAE.decode``'s ``read``).
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ from avatargen.errors import ResumeMismatchError
 from avatargen.families.tiny.models.vae import DecoderCache
 from avatargen.modules import Module
 
-# Latent pixels decoded around the pixels read. The tiny model's decoder at 4: the read pixels differ from a whole
-# decode by at most 0.3 grey levels before rounding (1.3 at 3, 0.09 at 5, none at 8, its receptive field).
-DECODE_MARGIN = 4
+# Latent pixels decoded around the pixels read. The tiny model's decoder at 3: the read pixels differ from a whole
+# decode by at most 1.3 grey levels before rounding (0.3 at 4, 0.09 at 5, none at 8, its receptive field); over 4 s
+# of speech, 2 levels at most after rounding, 0.04-0.07 mean, and the composited frames as close to a whole decode's
+# as at 4 (0.0003-0.002 levels mean), for 0.87x the decoder's work under AVX2 (docs/performance.md, "Decoder").
+DECODE_MARGIN = 3
 
 
 @dataclass(frozen=True)
 class DecodeRegion:
     """The part of the (latent_size, latent_size) latent grid decoded: rows ``top:bottom``, columns ``left:right``;
-    ``factor`` pixels per latent pixel. Decoded frames are the full (S, S) size with only these pixels filled (the
-    rest zero)."""
+    ``factor`` pixels per latent pixel. ``box`` (y0, y1, x0, x1), model-frame pixels, is what the sinks read (None:
+    every pixel of the region): the decoder's upper levels compute only what those pixels need. Decoded frames are
+    the full (S, S) size with only the box's pixels filled (the rest zero)."""
 
     top: int
     bottom: int
@@ -38,6 +42,7 @@ class DecodeRegion:
     right: int
     factor: int
     latent_size: int
+    box: tuple[int, int, int, int] | None = None
 
     @staticmethod
     def around(box: tuple[int, int, int, int], factor: int, latent_size: int, margin: int = DECODE_MARGIN) -> "DecodeRegion":
@@ -50,7 +55,22 @@ class DecodeRegion:
             right=min(latent_size, -(-x1 // factor) + margin),
             factor=factor,
             latent_size=latent_size,
+            box=(max(0, y0), min(latent_size * factor, y1), max(0, x0), min(latent_size * factor, x1)),
         )
+
+    @property
+    def pixels(self) -> tuple[int, int, int, int]:
+        """(y0, y1, x0, x1), model-frame pixels: what a decode of this region returns."""
+        if self.box is not None:
+            return self.box
+        f = self.factor
+        return self.top * f, self.bottom * f, self.left * f, self.right * f
+
+    def read_window(self) -> tuple[int, int, int, int]:
+        """``pixels`` on the region's own grid (its first decoded pixel at (0, 0))."""
+        y0, y1, x0, x1 = self.pixels
+        top, left = self.top * self.factor, self.left * self.factor
+        return y0 - top, y1 - top, x0 - left, x1 - left
 
     def frames_like(self, whole_frames: int) -> int:
         """How many frames of this region hold as many latent pixels as ``whole_frames`` whole frames (at most 4x)."""
@@ -101,8 +121,9 @@ class StreamingDecodeStage:
         with self.vae.active() as vae:
             if self.cache is None:
                 self.cache = vae.still_cache(latents)  # the past the decoder is trained with, not zeros
+            read = None if self.region is None else self.region.read_window()
             for part in latents.split(self.micro_batch_frames, dim=2):
-                video, self.cache = vae.decode(part, self.cache)  # (1, 3, t, rows, cols) in [-1, 1]
+                video, self.cache = vae.decode(part, self.cache, read)  # (1, 3, t, rows, cols) in [-1, 1]
                 video = video.float()  # quantised from float32 whatever the compute dtype
                 if check is not None:
                     check(video)
@@ -111,8 +132,9 @@ class StreamingDecodeStage:
                 yield pixels if self.region is None else self._placed(pixels, size)
 
     def _placed(self, pixels: np.ndarray, latent_size: tuple[int, int]) -> np.ndarray:
-        """(t, rows, cols, 3) decoded region -> (t, f*h, f*w, 3) frames holding it at its place (zero elsewhere)."""
-        region, f = self.region, self.region.factor
+        """(t, rows, cols, 3) decoded pixels -> (t, f*h, f*w, 3) frames holding them at their place (zero elsewhere)."""
+        f = self.region.factor
+        y0, y1, x0, x1 = self.region.pixels
         frames = np.zeros((pixels.shape[0], latent_size[0] * f, latent_size[1] * f, 3), dtype=np.uint8)
-        frames[:, region.top * f : region.bottom * f, region.left * f : region.right * f] = pixels
+        frames[:, y0:y1, x0:x1] = pixels
         return frames

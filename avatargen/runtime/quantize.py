@@ -1,0 +1,170 @@
+"""int8 linear layers: ``runtime.quantize`` (auto | none | int8), resolved once per render.
+
+Dynamic quantisation: each ``nn.Linear``'s weights are rounded once to int8 (one scale per layer), and each call
+quantises its input to 8 bits with a scale taken from that input (7 bits of range, so that CPUs without VNNI do not
+saturate their 16-bit sums), multiplies in integers and returns float32. It runs through PyTorch's quantized CPU
+engines: FBGEMM (torch's ``x86`` engine) or oneDNN (``onednn``, chosen when ``ONEDNN_MAX_CPU_ISA`` caps oneDNN's
+instruction set, which FBGEMM would not keep to).
+
+``auto`` turns it on only where it pays and the frames stay as good (docs/performance.md, "Speed per CPU class"): the
+forwards compute in float32 (a CPU without fast bf16: bf16 already does better), on a CPU, in one process with the
+weights resident, and a short timed probe (an A2V-shaped linear layer in float32 and in int8, best of a few, one
+core) finds int8 at least ``MIN_SPEEDUP`` times faster. The probe runs once per process.
+
+PyTorch has deprecated the quantized tensors these engines take (they still run in the torch this package pins);
+where they are gone, ``auto`` leaves the layers as they are and ``int8`` says so.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor, nn
+
+from avatargen.errors import ConfigError
+
+MIN_SPEEDUP = 1.15  # int8 must beat float32 by this much in the probe, or auto leaves the layers in float
+PROBE_SHAPE = (256, 192, 768)  # (rows, in, out): the A2V MLP's first layer over a quarter of a window's frame tokens
+PROBE_REPEATS = 4  # best of
+REDUCE_RANGE = True  # 7-bit inputs: no saturation in AVX2's 16-bit multiply-adds
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Whether the DiTs' linear layers run in int8, on which engine, and why (reported by ``--json``)."""
+
+    int8: bool
+    reason: str  # e.g. "probe: int8 1.4x fp32 (x86)", "bfloat16 compute", "forced"
+    engine: str = ""
+
+    def describe(self) -> str:
+        """One line for the report: ``int8 (probe: int8 1.4x fp32 (x86))`` or ``none (bfloat16 compute)``."""
+        return f"{'int8' if self.int8 else 'none'} ({self.reason})"
+
+
+OFF = Quantization(False, "not asked")
+
+
+class Int8Linear(nn.Module):
+    """``nn.Linear`` with int8 weights and dynamically quantised int8 inputs: (..., in) -> (..., out) float32."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()  # (out, in)
+        scale = max(float(weight.abs().max()) / 127.0, 1e-12)
+        bias = linear.bias.detach().float() if linear.bias is not None else None
+        with warnings.catch_warnings():  # the quantized tensor's deprecation (see the module docstring)
+            warnings.simplefilter("ignore")
+            quantized = torch.quantize_per_tensor(weight, scale, 0, torch.qint8)
+        self.packed = torch.ops.quantized.linear_prepack(quantized, bias)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., in) -> (..., out)."""
+        flat = x.reshape(-1, self.in_features).float()  # (N, in)
+        out = torch.ops.quantized.linear_dynamic(flat, self.packed, REDUCE_RANGE)  # (N, out)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def quantize_linears(model: nn.Module, engine: str) -> int:
+    """Every ``nn.Linear`` under ``model`` replaced by an :class:`Int8Linear` of its weights packed for ``engine``,
+    in place; returns how many. (The packed weights keep their engine: later calls run on it whatever torch's
+    current engine is.)"""
+    previous, count = torch.backends.quantized.engine, 0
+    torch.backends.quantized.engine = engine
+    try:
+        for module in list(model.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(module, name, Int8Linear(child))
+                    count += 1
+    finally:
+        torch.backends.quantized.engine = previous
+    return count
+
+
+def engine_for_this_cpu() -> str | None:
+    """The quantized engine int8 runs on here: oneDNN when ``ONEDNN_MAX_CPU_ISA`` caps its instruction set (FBGEMM
+    ignores the cap), else torch's default for this CPU; None where this torch has no quantized CPU engine."""
+    try:
+        engines = torch.backends.quantized.supported_engines
+        has_ops = hasattr(torch.ops.quantized, "linear_dynamic") and hasattr(torch.ops.quantized, "linear_prepack")
+    except (AttributeError, RuntimeError):
+        return None
+    if not has_ops:
+        return None
+    if os.environ.get("ONEDNN_MAX_CPU_ISA") and "onednn" in engines:
+        return "onednn"
+    for engine in ("x86", "fbgemm", "onednn", "qnnpack"):
+        if engine in engines:
+            return engine
+    return None
+
+
+def _best_s(layer: nn.Module, x: Tensor) -> float:
+    layer(x)  # warm-up: the first call picks and primes the kernel
+    best = float("inf")
+    for _ in range(PROBE_REPEATS):
+        started = time.perf_counter()
+        layer(x)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@lru_cache(maxsize=4)
+def probe_int8_speedup(engine: str) -> float:
+    """float32 time / int8 time of an A2V-shaped linear layer on one core with ``engine`` (> 1: int8 is faster).
+    Measured once per process and engine (~10 ms); the thread count and the engine are restored afterwards."""
+    rows, inputs, outputs = PROBE_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    layer = nn.Linear(inputs, outputs)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(outputs, inputs, generator=generator) * inputs**-0.5)
+    x = torch.randn(rows, inputs, generator=generator)  # (rows, in)
+    threads, previous = torch.get_num_threads(), torch.backends.quantized.engine
+    torch.set_num_threads(1)
+    try:
+        torch.backends.quantized.engine = engine
+        with torch.inference_mode():
+            return _best_s(layer, x) / _best_s(Int8Linear(layer), x)
+    finally:
+        torch.backends.quantized.engine = previous
+        torch.set_num_threads(threads)
+
+
+def choose_quantization(setting: str, device: torch.device, dtype: torch.dtype, single_process: bool,
+                        resident: bool) -> Quantization:  # fmt: skip
+    """Resolve ``runtime.quantize`` for a render computing in ``dtype`` on ``device`` (``single_process``: no ranks
+    split it; ``resident``: no offload). ``int8`` where it cannot run raises ConfigError naming why."""
+    if setting == "none":
+        return Quantization(False, "forced")
+    if setting not in ("auto", "int8"):
+        raise ValueError(f"unknown runtime.quantize '{setting}'; valid: auto, none, int8")
+    engine = engine_for_this_cpu() if device.type == "cpu" else None
+    blocker = None
+    if device.type != "cpu":
+        blocker = f"int8 linears run on a CPU only (the device is {device.type})"
+    elif dtype != torch.float32:
+        blocker = f"{str(dtype).removeprefix('torch.')} compute"
+    elif not single_process or not resident:
+        blocker = "int8 linears run in one process with the weights resident (no offload, no ranks)"
+    elif engine is None:
+        blocker = "this torch has no quantized CPU engine"
+    if blocker is not None:
+        if setting == "int8":
+            raise ConfigError(f"runtime.quantize=int8 cannot run here ({blocker}); use runtime.quantize=auto or none")
+        return Quantization(False, blocker)
+    if setting == "int8":
+        return Quantization(True, "forced", engine)
+    ratio = probe_int8_speedup(engine)
+    if ratio < MIN_SPEEDUP:
+        return Quantization(False, f"probe: int8 {ratio:.1f}x fp32 < {MIN_SPEEDUP}x ({engine})", engine)
+    return Quantization(True, f"probe: int8 {ratio:.1f}x fp32 ({engine})", engine)
