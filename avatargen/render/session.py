@@ -198,7 +198,13 @@ class RenderSession:
                 audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
             else:
                 audio = audio_file.result()
-        inputs = render_inputs(opened, request.audio_files, request.audio_type, list(request.person_boxes), config, warn)
+        try:
+            inputs = render_inputs(opened, request.audio_files, request.audio_type, list(request.person_boxes), config, warn)
+        except BaseException:
+            audio.close()  # the decoders stop with the error, not when the garbage collector gets to them
+            if opened.video is not None:
+                opened.video.close()
+            raise
         self.opened = OpenedInputs(opened.reference, compositor, audio, inputs)
 
     def start_runtime(self) -> None:

@@ -57,8 +57,6 @@ class TinyChunks:
         self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed, model.text_encoder.max_tokens)
         self.a2v = A2VStage(models.a2v, p.sampling_shift)  # N chunk 0's
         self.sr = SRStage(models.sr, max_batch_frames=4)  # the first segment's
-        self._a2v_int8: A2VStage | None = None  # later chunks' and segments' where runtime.quantize resolved to int8
-        self._sr_int8: SRStage | None = None
         self.device = models.a2v.device
         self.audio_context_frames = self.context.context_frames
         # Before an N chunk's start its own motion frames and the next seam's left anchors hear the audio.
@@ -66,19 +64,13 @@ class TinyChunks:
 
     def a2v_stage(self, first: bool) -> A2VStage:
         """A2V for N chunk 0 (``first``) or any later chunk (see the module docstring)."""
-        if first or not self.models.precision.quantization.int8:
-            return self.a2v
-        if self._a2v_int8 is None:
-            self._a2v_int8 = A2VStage(self.models.fast("a2v"), self.a2v.shift)
-        return self._a2v_int8
+        int8 = self.models.precision.quantization.int8
+        return A2VStage(self.models.fast("a2v"), self.a2v.shift) if int8 and not first else self.a2v
 
     def sr_stage(self, first: bool) -> SRStage:
         """SR for the first segment's frames (``first``) or any later segment's."""
-        if first or not self.models.precision.quantization.int8:
-            return self.sr
-        if self._sr_int8 is None:
-            self._sr_int8 = SRStage(self.models.fast("sr"), self.sr.max_batch_frames)
-        return self._sr_int8
+        int8 = self.models.precision.quantization.int8
+        return SRStage(self.models.fast("sr"), self.sr.max_batch_frames) if int8 and not first else self.sr
 
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
               read_box: tuple[int, int, int, int] | None, inputs: Any = None) -> "TinyRun":  # fmt: skip
