@@ -136,17 +136,18 @@ def test_a_decoder_killed_during_a_resumed_render_keeps_every_part_and_resume_is
     out = tmp_path / "o.mp4"
     _interrupt_after_a_checkpoint(face, audio, out)
     resumed = _start(face, audio, out, "--resume")
-    partial = out.with_name("o.partial.mp4")
-    deadline = time.monotonic() + 120
-    while not (partial.exists() and partial.stat().st_size and _ffmpeg_child(resumed, "f32le")):
+    parts, deadline = out.with_name("o.resume"), time.monotonic() + 120
+    # Once the first run's partial is a part and before the audio is read past what the pipe holds, the decoder is
+    # alive. (Waiting for the new partial's first bytes raced the decoder's own end on 5 s of audio.)
+    while not (list(parts.glob("part-*.mp4")) and (decoder := _ffmpeg_child(resumed, "f32le"))):
         assert resumed.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    os.kill(_ffmpeg_child(resumed, "f32le"), signal.SIGKILL)  # the audio decoder, mid-render
+        time.sleep(0.02)
+    os.kill(decoder, signal.SIGKILL)  # the audio decoder, mid-render
     _, stderr = resumed.communicate(timeout=120)
     assert resumed.returncode == 1, stderr
     lines = [line for line in stderr.strip().splitlines() if not line.startswith("note:")]
     assert len(lines) == 1 and "killed by SIGKILL" in lines[0] and lines[0].endswith("--resume"), stderr
-    assert list(out.with_name("o.resume").glob("part-*.mp4")), "the first run's part must survive"
+    assert list(parts.glob("part-*.mp4")), "the first run's part must survive"
     _resume(face, audio, out)
     _assert_same_video(out, reference)
 
