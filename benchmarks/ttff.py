@@ -129,11 +129,11 @@ def _child(record: Path, argv: list[str]) -> None:
                     imports.append((name, start, time.perf_counter()))
                 patch_loaded()
 
-    import avatargen.render as render_module  # the CLI imports it before it renders
     from avatargen.io.encoder import Encoder
+    from avatargen.render import RenderSession  # the CLI imports it before it renders
 
     patch_loaded()
-    original_render, original_write = render_module._render, Encoder.write
+    original_render, original_write = RenderSession.run, Encoder.write
 
     def render_with_start(*args, **kwargs):
         marks["render_start"] = time.perf_counter()
@@ -148,7 +148,7 @@ def _child(record: Path, argv: list[str]) -> None:
                 signal.raise_signal(signal.SIGINT)
         return original_write(self, frames)
 
-    render_module._render, Encoder.write = render_with_start, write_with_mark
+    RenderSession.run, Encoder.write = render_with_start, write_with_mark
     builtins.__import__ = timed_import
 
     def gc_timer(phase: str, info: dict) -> None:  # collections of the garbage collector, by generation
