@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import FAST, run_cli, write_speechlike_wav
+from tests.conftest import FAST, FrameList, run_cli, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
 
 
@@ -59,16 +59,6 @@ def test_wan_tiny_renders_from_a_downloaded_layout_with_a_lora_merged_at_load(tm
     assert abs(videos[0] - videos[1]).mean() > 0.5  # the LoRA's update is in the weights the render ran
 
 
-class _Frames:
-    """A sink that keeps every frame (a short render)."""
-
-    def __init__(self) -> None:
-        self.frames = []
-
-    def write(self, frames) -> None:
-        self.frames.append(frames)
-
-
 def test_colour_correction_moves_every_frame_to_the_reference_lab_statistics():
     """On by default as in the reference (``model.wan.color_correction=1``): every frame's Lab mean is the
     reference's (scikit-image's Lab as the oracle); ``0`` turns it off."""
@@ -90,9 +80,9 @@ def test_colour_correction_moves_every_frame_to_the_reference_lab_statistics():
         config = to_config(load_config(["model=wan_tiny", f"model.wan.color_correction={strength}",
                                         "model.wan.sampling_steps=1"]))  # fmt: skip
         models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
-        sink = _Frames()
+        sink = FrameList()
         pipeline_for(config, models).render(reference, audio, [sink])
-        video = np.concatenate(sink.frames)  # (T, 64, 64, 3)
+        video = sink.video()  # (T, 64, 64, 3)
         assert video.shape[0] == 13
         means = np.stack([rgb2lab(frame / 255.0).reshape(-1, 3).mean(axis=0) for frame in video])  # (T, 3)
         distance[strength] = np.abs(means - target).max()
@@ -116,9 +106,9 @@ def test_block_offload_streams_the_dit_and_umt5_and_gives_the_same_frames():
         config = to_config(load_config(["model=wan_tiny", f"runtime.offload={offload}"]))
         models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
         policies[offload] = {m.name: m.offload for m in models.all()}
-        sink = _Frames()
+        sink = FrameList()
         pipeline_for(config, models).render(reference, audio, [sink])
-        videos.append(np.concatenate(sink.frames))
+        videos.append(sink.video())
     assert policies["block"] == {"audio_encoder": "model", "text_encoder": "block", "image_encoder": "model",
                                  "vae": "model", "dit": "block"}  # fmt: skip
     assert videos[0].shape == (6, 64, 64, 3) and np.array_equal(videos[0], videos[1])
@@ -139,7 +129,7 @@ def test_the_state_between_clips_does_not_grow_with_the_duration():
     sizes = []
     audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s = 75 frames: 13 + 8 x 8, 9 clips
     on_checkpoint = lambda point: sizes.append(sum(t.numel() * t.element_size() for t in point.tensors()))  # noqa: E731
-    stats = pipeline_for(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [_Frames()],
+    stats = pipeline_for(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [FrameList()],
                                                checkpoints=CheckpointGrid(8, 3), on_checkpoint=on_checkpoint)  # fmt: skip
     assert stats.n_chunks == 9 and len(sizes) == 8  # a resume point after every clip but the last (frames 13, 21, ...)
     assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 8
@@ -160,9 +150,9 @@ def test_the_first_clip_starts_from_the_reference_as_one_given_frame():
     reference[:], reference[8:40, 20:52] = (200, 90, 60), (40, 160, 210)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2", "model.wan.color_correction=0"]))
     models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
-    sink = _Frames()
+    sink = FrameList()
     pipeline_for(config, models).render(reference, [np.sin(np.arange(8000) / 10).astype(np.float32)], [sink])  # 0.5 s
-    video = np.concatenate(sink.frames)
+    video = sink.video()
     assert video.shape[0] == 13  # one clip, every frame of it shown (the given frame is the video's first)
     with torch.inference_mode(), models.vae.active() as vae:
         latent, _ = vae.encode(pixels_to_unit_range(reference, torch.device("cpu")))  # (1, z, 1, 8, 8)
@@ -186,9 +176,9 @@ def test_bfloat16_renders_on_a_cpu():
     config = to_config(load_config(["model=wan_tiny", "model.wan.dtype=bfloat16", "model.wan.sampling_steps=1"]))
     models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
     assert next(models.dit.model.parameters()).dtype == torch.bfloat16
-    sink = _Frames()
+    sink = FrameList()
     pipeline_for(config, models).render(np.full((64, 64, 3), 128, dtype=np.uint8), [np.zeros(4000, np.float32)], [sink])
-    assert np.concatenate(sink.frames).shape == (6, 64, 64, 3)
+    assert sink.video().shape == (6, 64, 64, 3)
 
 
 def test_multitalk_conditions_each_later_clip_on_its_motion_frames():
@@ -214,9 +204,9 @@ def test_multitalk_conditions_each_later_clip_on_its_motion_frames():
         for mode in ("reference", "motion"):
             config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1", f"model.wan.clip_condition={mode}"]))
             models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
-            sink = _Frames()
+            sink = FrameList()
             pipeline_for(config, models).render(reference, audio, [sink])
-            videos[mode] = np.concatenate(sink.frames).astype(int)
+            videos[mode] = sink.video().astype(int)
     finally:
         WanContextStage.encode_given = original
     assert given == [1, 1, 5]  # the reference (each render), then the 5 motion frames of the second clip
