@@ -14,7 +14,6 @@ count; bf16 frames differ from fp32 ones by the tolerance measured in docs/perfo
 
 from __future__ import annotations
 
-import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from avatargen.runtime.probe import best_time_s, one_cpu_thread
 from avatargen.runtime.quantize import OFF, Quantization
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -85,27 +85,16 @@ def cpu_class(flags: frozenset[str] | None = None) -> str:
 def _best_matmul_s(dtype: torch.dtype, size: int, repeats: int) -> float:
     a = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)  # (size, size)
     b = torch.randn(size, size, generator=torch.Generator().manual_seed(1)).to(dtype)  # (size, size)
-    torch.mm(a, b)  # warm-up: the first call picks and primes the kernel
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - started)
-    return best
+    return best_time_s(lambda: torch.mm(a, b), repeats)
 
 
 @lru_cache(maxsize=4)
 def probe_cpu_speedup(dtype: torch.dtype) -> float:
     """fp32 time / ``dtype`` time of the same matmul on one core of this CPU (> 1: ``dtype`` is faster). Measured
     once per process and dtype (~20 ms where the CPU runs it natively); the thread count is restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            fp32 = _best_matmul_s(torch.float32, PROBE_SIZE, PROBE_REPEATS)
-            other = _best_matmul_s(dtype, PROBE_SIZE, PROBE_REPEATS)
-    finally:
-        torch.set_num_threads(threads)
+    with one_cpu_thread(), torch.inference_mode():
+        fp32 = _best_matmul_s(torch.float32, PROBE_SIZE, PROBE_REPEATS)
+        other = _best_matmul_s(dtype, PROBE_SIZE, PROBE_REPEATS)
     return fp32 / other
 
 

@@ -18,7 +18,6 @@ where they are gone, ``auto`` leaves the layers as they are and ``int8`` says so
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from avatargen.errors import ConfigError
+from avatargen.runtime.probe import best_time_s, one_cpu_thread
 
 MIN_SPEEDUP = 1.15  # int8 must beat float32 by this much in the probe, or auto leaves the layers in float
 PROBE_SHAPE = (256, 192, 768)  # (rows, in, out): the A2V MLP's first layer over a quarter of a window's frame tokens
@@ -109,16 +109,6 @@ def engine_for_this_cpu() -> str | None:
     return None
 
 
-def _best_s(layer: nn.Module, x: Tensor) -> float:
-    layer(x)  # warm-up: the first call picks and primes the kernel
-    best = float("inf")
-    for _ in range(PROBE_REPEATS):
-        started = time.perf_counter()
-        layer(x)
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 @lru_cache(maxsize=4)
 def probe_int8_speedup(engine: str) -> float:
     """float32 time / int8 time of an A2V-shaped linear layer on one core with ``engine`` (> 1: int8 is faster).
@@ -129,15 +119,14 @@ def probe_int8_speedup(engine: str) -> float:
     with torch.no_grad():
         layer.weight.copy_(torch.randn(outputs, inputs, generator=generator) * inputs**-0.5)
     x = torch.randn(rows, inputs, generator=generator)  # (rows, in)
-    threads, previous = torch.get_num_threads(), torch.backends.quantized.engine
-    torch.set_num_threads(1)
+    previous = torch.backends.quantized.engine
     try:
         torch.backends.quantized.engine = engine
-        with torch.inference_mode():
-            return _best_s(layer, x) / _best_s(Int8Linear(layer), x)
+        with one_cpu_thread(), torch.inference_mode():
+            int8 = Int8Linear(layer)  # packed for ``engine``
+            return best_time_s(lambda: layer(x), PROBE_REPEATS) / best_time_s(lambda: int8(x), PROBE_REPEATS)
     finally:
         torch.backends.quantized.engine = previous
-        torch.set_num_threads(threads)
 
 
 def choose_quantization(setting: str, device: torch.device, dtype: torch.dtype, single_process: bool,
