@@ -17,13 +17,15 @@ Every run is a fresh ``python -m avatargen render -i IMAGE -a AUDIO -o OUT --jso
 it. The configurations run one after the other within a round, rounds repeat (``--rounds``), so the machine's noise
 hits them alike; each run's figures are printed, then the median and range of each configuration.
 
-    python benchmarks/cpu_classes.py [--classes avx2 native] [--seconds 30] [--rounds 3] [--image PATH]
+    python benchmarks/cpu_classes.py [--classes avx2 native] [--seconds 30] [--rounds 3] [--image PATH] [--eval]
                                      [--tree PATH ...] [--variant NAME=OVERRIDES ...] [KEY=VALUE ...]
 
 ``--seconds`` of speech: the example sentences repeated (benchmarks/overlap_speed.py). ``process_rtf`` is the whole
 process's wall time (Python, imports, models, encoder) over the audio's duration; ``rtf`` and ``ttff_s`` are the
 render's own (from the start of the render, as ``--json`` reports them); ``cpu_s`` the CPU seconds of the process
-and its ffmpeg encoder (the work done: less sensitive to other jobs on the machine than wall time).
+and its ffmpeg encoder (the work done: less sensitive to other jobs on the machine than wall time). ``--eval`` also
+renders with ``--eval`` and prints its lip sync confidence, identity distance, sharpness and seam ratio (quality of
+the same render, so a faster configuration is checked against the other's quality in one run).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ CLASSES: dict[str, tuple[dict[str, str], list[str]]] = {
 }  # fmt: skip
 SHOWN_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 STAGES = ("a2v", "sr", "decode", "composite", "idle_motion", "publish", "context", "init")
+QUALITY = ("sync_confidence", "identity_distance", "sharpness", "seam_ratio")  # of --eval
 
 
 def cpu_flags() -> list[str]:
@@ -103,6 +106,7 @@ def main() -> None:
     parser.add_argument("--image", type=Path, default=REPO / "examples" / "avatar_1.png")
     parser.add_argument("--tree", type=Path, action="append", default=[], help="a checkout to compare (default: this one)")
     parser.add_argument("--variant", action="append", default=[], help="NAME=KEY=VALUE,KEY=VALUE: overrides compared")
+    parser.add_argument("--eval", action="store_true", help="also print the render's quality (avatargen render --eval)")
     parser.add_argument("overrides", nargs="*", default=[], help="config overrides for every run")
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.tree] or [REPO]
@@ -123,7 +127,8 @@ def main() -> None:
         print(f"# class {name}: torch kernels {capability(CLASSES[name][0], trees[0])}, env "
               f"{' '.join(f'{k}={v}' for k, v in CLASSES[name][0].items()) or '-'}")  # fmt: skip
     print(f"# {args.seconds:g} s of speech on {args.image.name}, {args.rounds} rounds\n")
-    header = ["config", "rtf", "ttff_s", "process_rtf", "cpu_s", *STAGES]
+    quality = QUALITY if args.eval else ()
+    header = ["config", "rtf", "ttff_s", "process_rtf", "cpu_s", *STAGES, *quality]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     results: dict[str, list[dict]] = {label: [] for label, *_ in configs}
@@ -131,12 +136,13 @@ def main() -> None:
         audio = speech(args.seconds, Path(tmp) / "speech.wav")
         for _ in range(args.rounds):
             for label, tree, env, overrides in configs:
-                report = render(tree, env, args.image, audio, Path(tmp) / "out.mp4", overrides)
+                extra = ["--eval"] if args.eval else []
+                report = render(tree, env, args.image, audio, Path(tmp) / "out.mp4", [*extra, *overrides])
                 report["process_rtf"] = report["process_s"] / args.seconds
                 results[label].append(report)
                 stages = report.get("stage_s", {})
                 cells = [f"{report['rtf']:.3f}", f"{report['ttff_s']:.2f}", f"{report['process_rtf']:.3f}", f"{report['cpu_s']:.1f}",
-                         *(f"{stages.get(s, 0.0):.2f}" for s in STAGES)]  # fmt: skip
+                         *(f"{stages.get(s, 0.0):.2f}" for s in STAGES), *(f"{report.get(q, float('nan')):.3f}" for q in quality)]  # fmt: skip
                 print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
     print("\nmedian (min-max) over the rounds:\n")
     print("| config | rtf | ttff_s | process_rtf | cpu_s | a2v | sr | decode | dtype |")

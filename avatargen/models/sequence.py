@@ -6,7 +6,8 @@ forward, asks it for the span of the ``L`` tokens this process computes. It then
 places only:
 
 - ``span.take(t, dim)``: this process's tokens of a per-token tensor (the patch embeddings, RoPE tables);
-- ``span.attend(q, k, v)``: self-attention of its queries over the keys and values of the whole sequence
+- ``span.attend(q, k, v[, pattern])``: self-attention of its queries over the keys and values of the whole sequence
+  (every key, or those a ``HeadAttention`` pattern picks)
   (``span.attend_summing_heads`` also sums a function of the whole sequence's queries and keys over all heads, as
   two-speaker routing needs: under sequence parallelism each rank holds some heads, and the sum is all-reduced);
 - ``span.start``: the global index of its first token (for anything that depends on a token's position, e.g. which
@@ -28,6 +29,11 @@ from torch import Tensor, nn
 # queries and keys of the whole sequence for some of the heads, (B, length, h, D) each -> their sum over those h heads
 # (a tensor whose shape does not depend on h)
 HeadSum = Callable[[Tensor, Tensor], Tensor]
+
+# self-attention of some heads over the whole sequence: q, k, v (B, L, h, D) and the index of their first head (a rank
+# of a sequence-parallel group holds heads first .. first + h - 1) -> (B, L, h*D); a pattern of which keys each query
+# sees, e.g. avatargen/families/tiny/models/layers.py's FrameAxialAttention
+HeadAttention = Callable[[Tensor, Tensor, Tensor, int], Tensor]
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -52,10 +58,10 @@ class TokenSpan:
         """This span's part of ``tokens``, whose dimension ``dim`` runs over the whole sequence."""
         return tokens
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, pattern: HeadAttention | None = None) -> Tensor:
         """Self-attention of this span's queries over the whole sequence: q/k/v (B, local, H, D) of this span's
-        tokens -> (B, local, H*D)."""
-        return attention(q, k, v)
+        tokens -> (B, local, H*D); every query over every key, or as ``pattern`` computes it."""
+        return attention(q, k, v) if pattern is None else pattern(q, k, v, 0)
 
     def attend_summing_heads(self, q: Tensor, k: Tensor, v: Tensor, per_heads: HeadSum) -> tuple[Tensor, Tensor]:
         """``attend``, and ``per_heads`` of the whole sequence's queries and keys summed over all heads (the same on

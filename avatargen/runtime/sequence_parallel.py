@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from avatargen.models.sequence import HeadSum, TokenSequence, TokenSpan, attention, has_token_sequence
+from avatargen.models.sequence import HeadAttention, HeadSum, TokenSequence, TokenSpan, attention, has_token_sequence
 
 
 # torch >= 2.13 names it all_gather_single (all_gather_into_tensor, its older name, now warns)
@@ -57,10 +57,11 @@ class UlyssesSpan(TokenSpan):
             part = F.pad(part, [0, 0] * (tokens.dim() - 1 - dim) + [0, missing])
         return part
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, pattern: HeadAttention | None = None) -> Tensor:
         heads = q.shape[2]
         q, k, v = self._heads_of_whole_sequence(q, k, v)  # (B, L, H/P, D) each
-        return self._tokens_of_all_heads(attention(q, k, v), heads, q.shape[3])  # (B, C, H*D)
+        out = attention(q, k, v) if pattern is None else pattern(q, k, v, self.rank * q.shape[2])  # (B, L, H/P*D)
+        return self._tokens_of_all_heads(out, heads, q.shape[3])  # (B, C, H*D)
 
     def attend_summing_heads(self, q: Tensor, k: Tensor, v: Tensor, per_heads: HeadSum) -> tuple[Tensor, Tensor]:
         heads = q.shape[2]

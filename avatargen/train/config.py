@@ -35,9 +35,13 @@ class RecipeConfig:
     a2v_lr: float = 5e-4
     a2v_mouth_weight: float = 8.0
     # A2V distilled to one sampling step (0 steps: keep the multi-step model); the teacher is the A2V phase's model
-    a2v_distill_steps: int = 1000
-    a2v_distill_lr: float = 1e-4
+    a2v_distill_steps: int = 2000
+    a2v_distill_lr: float = 2e-4
     a2v_teacher_steps: int = 2
+    # the A2V phase's (the teacher's) self-attention; the distilled student takes the model's (model.a2v.attention,
+    # frame-axial: cheaper to run). Without distillation the A2V phase trains the model's. With init_from: that
+    # checkpoint's (its model.yaml).
+    a2v_teacher_attention: str = "full"
     # SR DiT: one step from low-res to high-res latents
     sr_steps: int = 1200
     sr_batch: int = 16

@@ -21,9 +21,9 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from avatargen.config.loader import default_config_dir, load_config, to_config
-from avatargen.families.tiny.config import motion_frames_for
+from avatargen.families.tiny.config import checkpoint_architecture, motion_frames_for
 from avatargen.errors import ConfigError
-from avatargen.families.tiny.models.a2v_dit import A2VDiT
+from avatargen.families.tiny.models.a2v_dit import ATTENTION_KINDS, A2VDiT
 from avatargen.families.tiny.models.audio_encoder import AudioEncoder
 from avatargen.families.tiny.models.sr_dit import SRDiT
 from avatargen.families.tiny.models.text_encoder import TextEncoder
@@ -41,7 +41,11 @@ def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:
         cfg = OmegaConf.merge(base, OmegaConf.load(default_config_dir() / "train" / "tiny.yaml"), OmegaConf.from_dotlist(list(overrides)))
     except Exception as error:  # OmegaConf's validation errors: one line naming the key
         raise ConfigError(f"training config: {str(error).splitlines()[0]}") from None
-    return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+    recipe: RecipeConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    if recipe.a2v_teacher_attention not in ATTENTION_KINDS:
+        raise ConfigError(f"a2v_teacher_attention must be one of {', '.join(ATTENTION_KINDS)}, got "
+                          f"{recipe.a2v_teacher_attention!r}")  # fmt: skip
+    return recipe
 
 
 def save_module(model: torch.nn.Module, path: Path, dtype: torch.dtype) -> None:
@@ -106,6 +110,13 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     sr = SRDiT(model_cfg.sr)
 
     modules = {"audio_encoder": audio_encoder, "text_encoder": text_encoder, "vae": vae, "a2v": a2v, "sr": sr}
+    student_attention = model_cfg.a2v.attention  # what the shipped A2V computes
+    if start is not None:
+        trained = checkpoint_architecture(start)
+        teacher_attention = str(trained[("a2v", "attention")]) if trained else recipe.a2v_teacher_attention
+    else:
+        teacher_attention = recipe.a2v_teacher_attention if recipe.a2v_distill_steps else student_attention
+    a2v.use_attention(teacher_attention)
     if start is not None:
         for name, model in modules.items():
             load_module(model, start / f"{name}.safetensors")
@@ -124,6 +135,7 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
                                        model_cfg.text_encoder.max_tokens, log))  # fmt: skip
     if recipe.a2v_distill_steps:
         teacher = copy.deepcopy(a2v).requires_grad_(False)
+        a2v.use_attention(student_attention)  # the same weights, to learn the model's attention
         windows = (pipeline.n_chunk_frames + motion_frames, pipeline.seam_frames + 2 * pipeline.anchor_frames)  # N, I
         timed("a2v_distill", lambda: distill_a2v(a2v, teacher, text_encoder, cache, recipe, motion_frames,
                                                  pipeline.anchor_frames, windows, model_cfg.text_encoder.max_tokens, log))  # fmt: skip
@@ -133,6 +145,7 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     dtype = getattr(torch, recipe.save_dtype)
     for name, model in modules.items():
         save_module(model, out_dir / f"{name}.safetensors", dtype)
+    cfg.model.a2v.attention = a2v.params.attention  # the saved A2V's (a loaded teacher not distilled keeps its own)
     (out_dir / "model.yaml").write_text(OmegaConf.to_yaml(cfg.model))
     (out_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(recipe)))
     summary["total_seconds"] = round(time.perf_counter() - started, 1)

@@ -159,6 +159,25 @@ def test_broken_checkpoint_exits_2_naming_the_module(tmp_path, face_png, speech_
     assert not list(tmp_path.glob("o.*")), "a broken checkpoint leaves nothing to resume"
 
 
+def test_a_checkpoint_trained_for_full_attention_names_the_override_it_needs(tmp_path, face_png, speech_wav):
+    """A checkpoint folder from a recipe before frame-axial attention (its model.yaml has no model.a2v.attention)."""
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from avatargen.pipeline.build import shipped_checkpoint
+
+    folder = tmp_path / "older"
+    shutil.copytree(shipped_checkpoint("tiny"), folder)
+    model = OmegaConf.load(folder / "model.yaml")
+    del model.a2v["attention"]
+    OmegaConf.save(model, folder / "model.yaml")
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), "runtime.threads=1",
+                     f"model.checkpoint={folder}")  # fmt: skip
+    _assert_bad_input(result, out, "trained with model.a2v.attention=full", "add model.a2v.attention=full")
+
+
 # --- odd but valid inputs ------------------------------------------------------------------------------------------
 
 

@@ -101,6 +101,6 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     read = np.abs(whole[:, y0:y1, x0:x1].astype(int) - cropped[:, y0:y1, x0:x1].astype(int))
     assert read.max() <= 1 and read.mean() < 0.05, (read.max(), read.mean())  # a rounding step at most
     # A rounding step in the model's mouth moves the opening it reads by a hair, and the resampled lip edge by up to
-    # 3 grey levels in a few pixels (the blend: its colour match's gain, up to 2x, makes a step two levels).
+    # 4 grey levels in a few pixels (the blend: its colour match's gain, up to 2x, makes a step two levels).
     diff = np.abs(compositor.compose(whole, 0).astype(int) - compositor.compose(cropped, 0).astype(int))
-    assert diff.max() <= 3 and diff.mean() < 0.01, (diff.max(), diff.mean())
+    assert diff.max() <= 4 and diff.mean() < 0.01 and (diff > 2).sum() <= 12, (diff.max(), diff.mean(), (diff > 2).sum())

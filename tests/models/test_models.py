@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 
 import pytest
@@ -271,20 +272,60 @@ def test_a2v_conditioning_frames_ignore_x_t(trained_like_a2v: A2VDiT) -> None:
         assert (model(**dict(inputs, cond_latents=given)) - base).abs().max() > 1e-4
 
 
+@pytest.mark.parametrize("attention", ["axial", "full"])
 @pytest.mark.parametrize("given", [[0, 1], [0, 1, 10, 11]])  # an N chunk's motion frames, an I chunk's anchors
-def test_a2v_predicting_only_the_frames_not_given_gives_their_full_velocity(given: list[int], trained_like_a2v: A2VDiT) -> None:
+def test_a2v_predicting_only_the_frames_not_given_gives_their_full_velocity(
+    given: list[int], attention: str, trained_like_a2v: A2VDiT
+) -> None:
     from avatargen.families.tiny.stages.a2v import generated_frames
 
+    model = copy.deepcopy(trained_like_a2v)
+    model.use_attention(attention)
     inputs = _a2v_inputs(frames=12)
     inputs["cond_mask"][:] = False
     inputs["cond_mask"][:, given] = True
     frames = generated_frames(inputs["cond_mask"])
     with torch.no_grad():
-        full, part = trained_like_a2v(**inputs), trained_like_a2v(**inputs, frames_out=frames)
+        full, part = model(**inputs), model(**inputs, frames_out=frames)
     f0, f1 = frames
     assert (f0, f1) == (2, 12 if len(given) == 2 else 10)
     torch.testing.assert_close(part[:, :, f0:f1], full[:, :, f0:f1], rtol=0, atol=1e-5)
     assert not part[:, :, :f0].any() and not part[:, :, f1:].any()
+
+
+def _frame_axial_mask(frames: int, tokens: int, spatial_heads: int, heads: int) -> torch.Tensor:
+    """The oracle's mask, (H, L, L): within a frame or the reference frame (frame 0) for the first heads, the same
+    position in any frame for the rest."""
+    frame, position = torch.arange(frames * tokens) // tokens, torch.arange(frames * tokens) % tokens
+    within = (frame[:, None] == frame[None, :]) | (frame[None, :] == 0)
+    along = position[:, None] == position[None, :]
+    return torch.stack([within if h < spatial_heads else along for h in range(heads)])
+
+
+def test_frame_axial_attention_is_full_attention_masked_to_its_frame_and_its_position() -> None:
+    from avatargen.families.tiny.models.layers import FrameAxialAttention
+
+    torch.manual_seed(0)
+    frames, tokens, heads, dim = 5, 4, 4, 8
+    q, k, v = (torch.randn(2, frames * tokens, heads, dim) for _ in range(3))  # (B, L, H, d)
+    mask = _frame_axial_mask(frames, tokens, 2, heads)
+    oracle = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), attn_mask=mask).transpose(1, 2)
+    axial = FrameAxialAttention(tokens, spatial_heads=2)
+    torch.testing.assert_close(axial(q, k, v).unflatten(2, (heads, dim)), oracle, rtol=0, atol=1e-5)
+    # the queries of frames 2..3 alone, over every key
+    part = axial(q[:, 2 * tokens : 4 * tokens], k, v, 0, 2 * tokens).unflatten(2, (heads, dim))
+    torch.testing.assert_close(part, oracle[:, 2 * tokens : 4 * tokens], rtol=0, atol=1e-5)
+    # heads 1..2 alone, as a rank of a sequence-parallel group holds them: one within frames, one along time
+    some = axial(q[:, :, 1:3], k[:, :, 1:3], v[:, :, 1:3], 1).unflatten(2, (2, dim))
+    torch.testing.assert_close(some, oracle[:, :, 1:3], rtol=0, atol=1e-5)
+
+
+def test_an_axial_a2v_needs_two_heads_and_a_known_attention() -> None:
+    with pytest.raises(ValueError, match="heads >= 2"):
+        A2VDiT(A2VDiTParams(heads=1, dim=64))
+    with pytest.raises(ValueError, match="attention must be one of axial, full"):
+        A2VDiT(A2VDiTParams(attention="sparse"))
+    A2VDiT(A2VDiTParams(heads=1, dim=64, attention="full"))
 
 
 def test_frames_given_between_the_predicted_ones_leave_every_frame_predicted() -> None:

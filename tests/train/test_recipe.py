@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from avatargen.errors import ConfigError
+from avatargen.families.tiny.config import checkpoint_architecture
 from avatargen.pipeline.build import shipped_checkpoint
 from avatargen.train.recipe import MODULES, load_recipe, run_recipe
 
@@ -31,6 +32,8 @@ def test_same_seed_gives_the_same_weights(tmp_path):
 def test_init_from_distils_only_the_a2v_of_a_checkpoint(tmp_path):
     run_recipe(load_recipe([*TINY, "a2v_distill_steps=0"]), tmp_path / "base")
     run_recipe(load_recipe([*TINY, f"init_from={tmp_path / 'base'}"]), tmp_path / "distilled")
+    axial = {("a2v", "attention"): "axial"}  # the model config's
+    assert checkpoint_architecture(tmp_path / "base") == checkpoint_architecture(tmp_path / "distilled") == axial
     for name in MODULES:
         base, distilled = (load_file(str(tmp_path / run / f"{name}.safetensors")) for run in ("base", "distilled"))
         same = all(torch.equal(base[key], distilled[key]) for key in base)
@@ -48,3 +51,16 @@ def test_init_from_needs_a_checkpoint_folder_not_yet_distilled(tmp_path):
     with pytest.raises(ConfigError, match="already distilled"):
         run_recipe(load_recipe([f"init_from={folder}"]), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_folder_says_which_architecture_its_weights_were_trained_for(tmp_path):
+    assert checkpoint_architecture(tmp_path) is None  # no model.yaml: nothing to check against
+    (tmp_path / "model.yaml").write_text("a2v: {dim: 192}\nsr: {dim: 128}\n")  # from before the keys existed
+    assert checkpoint_architecture(tmp_path) == {("a2v", "attention"): "full"}
+    assert checkpoint_architecture(shipped_checkpoint("tiny")) == {("a2v", "attention"): "axial"}
+
+
+def test_the_teacher_attention_is_one_the_a2v_has():
+    assert load_recipe([]).a2v_teacher_attention == "full"
+    with pytest.raises(ConfigError, match="a2v_teacher_attention must be one of axial, full, got 'sparse'"):
+        load_recipe(["a2v_teacher_attention=sparse"])

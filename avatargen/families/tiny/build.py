@@ -14,6 +14,7 @@ import torch
 
 from avatargen.config.schema import Config, WeightsSource
 
+from avatargen.families.tiny.config import check_checkpoint_architecture
 from avatargen.families.tiny.models import MODEL_CLASSES
 from avatargen.modules import Module, ModuleSpec
 from avatargen.pipeline.build import placement_plan, resolve_checkpoint, resolve_precision
@@ -95,6 +96,8 @@ def build_modules(
     monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
     random = config.model.weights == WeightsSource.random
     checkpoint = None if random else resolve_checkpoint(config)
+    if checkpoint is not None:
+        check_checkpoint_architecture(config, checkpoint)
     modules = []
     # One thread: building and placing is hundreds of small copies and inits; on two threads under load they took
     # 0.66 s against 0.05 s for the tiny model, the same weights to the bit (copies and the seeded init do not depend

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from avatargen.config.schema import Config, ModelConfig
 from avatargen.config.validate import MAX_SAMPLE_RATE, numbers, require_in
@@ -45,6 +48,37 @@ class TinyModelConfig(ModelConfig):
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
+
+
+# Architecture keys added after checkpoints were trained without them: the value such a checkpoint was trained for.
+LEGACY_ARCHITECTURE = {("a2v", "attention"): "full"}
+
+
+def checkpoint_architecture(folder: Path) -> dict[tuple[str, str], object] | None:
+    """What a checkpoint folder's weights were trained for, for each key of ``LEGACY_ARCHITECTURE``, from the
+    ``model.yaml`` that ``avatargen train`` writes beside them (the legacy value where that file predates the key), or
+    None where the folder has none."""
+    path = folder / "model.yaml"
+    if not path.is_file():
+        return None
+    try:
+        trained = OmegaConf.load(path)
+    except Exception:  # not ours to judge: the weights are checked when they load
+        return None
+    return {(section, key): (trained.get(section) or {}).get(key, legacy)
+            for (section, key), legacy in LEGACY_ARCHITECTURE.items()}  # fmt: skip
+
+
+def check_checkpoint_architecture(config: Config, folder: Path) -> None:
+    """A checkpoint trained for one variant of an architecture key must not run with the other (its frames would be
+    noise, though every weight's name and shape fit)."""
+    trained = checkpoint_architecture(folder) if folder.is_dir() else None
+    for (section, key), value in (trained or {}).items():
+        wanted = getattr(getattr(config.model, section), key)
+        if value != wanted:
+            setting = f"model.{section}.{key}={str(value).lower()}"
+            raise ConfigError(f"model.checkpoint={folder} was trained with {setting}, the config says "
+                              f"{str(wanted).lower()}; add {setting}")  # fmt: skip
 
 
 def motion_frames_for(config: Config, composited: bool | None = None) -> int:

@@ -1,26 +1,28 @@
 """Audio-to-video flow-matching DiT over low-resolution latents.
 
-Sequence per sample: [reference tokens (one frame); video tokens (T frames x tokens_per_frame)], full
-self-attention over all of it. Video tokens additionally cross-attend to the audio features of a small window
-of frames around their own frame. Timestep + pooled text form the adaLN-Zero conditioning vector.
+Sequence per sample: [reference tokens (one frame); video tokens (T frames x tokens_per_frame)], self-attention
+over all of it: frame-axial (``attention="axial"``, half the heads within each frame and the reference, half along
+time at each position) or full. Video tokens additionally cross-attend to the audio features of a small window of
+frames around their own frame. Timestep + pooled text form the adaLN-Zero conditioning vector.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from avatargen.models.sequence import WHOLE, TokenSpan, span_of_frames, whole_frames
+from avatargen.models.sequence import WHOLE, HeadAttention, TokenSpan, span_of_frames, whole_frames
 
 from avatargen.families.tiny.models.layers import (
     MLP,
     AdaLNZero,
     Attention,
     FinalLayer,
+    FrameAxialAttention,
     TimestepEmbedder,
     init_linear_xavier,
     modulate,
@@ -45,6 +47,13 @@ class A2VDiTParams:
     audio_dim: int = 128
     audio_window: int = 2
     text_dim: int = 128
+    # self-attention: "axial" (heads // 2 heads within each frame and the reference frame, the rest along time; 1/16
+    # of full attention's scores for an 18-frame window) or "full" (every token over every token, what checkpoints
+    # trained before it was added use: docs/model-card.md, "Frame-axial attention")
+    attention: str = "axial"
+
+
+ATTENTION_KINDS = ("axial", "full")
 
 
 class A2VBlock(nn.Module):
@@ -61,16 +70,19 @@ class A2VBlock(nn.Module):
         self.ada = AdaLNZero(dim, dim, 9)  # shift/scale/gate x (self-attn, audio cross-attn, MLP)
 
     def forward(self, x: Tensor, c: Tensor, audio_windows: Tensor, audio_mask: Tensor, n_ref: int,
-                tokens: TokenSpan | None = None, frames_out: tuple[int, int] | None = None) -> Tensor:  # fmt: skip
+                tokens: TokenSpan | None = None, frames_out: tuple[int, int] | None = None,
+                pattern: HeadAttention | None = None) -> Tensor:  # fmt: skip
         """``x``: (B, n_ref + T*N, D); ``c``: (B, D); ``audio_windows``: (B*T, 2w+1, D) with ``audio_mask``
         (B*T, 1, 1, 2w+1) -> (B, n_ref + T*N, D). With ``tokens`` (sequence parallelism), ``x`` is that span of the
         sequence (B, C, D) and so is the output. ``frames_out`` (f0, f1): only the tokens of video frames f0..f1-1
-        are computed (every token is still a key and a value): the output is theirs, (B, (f1 - f0) * N, D)."""
+        are computed (every token is still a key and a value): the output is theirs, (B, (f1 - f0) * N, D).
+        ``pattern``: which keys self-attention's queries see (None: all)."""
         if frames_out is not None:
-            return self._frames_only(x, c, audio_windows, audio_mask, n_ref, frames_out)
+            return self._frames_only(x, c, audio_windows, audio_mask, n_ref, frames_out, pattern)
         s1, sc1, g1, s2, sc2, g2, s3, sc3, g3 = self.ada(c)  # 9 x (B, D)
         split = tokens is not None and tokens.local != tokens.length
-        x = x + g1[:, None] * self.attn(modulate(self.norm1(x), s1, sc1), tokens=tokens if split else None)  # (B, L, D)
+        attended = self.attn(modulate(self.norm1(x), s1, sc1), tokens=tokens if split else None, pattern=pattern)
+        x = x + g1[:, None] * attended  # (B, L, D)
 
         if split:
             heard, n_ref = self._heard_span(x, s2, sc2, audio_windows, audio_mask, n_ref, tokens)  # (B, C - k, D)
@@ -86,14 +98,14 @@ class A2VBlock(nn.Module):
         return x + g3[:, None] * self.mlp(modulate(self.norm3(x), s3, sc3))  # (B, L, D)
 
     def _frames_only(self, x: Tensor, c: Tensor, audio_windows: Tensor, audio_mask: Tensor, n_ref: int,
-                     frames_out: tuple[int, int]) -> Tensor:  # fmt: skip
+                     frames_out: tuple[int, int], pattern: HeadAttention | None) -> Tensor:  # fmt: skip
         """The block's output for the tokens of video frames ``frames_out`` = (f0, f1) alone: (B, (f1 - f0) N, D)."""
         s1, sc1, g1, s2, sc2, g2, s3, sc3, g3 = self.ada(c)  # 9 x (B, D)
         b, frames = x.shape[0], audio_windows.shape[0] // x.shape[0]
         f0, f1 = frames_out
         per_frame = (x.shape[1] - n_ref) // frames
         q0, q1 = n_ref + f0 * per_frame, n_ref + f1 * per_frame
-        attended = self.attn(modulate(self.norm1(x), s1, sc1), queries_from=q0, queries_to=q1)  # (B, L', D)
+        attended = self.attn(modulate(self.norm1(x), s1, sc1), queries_from=q0, queries_to=q1, pattern=pattern)
         video = x[:, q0:q1] + g1[:, None] * attended  # (B, (f1 - f0) N, D)
         q = rearrange(modulate(self.norm2(video), s2, sc2), "b (t n) d -> (b t) n d", t=f1 - f0)  # (B T', N, D)
         windows = audio_windows.unflatten(0, (b, frames))[:, f0:f1].flatten(0, 1)  # (B T', 2w+1, D)
@@ -137,6 +149,8 @@ class A2VDiT(nn.Module):
         self.params = p
         grid = p.latent_size // p.patch_size
         self.tokens_per_frame = grid * grid
+        self.attention_pattern: HeadAttention | None = None
+        self.use_attention(p.attention)
         patch_dim = p.latent_channels * p.patch_size**2
 
         self.patch_embed = nn.Linear(patch_dim, p.dim)
@@ -153,6 +167,17 @@ class A2VDiT(nn.Module):
         self.final = FinalLayer(p.dim, p.dim, patch_dim)
         self.sequence = WHOLE  # every token on this process; sequence parallelism replaces it (models/sequence.py)
         self.init_weights()
+
+    def use_attention(self, kind: str) -> None:
+        """Self-attention from now on: ``"axial"`` or ``"full"`` (the same weights; training distils one into the
+        other)."""
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
+        if kind == "axial" and self.params.heads < 2:
+            raise ValueError(f"axial attention needs heads >= 2 (one within frames, one along time), got {self.params.heads}")
+        self.params = replace(self.params, attention=kind)
+        axial = kind == "axial"
+        self.attention_pattern = FrameAxialAttention(self.tokens_per_frame, self.params.heads // 2) if axial else None
 
     def block_stacks(self) -> list[nn.ModuleList]:
         """The transformer blocks, in forward order (see avatargen/models/structure.py)."""
@@ -243,7 +268,7 @@ class A2VDiT(nn.Module):
             frames_out = None  # all of them: nothing to leave out (or a rank's span of the tokens)
         for index, block in enumerate(self.blocks):
             last = frames_out if index == len(self.blocks) - 1 else None
-            x = block(x, cond, windows, window_mask, n_ref, tokens, frames_out=last)  # (B, C, D)
+            x = block(x, cond, windows, window_mask, n_ref, tokens, frames_out=last, pattern=self.attention_pattern)
 
         if frames_out is None:
             video = tokens.gather(x, dim=1)[:, n_ref:]  # (B, T*N, D)

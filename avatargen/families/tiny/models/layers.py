@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from avatargen.models.sequence import TokenSpan
+from avatargen.models.sequence import HeadAttention, TokenSpan
 
 # --------------------------------------------------------------------------------------------------------------
 # Positional / timestep embeddings
@@ -96,15 +96,19 @@ class Attention(nn.Module):
 
     def forward(
         self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None, queries_from: int = 0,
-        tokens: TokenSpan | None = None, queries_to: int | None = None,
+        tokens: TokenSpan | None = None, queries_to: int | None = None, pattern: HeadAttention | None = None,
     ) -> Tensor:
         """``x``: (B, L, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, Lq, D): the outputs of the tokens
         ``queries_from:queries_to`` (default: from ``queries_from`` on; self-attention: every token is still a key
         and a value). ``tokens``: ``x`` is that span of a longer sequence, whose whole is attended to
-        (models/sequence.py)."""
+        (models/sequence.py). ``pattern``: self-attention computed by it instead of every query over every key
+        (e.g. :class:`FrameAxialAttention`)."""
         if tokens is not None and not self.is_cross:
             q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b l h d", three=3, h=self.heads)
-            return self.proj(tokens.attend(q, k, v))  # (B, L, D)
+            return self.proj(tokens.attend(q, k, v, pattern))  # (B, L, D)
+        if pattern is not None and not self.is_cross:
+            q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b l h d", three=3, h=self.heads)  # (B, L, H, d)
+            return self.proj(pattern(q[:, queries_from:queries_to], k, v, 0, queries_from))  # (B, Lq, D)
         if self.is_cross:
             if context is None:
                 raise ValueError("cross-attention needs a context")
@@ -117,6 +121,56 @@ class Attention(nn.Module):
             mask = mask[..., queries_from:queries_to, :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Lq, d)
         return self.proj(rearrange(out, "b h l d -> b l (h d)"))  # (B, Lq, D)
+
+
+class FrameAxialAttention:
+    """Self-attention over a frame-major sequence (frames of ``frame_tokens`` tokens, the reference frame first),
+    split by heads: heads ``0 .. spatial_heads - 1`` attend within a frame (its own tokens and the reference
+    frame's), the others along time (the tokens at the same position in every frame, the reference's included).
+
+    The same scores as full attention with a mask that allows only those keys, at a fraction of the cost: for F frames
+    of N tokens, F N (2N + F) scores for a spatial and a temporal head against 2 (F N)^2 (the bundled A2V's N window,
+    19 frames of 64 tokens: 16x fewer).
+    A :data:`~avatargen.models.sequence.HeadAttention`: ``q`` (B, Lq, h, d) are the queries of whole frames from token
+    ``queries_from`` on, ``k``/``v`` (B, L, h, d) the whole sequence, ``first_head`` the index of their first head
+    (a rank of a sequence-parallel group holds some of the heads) -> (B, Lq, h d)."""
+
+    def __init__(self, frame_tokens: int, spatial_heads: int) -> None:
+        self.frame_tokens = frame_tokens
+        self.spatial_heads = spatial_heads
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, first_head: int = 0, queries_from: int = 0) -> Tensor:
+        n = self.frame_tokens
+        if q.shape[1] % n or k.shape[1] % n or queries_from % n:
+            raise ValueError(f"frame-axial attention needs whole frames of {n} tokens")
+        first_frame = queries_from // n
+        q, k, v = (t.unflatten(1, (-1, n)) for t in (q, k, v))  # (B, F', N, h, d), (B, F, N, h, d) x 2
+        spatial = min(max(self.spatial_heads - first_head, 0), q.shape[3])
+        parts = []
+        if spatial:
+            parts.append(self._within_frames(q[..., :spatial, :], k[..., :spatial, :], v[..., :spatial, :], first_frame))
+        if spatial < q.shape[3]:
+            parts.append(self._along_time(q[..., spatial:, :], k[..., spatial:, :], v[..., spatial:, :]))
+        return torch.cat(parts, dim=3).flatten(1, 2).flatten(2)  # (B, F' N, h d)
+
+    @staticmethod
+    def _within_frames(q: Tensor, k: Tensor, v: Tensor, first_frame: int) -> Tensor:
+        """Each frame's queries over its own keys and the reference frame's: (B, F', N, h, d) -> the same shape. The
+        reference frame's keys twice for itself change nothing (every key doubled: the same softmax)."""
+        frames = q.shape[1]
+
+        def keys(t: Tensor) -> Tensor:  # (B, F, N, h, d) -> (B, F', h, 2N, d)
+            own = t[:, first_frame : first_frame + frames]  # (B, F', N, h, d)
+            return torch.cat([t[:, :1].expand_as(own), own], dim=2).transpose(2, 3)
+
+        out = F.scaled_dot_product_attention(q.transpose(2, 3), keys(k), keys(v))  # (B, F', h, N, d)
+        return out.transpose(2, 3)  # (B, F', N, h, d)
+
+    @staticmethod
+    def _along_time(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Each token's query over the keys at its position in every frame: (B, F', N, h, d) -> the same shape."""
+        out = F.scaled_dot_product_attention(*(t.permute(0, 2, 3, 1, 4) for t in (q, k, v)))  # (B, N, h, F', d)
+        return out.permute(0, 3, 1, 2, 4)  # (B, F', N, h, d)
 
 
 class MLP(nn.Module):
