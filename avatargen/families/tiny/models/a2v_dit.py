@@ -174,7 +174,7 @@ class A2VDiT(nn.Module):
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
         if kind == "axial" and self.params.heads < 2:
-            raise ValueError(f"axial attention needs heads >= 2 (one within frames, one along time), got {self.params.heads}")
+            raise ValueError(f"axial attention needs heads >= 2 (within frames, along time), got {self.params.heads}")
         self.params = replace(self.params, attention=kind)
         axial = kind == "axial"
         self.attention_pattern = FrameAxialAttention(self.tokens_per_frame, self.params.heads // 2) if axial else None

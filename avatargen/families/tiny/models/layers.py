@@ -146,31 +146,38 @@ class FrameAxialAttention:
         first_frame = queries_from // n
         q, k, v = (t.unflatten(1, (-1, n)) for t in (q, k, v))  # (B, F', N, h, d), (B, F, N, h, d) x 2
         spatial = min(max(self.spatial_heads - first_head, 0), q.shape[3])
+        within = [t[..., :spatial, :] for t in (q, k, v)]  # q, k, v of the heads within frames
+        along = [t[..., spatial:, :] for t in (q, k, v)]  # of the heads along time
         parts = []
         if spatial:
-            parts.append(self._within_frames(q[..., :spatial, :], k[..., :spatial, :], v[..., :spatial, :], first_frame))
+            parts.append(self._within_frames(*within, first_frame))
         if spatial < q.shape[3]:
-            parts.append(self._along_time(q[..., spatial:, :], k[..., spatial:, :], v[..., spatial:, :]))
+            parts.append(self._along_time(*along))
         return torch.cat(parts, dim=3).flatten(1, 2).flatten(2)  # (B, F' N, h d)
+
+    # Both run SDPA on 4-D (batch, heads, length, d) tensors: with more dimensions a CPU falls back from its flash
+    # kernel to the plain one (2x slower for the within-frame half).
 
     @staticmethod
     def _within_frames(q: Tensor, k: Tensor, v: Tensor, first_frame: int) -> Tensor:
         """Each frame's queries over its own keys and the reference frame's: (B, F', N, h, d) -> the same shape. The
         reference frame's keys twice for itself change nothing (every key doubled: the same softmax)."""
-        frames = q.shape[1]
+        b, frames = q.shape[:2]
 
-        def keys(t: Tensor) -> Tensor:  # (B, F, N, h, d) -> (B, F', h, 2N, d)
+        def keys(t: Tensor) -> Tensor:  # (B, F, N, h, d) -> (B F', h, 2N, d)
             own = t[:, first_frame : first_frame + frames]  # (B, F', N, h, d)
-            return torch.cat([t[:, :1].expand_as(own), own], dim=2).transpose(2, 3)
+            return torch.cat([t[:, :1].expand_as(own), own], dim=2).transpose(2, 3).flatten(0, 1)
 
-        out = F.scaled_dot_product_attention(q.transpose(2, 3), keys(k), keys(v))  # (B, F', h, N, d)
-        return out.transpose(2, 3)  # (B, F', N, h, d)
+        out = F.scaled_dot_product_attention(q.transpose(2, 3).flatten(0, 1), keys(k), keys(v))  # (B F', h, N, d)
+        return out.unflatten(0, (b, frames)).transpose(2, 3)  # (B, F', N, h, d)
 
     @staticmethod
     def _along_time(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Each token's query over the keys at its position in every frame: (B, F', N, h, d) -> the same shape."""
-        out = F.scaled_dot_product_attention(*(t.permute(0, 2, 3, 1, 4) for t in (q, k, v)))  # (B, N, h, F', d)
-        return out.permute(0, 3, 1, 2, 4)  # (B, F', N, h, d)
+        b, n = q.shape[0], q.shape[2]
+        columns = (t.permute(0, 2, 3, 1, 4).flatten(0, 1) for t in (q, k, v))  # (B N, h, F', d) each
+        out = F.scaled_dot_product_attention(*columns)  # (B N, h, F', d)
+        return out.unflatten(0, (b, n)).permute(0, 3, 1, 2, 4)  # (B, F', N, h, d)
 
 
 class MLP(nn.Module):
