@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from avatargen.families.tiny.models import layers
 from avatargen.families.tiny.models.a2v_dit import A2VDiT, A2VDiTParams
 from avatargen.families.tiny.build import build_modules
 from avatargen.pipeline.build import pipeline_for
+from avatargen.runtime.probe import best_time_s
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,13 +44,7 @@ def tanh_gelu():
 
 
 def best_ms(run, repeats: int = 10) -> float:
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
-    return best * 1000
+    return best_time_s(run, repeats) * 1000
 
 
 class Frames:

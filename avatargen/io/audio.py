@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from avatargen.errors import AudioDecoderStopped, BadInputError
-from avatargen.io.ffmpeg import StderrTail, ffmpeg_reason, local_file, read_input_info, start_ffmpeg
+from avatargen.io.ffmpeg import StderrTail, ffmpeg_reason, local_file, read_checked_input, start_ffmpeg
 
 _FIX = "give a wav/flac/mp3/ogg/m4a file"
 _BYTES_PER_SAMPLE = 4  # f32le
@@ -45,17 +45,7 @@ class AudioFileSource:
         self._proc: subprocess.Popen | None = None
         self._blocks: Iterator[np.ndarray] | None = None
 
-        if not self.path.exists():
-            raise BadInputError(f"audio file '{self.path}' does not exist; check the path")
-        if not self.path.is_file():
-            raise BadInputError(f"audio path '{self.path}' is not a file; {_FIX}")
-        if not os.access(self.path, os.R_OK):
-            raise BadInputError(f"audio file '{self.path}' is not readable; fix its permissions")
-        info = read_input_info(self.path)
-        if info.error is not None:
-            raise BadInputError(f"audio file '{self.path}' could not be decoded by ffmpeg ({info.error}); {_FIX}")
-        if "Audio" not in info.stream_kinds:
-            raise BadInputError(f"file '{self.path}' has no audio stream; {_FIX}")
+        info = read_checked_input(self.path, "audio", "Audio", _FIX, failed="decoded")
         self.duration_hint: float | None = info.duration_s
         # A container's duration is its longest stream's: it says how long the audio is only when audio is all it holds
         self._audio_duration = info.duration_s if set(info.stream_kinds) == {"Audio"} else None

@@ -230,3 +230,22 @@ def read_input_info(path: str | Path) -> InputInfo:
             info.stream_kinds.append(stream.group(1))
             info.stream_codecs.append(stream.group(2))
     return info
+
+
+def read_checked_input(path: Path, kind: str, stream: str, fix: str, failed: str = "opened") -> InputInfo:
+    """``read_input_info`` of an input the user gave, after the checks every such file gets, each failure one
+    ``BadInputError`` naming the fix: ``path`` exists, is a file, is readable, ffmpeg opens it (the message says it
+    could not be ``failed`` by ffmpeg) and it holds a ``stream`` stream ("Audio", "Video"). ``kind`` names the input
+    in the messages ("audio", "video")."""
+    if not path.exists():
+        raise BadInputError(f"{kind} file '{path}' does not exist; check the path")
+    if not path.is_file():
+        raise BadInputError(f"{kind} path '{path}' is not a file; {fix}")
+    if not os.access(path, os.R_OK):
+        raise BadInputError(f"{kind} file '{path}' is not readable; fix its permissions")
+    info = read_input_info(path)
+    if info.error is not None:
+        raise BadInputError(f"{kind} file '{path}' could not be {failed} by ffmpeg ({info.error}); {fix}")
+    if stream not in info.stream_kinds:
+        raise BadInputError(f"file '{path}' has no {stream.lower()} stream; {fix}")
+    return info

@@ -11,7 +11,6 @@ is not read (the new speech is the audio). Past the source's last frame the last
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from avatargen.errors import BadInputError
-from avatargen.io.ffmpeg import StderrTail, local_file, read_input_info, start_ffmpeg
+from avatargen.io.ffmpeg import StderrTail, local_file, read_checked_input, start_ffmpeg
 
 _FIX = "give a video file (mp4, mov, mkv, webm) with a picture"
 
@@ -32,15 +31,7 @@ class VideoFrames:
 
     def __init__(self, path: str | Path, fps: int) -> None:
         self.path, self.fps = Path(path), fps
-        if not self.path.exists():
-            raise BadInputError(f"video file '{self.path}' does not exist; check the path")
-        if not self.path.is_file() or not os.access(self.path, os.R_OK):
-            raise BadInputError(f"video path '{self.path}' is not a readable file; {_FIX}")
-        info = read_input_info(self.path)
-        if info.error is not None:
-            raise BadInputError(f"video file '{self.path}' could not be opened by ffmpeg ({info.error}); {_FIX}")
-        if "Video" not in info.stream_kinds:
-            raise BadInputError(f"file '{self.path}' has no video stream; {_FIX}")
+        info = read_checked_input(self.path, "video", "Video", _FIX)
         self.duration_hint = info.duration_s
         self.size = self._first_frame_size()  # (height, width), upright
         self._proc: subprocess.Popen | None = None

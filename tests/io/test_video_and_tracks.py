@@ -68,6 +68,11 @@ def test_a_file_without_video_says_so_in_one_line(tmp_path):
         VideoFrames(tmp_path / "speech.wav", 25)
     with pytest.raises(BadInputError, match="does not exist"):
         VideoFrames(tmp_path / "missing.mp4", 25)
+    with pytest.raises(BadInputError, match="video path '.*' is not a file; give a video file"):
+        VideoFrames(tmp_path, 25)
+    (tmp_path / "broken.mp4").write_bytes(b"not a video")
+    with pytest.raises(BadInputError, match=r"video file '.*broken.mp4' could not be opened by ffmpeg \("):
+        VideoFrames(tmp_path / "broken.mp4", 25)
 
 
 def test_a_4k_source_is_read_at_its_size_one_frame_at_a_time(tmp_path):

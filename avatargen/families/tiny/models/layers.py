@@ -103,11 +103,10 @@ class Attention(nn.Module):
         and a value). ``tokens``: ``x`` is that span of a longer sequence, whose whole is attended to
         (models/sequence.py). ``pattern``: self-attention computed by it instead of every query over every key
         (e.g. :class:`FrameAxialAttention`)."""
-        if tokens is not None and not self.is_cross:
-            q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b l h d", three=3, h=self.heads)
-            return self.proj(tokens.attend(q, k, v, pattern))  # (B, L, D)
-        if pattern is not None and not self.is_cross:
+        if not self.is_cross and (tokens is not None or pattern is not None):
             q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b l h d", three=3, h=self.heads)  # (B, L, H, d)
+            if tokens is not None:
+                return self.proj(tokens.attend(q, k, v, pattern))  # (B, L, D)
             return self.proj(pattern(q[:, queries_from:queries_to], k, v, 0, queries_from))  # (B, Lq, D)
         if self.is_cross:
             if context is None:
