@@ -26,6 +26,7 @@ from avatargen.pipeline.family import PlacedModels
 from avatargen.pipeline.overlap import overlaps
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.memory import settle_long_lived_objects
 from avatargen.runtime.placement import PlacementPlan
 from avatargen.runtime.precision import Precision, choose_precision
 
@@ -104,6 +105,7 @@ def place_models(config: Config, device: torch.device, parallel: ParallelContext
     if key not in _cache:
         _cache.clear()
         _cache[key] = family_of(config).build_models(config, device, parallel)
+        settle_long_lived_objects()  # the models live as long as the process, or until another model set
     return _cache[key]
 
 

@@ -37,7 +37,7 @@ from avatargen.io.outputs import Output, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
-from avatargen.pipeline.build import build_pipeline, resolve_checkpoint, resolve_device
+from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.inputs import RenderInputs
@@ -56,7 +56,9 @@ from avatargen.render.request import (
     partial_path_for,
 )
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
-from avatargen.runtime.distributed import ParallelContext, rank_failures, start_parallel
+from avatargen.runtime.distributed import ParallelContext, rank_failures, splittable_work, start_parallel
+from avatargen.runtime.layout import resolve_layout
+from avatargen.runtime.world import world_info
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
 
 
@@ -119,6 +121,23 @@ def render(
         return RenderSession(request, cfg, options, stop).run()
 
 
+def load_models_early(config: Config) -> None:
+    """Build and place a single-process render's models into the per-process cache that ``build_pipeline`` reads,
+    beside the main thread's work on the inputs (time to first frame: docs/performance.md). A render over several
+    ranks builds them in its turn (their process group comes first), and any error here is left for that turn,
+    where it is raised in order."""
+    world = world_info()
+    if world.world_size > 1 or resolve_layout(config, 1, splittable_work(config)).sharded:
+        return
+    try:
+        if config.runtime.threads:  # as start_runtime sets them: the precision probes time with these
+            torch.set_num_threads(config.runtime.threads)
+        device = resolve_device(config)
+        place_models(config, device, start_parallel(config, device))
+    except Exception:  # noqa: BLE001 - raised again, in order, when build_pipeline builds them
+        pass
+
+
 class RenderSession:
     """One request through its steps, in the order ``run()`` takes them; each step leaves its results as attributes
     that the later steps read."""
@@ -172,11 +191,13 @@ class RenderSession:
 
     def open_inputs(self) -> None:
         """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the
-        bundled model's notes. ffmpeg reads the audio file's header in its own process (~30 ms) while the image's
-        face is searched; an image error still comes first (the audio's outcome is then not asked)."""
+        bundled model's notes. ffmpeg reads the audio file's header in its own process (~30 ms) and the models load
+        (``load_models_early``) while the image's face is searched; an image error still comes first (the audio's
+        outcome is then not asked, a model error comes when the models are built)."""
         request, config, warn = self.request, self.config, self.warn
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            pool.submit(load_models_early, config)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
             opened = open_picture(request.image, request.video, config, warn, face=config.pipeline.face)

@@ -1,9 +1,10 @@
-"""Host memory readings for reports and benchmarks."""
+"""Host memory readings for reports and benchmarks; keeping long-lived objects out of the garbage collector."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import os
 import resource
 from pathlib import Path
@@ -30,6 +31,15 @@ def peak_rss_mb() -> float:
     """
     peak = _status_mb("VmHWM")
     return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def settle_long_lived_objects() -> None:
+    """Take every object alive now out of the cyclic garbage collector's scans (``gc.freeze``). With torch imported
+    there are hundreds of thousands, and each full collection walked them all: 0.18 s of a render's time to first
+    frame on a 2-core AVX2 CPU (docs/performance.md, "Time to first frame"). Called when a model set is built
+    (``place_models``), once per process or per model set: what is frozen then stays alive (it does anyway: the
+    imports, the config, the models; cyclic garbage of that moment too), what is made later is collected as before."""
+    gc.freeze()
 
 
 def current_rss_mb() -> float | None:

@@ -13,7 +13,7 @@ class RecipeConfig:
     model: str = "tiny"  # the model config (conf/model/<model>.yaml) to train
     seed: int = 0
     threads: int = 0  # torch threads; 0 = torch's default
-    init_from: Optional[str] = None  # a checkpoint folder: load its five modules, run only the cache and distillation
+    init_from: Optional[str] = None  # a checkpoint folder: load its five modules, run only the distillations
     train_identities: int = 100_000  # identity seeds [0, train_identities) are the training pool
     # VAE: random single frames of random identities and poses, at full and half resolution
     vae_steps: int = 900
@@ -21,6 +21,11 @@ class RecipeConfig:
     vae_lr: float = 1e-3
     vae_kl_weight: float = 1e-6
     vae_mouth_weight: float = 4.0
+    # With init_from a checkpoint whose VAE decoder has other widths than the model config's
+    # (model.vae.decoder_widths): the model's decoder learns to decode that checkpoint's latents from its decoder
+    # (the encoder is kept). Without init_from the VAE phase trains the model's decoder itself.
+    decoder_distill_steps: int = 2000
+    decoder_distill_lr: float = 1e-3
     # Talking clips for the audio encoder, A2V and SR phases
     clips: int = 100
     clip_seconds: float = 5.0

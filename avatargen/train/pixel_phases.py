@@ -1,4 +1,5 @@
-"""The VAE phase (random single frames) and the audio-encoder phase (talking clips -> mouth openness)."""
+"""The VAE phase (random single frames), its decoder distilled into another width, and the audio-encoder phase
+(talking clips -> mouth openness)."""
 
 from __future__ import annotations
 
@@ -61,15 +62,15 @@ class FrameSampler:
         return images_to_tensor(np.stack(frames)), torch.from_numpy(np.stack(boxes)).long()
 
 
-def decode_with_past(vae: VAE, z: Tensor, rng: random.Random) -> Tensor:
+def decode_with_past(vae: VAE, z: Tensor, sudden: bool) -> Tensor:
     """Decode single frames (N, C, h, w) with a real past in the causal convs' caches, as in streaming inference.
 
-    The past is the frame itself (a still head: what most neighbouring frames look like) or another sample's latent
-    (a sudden change), so the decoder learns to use its temporal context without depending on it. Only the current
-    frame goes through the (expensive) upsampling path.
+    The past is the frame itself (a still head: what most neighbouring frames look like) or, ``sudden``, another
+    sample's latent (a sudden change), so the decoder learns to use its temporal context without depending on it.
+    Only the current frame goes through the (expensive) upsampling path.
     """
     decoder = vae.decoder
-    others = z.roll(1, dims=0) if rng.random() < 0.5 else z
+    others = z.roll(1, dims=0) if sudden else z
     past = torch.stack([others, z], dim=2)[:, :, -decoder.causal_in.past :]  # (N, C, k-1, h, w)
     x_past, cache_in = decoder.causal_in(past, None)  # (N, w0, k-1, h, w)
     _, cache_mid = decoder.causal_mid(F.silu(x_past), None)
@@ -77,9 +78,22 @@ def decode_with_past(vae: VAE, z: Tensor, rng: random.Random) -> Tensor:
     return video[:, :, 0]
 
 
+def training_view(images: Tensor, weights: Tensor, step: int, rng: random.Random) -> tuple[Tensor, Tensor]:
+    """What one VAE step trains on, alternating: on odd steps a random half-size crop at full resolution (the model
+    is fully convolutional: 4x cheaper per step; half of the crops are the lower half, which holds the mouth), on
+    even steps the whole frame at half resolution (the low-res latents the A2V works in must decode sensibly too).
+    ``images`` (N, 3, S, S) and their loss ``weights`` (N, 1, S, S) -> both at the view's size."""
+    half = images.shape[-1] // 2
+    if step % 2:
+        y = rng.randrange(0, half // 8 + 1) * 8 if rng.random() < 0.5 else half
+        x = rng.randrange(0, half // 8 + 1) * 8
+        return images[..., y : y + half, x : x + half], weights[..., y : y + half, x : x + half]
+    return F.interpolate(images, scale_factor=0.5, mode="area"), F.max_pool2d(weights, 2)
+
+
 def train_vae(vae: VAE, cfg: RecipeConfig, size: int, log: Callable[[str, dict], None]) -> None:
-    """L1 reconstruction (mouth weighted up) + a tiny KL, alternating full- and half-resolution batches so that the
-    low-res latents the A2V works in decode sensibly too. Sets the latent statistics at the end."""
+    """L1 reconstruction (mouth weighted up) + a tiny KL on :func:`training_view`'s crops and half-resolution frames.
+    Sets the latent statistics at the end."""
     sampler = FrameSampler(size, cfg.train_identities, cfg.seed + 1)
     optimizer = torch.optim.AdamW(vae.parameters(), lr=cfg.vae_lr, weight_decay=0.0)
     schedule = warmup_cosine(optimizer, cfg.vae_steps)
@@ -87,21 +101,10 @@ def train_vae(vae: VAE, cfg: RecipeConfig, size: int, log: Callable[[str, dict],
     running = 0.0
     for step in range(1, cfg.vae_steps + 1):
         images, boxes = sampler.batch(cfg.vae_batch)
-        weights = mouth_weight(boxes, size, cfg.vae_mouth_weight)  # (N, 1, S, S)
-        half = size // 2
-        if step % 2:
-            # Full resolution, a random half-size crop (the model is fully convolutional): 4x cheaper per step.
-            # Half of the crops are the lower half, which holds the mouth.
-            y = sampler.rng.randrange(0, half // 8 + 1) * 8 if sampler.rng.random() < 0.5 else half
-            x = sampler.rng.randrange(0, half // 8 + 1) * 8
-            images, weights = images[..., y : y + half, x : x + half], weights[..., y : y + half, x : x + half]
-        else:
-            # Half resolution, whole frame: the low-res latents the A2V works in must decode sensibly too.
-            images = F.interpolate(images, scale_factor=0.5, mode="area")
-            weights = F.max_pool2d(weights, 2)
+        images, weights = training_view(images, mouth_weight(boxes, size, cfg.vae_mouth_weight), step, sampler.rng)
         mean, logvar = vae.encode_distribution(images)
         z = mean + torch.randn_like(mean) * (0.5 * logvar).exp()
-        recon = decode_with_past(vae, z, sampler.rng)  # (N, 3, S, S)
+        recon = decode_with_past(vae, z, sampler.rng.random() < 0.5)  # (N, 3, S', S')
         l1 = (weights * (recon - images).abs()).mean()
         kl = 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).mean()
         loss = l1 + cfg.vae_kl_weight * kl
@@ -117,6 +120,39 @@ def train_vae(vae: VAE, cfg: RecipeConfig, size: int, log: Callable[[str, dict],
         vae.latent_mean.copy_(means.mean(dim=(0, 2, 3)))
         vae.latent_std.copy_(means.std(dim=(0, 2, 3)).clamp(min=1e-3))
     log("vae", {"latent_mean": vae.latent_mean.tolist(), "latent_std": vae.latent_std.tolist()})
+
+
+def distill_decoder(vae: VAE, teacher: VAE, cfg: RecipeConfig, size: int, log: Callable[[str, dict], None]) -> None:
+    """Train ``vae``'s decoder (another width than ``teacher``'s) to decode the teacher's latents: the teacher's
+    encoder and latent statistics are copied and stay, so the DiTs' latents mean what they meant. The loss is the
+    VAE phase's L1 to the frame plus L1 to the teacher's decode (both mouth-weighted), on the same views."""
+    vae.encoder.load_state_dict(teacher.encoder.state_dict())
+    vae.latent_mean.copy_(teacher.latent_mean)
+    vae.latent_std.copy_(teacher.latent_std)
+    teacher.eval().requires_grad_(False)
+    sampler = FrameSampler(size, cfg.train_identities, cfg.seed + 5)
+    optimizer = torch.optim.AdamW(vae.decoder.parameters(), lr=cfg.decoder_distill_lr, weight_decay=0.0)
+    schedule = warmup_cosine(optimizer, cfg.decoder_distill_steps)
+    vae.train()
+    running = 0.0
+    for step in range(1, cfg.decoder_distill_steps + 1):
+        images, boxes = sampler.batch(cfg.vae_batch)
+        images, weights = training_view(images, mouth_weight(boxes, size, cfg.vae_mouth_weight), step, sampler.rng)
+        sudden = sampler.rng.random() < 0.5
+        with torch.no_grad():
+            mean, logvar = teacher.encode_distribution(images)
+            z = mean + torch.randn_like(mean) * (0.5 * logvar).exp()
+            target = decode_with_past(teacher, z, sudden)  # (N, 3, S', S')
+        recon = decode_with_past(vae, z, sudden)
+        l1 = (weights * (recon - images).abs()).mean()
+        loss = l1 + (weights * (recon - target).abs()).mean()
+        optimizer_step(optimizer, schedule, loss, vae.decoder.parameters())
+        running += l1.item()
+        if step % cfg.log_every == 0 or step == cfg.decoder_distill_steps:
+            log("decoder_distill", {"step": step, "l1": running / cfg.log_every, "to_teacher": loss.item() - l1.item(),
+                                    "lr": schedule.get_last_lr()[0]})  # fmt: skip
+            running = 0.0
+    vae.eval()
 
 
 def train_audio_encoder(encoder: AudioEncoder, cfg: RecipeConfig, fps: int, sample_rate: int,

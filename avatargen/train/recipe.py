@@ -1,9 +1,10 @@
 """``avatargen train``: the whole recipe in order, deterministic for a seed, writing a loadable checkpoint folder.
 
 Phases: VAE -> audio encoder -> latent cache of talking clips -> A2V DiT + text encoder -> the A2V distilled to one
-sampling step -> SR DiT. ``init_from`` starts from a checkpoint folder's five modules instead: only the latent cache
-and the distillation run. Each logs its losses (``train_log.jsonl``) and the time it took; the output folder holds ``<module>.safetensors`` for the five
-modules (the format ``model.checkpoint`` reads), ``model.yaml`` (the model config that built them) and
+sampling step -> SR DiT. ``init_from`` starts from a checkpoint folder's five modules instead: only the
+distillations run (its VAE decoder into the model config's widths where they differ; its A2V into one step, with the
+latent cache, unless ``a2v_distill_steps=0``). Each logs its losses (``train_log.jsonl``) and the time it took;
+the output folder holds ``<module>.safetensors`` for the five modules (the format ``model.checkpoint`` reads), ``model.yaml`` (the model config that built them) and
 ``recipe.yaml`` (the recipe config).
 """
 
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -27,11 +29,11 @@ from avatargen.families.tiny.models.a2v_dit import ATTENTION_KINDS, A2VDiT
 from avatargen.families.tiny.models.audio_encoder import AudioEncoder
 from avatargen.families.tiny.models.sr_dit import SRDiT
 from avatargen.families.tiny.models.text_encoder import TextEncoder
-from avatargen.families.tiny.models.vae import VAE
+from avatargen.families.tiny.models.vae import VAE, VAEParams
 from avatargen.train.config import RecipeConfig
 from avatargen.train.dit_phases import distill_a2v, train_a2v, train_sr
 from avatargen.train.latent_cache import build_cache
-from avatargen.train.pixel_phases import train_audio_encoder, train_vae
+from avatargen.train.pixel_phases import distill_decoder, train_audio_encoder, train_vae
 
 
 def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:
@@ -61,21 +63,36 @@ def load_module(model: torch.nn.Module, path: Path) -> None:
     model.load_state_dict(load_file(str(path)))
 
 
-def check_init_from(folder: Path) -> None:
-    """``init_from`` must be a checkpoint folder whose A2V has not been distilled already."""
+def check_init_from(folder: Path, recipe: RecipeConfig) -> None:
+    """``init_from`` must be a checkpoint folder; one whose A2V is distilled already only with ``a2v_distill_steps=0``."""
     missing = [name for name in MODULES if not (folder / f"{name}.safetensors").is_file()]
     if missing:
         raise ConfigError(f"init_from={folder}: no {missing[0]}.safetensors there; give a checkpoint folder")
     recipe_file = folder / "recipe.yaml"
-    if recipe_file.is_file() and OmegaConf.load(recipe_file).get("a2v_distill_steps", 0):
-        raise ConfigError(f"init_from={folder}: its A2V is already distilled; give the checkpoint it was distilled from")
+    if recipe.a2v_distill_steps and recipe_file.is_file() and OmegaConf.load(recipe_file).get("a2v_distill_steps", 0):
+        raise ConfigError(f"init_from={folder}: its A2V is already distilled; give the checkpoint it was distilled "
+                          "from, or a2v_distill_steps=0")  # fmt: skip
+
+
+def load_vae(folder: Path, vae: VAE, log: Callable[[str, dict], None]) -> VAE | None:
+    """``folder``'s VAE into ``vae``; where its decoder has other widths (its model.yaml says), that VAE is returned
+    instead, built and loaded, for :func:`distill_decoder` to teach ``vae``'s decoder."""
+    trained = checkpoint_architecture(folder)
+    params = replace(vae.params, decoder_widths=trained[("vae", "decoder_widths")]) if trained else vae.params
+    if params.decoder_levels == vae.params.decoder_levels:
+        load_module(vae, folder / "vae.safetensors")
+        return None
+    teacher = VAE(params)
+    load_module(teacher, folder / "vae.safetensors")
+    log("decoder_distill", {"msg": f"decoder widths {params.decoder_levels} -> {vae.params.decoder_levels}"})
+    return teacher
 
 
 def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     """Train all five modules and write them to ``out_dir``; returns a summary (times, final losses)."""
     start = Path(recipe.init_from) if recipe.init_from else None
     if start is not None:
-        check_init_from(start)
+        check_init_from(start, recipe)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = load_config([f"model={recipe.model}"])
     model_cfg = to_config(cfg).model
@@ -119,15 +136,20 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     a2v.use_attention(teacher_attention)
     if start is not None:
         for name, model in modules.items():
-            load_module(model, start / f"{name}.safetensors")
+            if name != "vae":
+                load_module(model, start / f"{name}.safetensors")
             model.eval()
+        teacher_vae = load_vae(start, vae, log)
+        if teacher_vae is not None:
+            timed("decoder_distill", lambda: distill_decoder(vae, teacher_vae, recipe, model_cfg.image_size, log))
     else:
         timed("vae", lambda: train_vae(vae, recipe, model_cfg.image_size, log))
         timed("audio", lambda: train_audio_encoder(audio_encoder, recipe, model_cfg.fps, model_cfg.sample_rate, log))
     cache: list = []
-    timed("cache", lambda: cache.extend(build_cache(
-        vae, audio_encoder, recipe.clips, recipe.clip_seconds, model_cfg.image_size, model_cfg.fps,
-        model_cfg.sample_rate, recipe.seed, recipe.train_identities, lambda m: log("cache", {"msg": m}))))
+    if start is None or recipe.a2v_distill_steps:  # the DiT phases' data (the decoder plays no part in it)
+        timed("cache", lambda: cache.extend(build_cache(
+            vae, audio_encoder, recipe.clips, recipe.clip_seconds, model_cfg.image_size, model_cfg.fps,
+            model_cfg.sample_rate, recipe.seed, recipe.train_identities, lambda m: log("cache", {"msg": m}))))
     config = to_config(cfg)
     pipeline, motion_frames = config.pipeline, motion_frames_for(config, composited=True)  # the bundled default's
     if start is None:

@@ -12,7 +12,7 @@ import soundfile as sf
 import torch
 from PIL import Image
 
-from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
+from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import probe
 
 
@@ -80,6 +80,20 @@ def test_a_bad_image_is_reported_before_a_bad_audio_file(tmp_path):
     # the audio file is checked beside the image (RenderSession.open_inputs): the image's error still comes first
     image, audio, out = _bad_image("corrupt", tmp_path), _bad_audio("corrupt", tmp_path), tmp_path / "o.mp4"
     _assert_bad_input(run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(out), *FAST), out, image.name)
+
+
+def test_a_bad_image_is_reported_before_a_broken_checkpoint(tmp_path, speech_wav):
+    # the models load beside the image (RenderSession.open_inputs, load_models_early): the image's error still comes
+    # first, and the checkpoint's when the image is good
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model.yaml").write_text("a2v: {attention: axial}\nvae: {decoder_widths: null}\n")
+    image, out = _bad_image("corrupt", tmp_path), tmp_path / "o.mp4"
+    _assert_bad_input(run_cli("render", "-i", str(image), "-a", str(speech_wav), "-o", str(out), *FAST,
+                              "model.weights=checkpoint", f"model.checkpoint={broken}"), out, image.name)  # fmt: skip
+    good = REPO / "examples" / "avatar_1.png"
+    _assert_bad_input(run_cli("render", "-i", str(good), "-a", str(speech_wav), "-o", str(out), *FAST,
+                              "model.weights=checkpoint", f"model.checkpoint={broken}"), out, "model.vae.decoder_widths=null")  # fmt: skip
 
 
 def test_unwritable_output_folder_exits_2(tmp_path, face_png, speech_wav):
@@ -159,8 +173,12 @@ def test_broken_checkpoint_exits_2_naming_the_module(tmp_path, face_png, speech_
     assert not list(tmp_path.glob("o.*")), "a broken checkpoint leaves nothing to resume"
 
 
-def test_a_checkpoint_trained_for_full_attention_names_the_override_it_needs(tmp_path, face_png, speech_wav):
-    """A checkpoint folder from a recipe before frame-axial attention (its model.yaml has no model.a2v.attention)."""
+@pytest.mark.parametrize("section, key, setting", [("a2v", "attention", "model.a2v.attention=full"),
+                                                   ("vae", "decoder_widths", "model.vae.decoder_widths=null")])
+def test_a_checkpoint_trained_for_an_older_architecture_names_the_override_it_needs(tmp_path, face_png, speech_wav,
+                                                                                   section, key, setting):
+    """A checkpoint folder from a recipe before frame-axial attention or the narrower decoder: its model.yaml has no
+    model.a2v.attention (full attention) or no model.vae.decoder_widths (the decoder as wide as the encoder)."""
     import shutil
 
     from omegaconf import OmegaConf
@@ -170,12 +188,12 @@ def test_a_checkpoint_trained_for_full_attention_names_the_override_it_needs(tmp
     folder = tmp_path / "older"
     shutil.copytree(shipped_checkpoint("tiny"), folder)
     model = OmegaConf.load(folder / "model.yaml")
-    del model.a2v["attention"]
+    del model[section][key]
     OmegaConf.save(model, folder / "model.yaml")
     out = tmp_path / "o.mp4"
     result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), "runtime.threads=1",
                      f"model.checkpoint={folder}")  # fmt: skip
-    _assert_bad_input(result, out, "trained with model.a2v.attention=full", "add model.a2v.attention=full")
+    _assert_bad_input(result, out, f"trained with {setting}", f"add {setting}")
 
 
 # --- odd but valid inputs ------------------------------------------------------------------------------------------

@@ -33,6 +33,14 @@ def _wav_bytes(seconds: float) -> bytes:
     return buffer.getvalue()
 
 
+def _catches(process: subprocess.Popen, signum: int) -> bool:
+    """Whether ``process`` has a handler for ``signum`` installed (the SigCgt mask of /proc/PID/status)."""
+    for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 def test_a_stop_on_hours_of_audio_closes_the_partial_at_once_with_the_resume_line(tmp_path):
     face, audio = write_face_png(tmp_path / "face.png"), write_hours_long_wav(tmp_path / "long.wav")
     out = tmp_path / "o.mp4"
@@ -68,7 +76,8 @@ def test_sigterm_before_stdin_gives_any_audio_leaves_nothing(tmp_path):
     face, out = write_face_png(tmp_path / "face.png"), tmp_path / "new" / "o.mp4"
     process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
                                 "-q", *FAST], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)  # fmt: skip
-    time.sleep(4)  # it waits for the WAV header
+    _wait_for(lambda: _catches(process, signal.SIGTERM), process, "its signal handlers")  # a slow start: > 4 s
+    time.sleep(2)  # it waits for the WAV header
     process.send_signal(signal.SIGTERM)
     stderr = process.communicate(timeout=60)[1].decode()
     assert process.returncode == 143, stderr

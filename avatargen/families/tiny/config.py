@@ -51,7 +51,7 @@ def _require(condition: bool, message: str) -> None:
 
 
 # Architecture keys added after checkpoints were trained without them: the value such a checkpoint was trained for.
-LEGACY_ARCHITECTURE = {("a2v", "attention"): "full"}
+LEGACY_ARCHITECTURE = {("a2v", "attention"): "full", ("vae", "decoder_widths"): None}
 
 
 def checkpoint_architecture(folder: Path) -> dict[tuple[str, str], object] | None:
@@ -65,8 +65,18 @@ def checkpoint_architecture(folder: Path) -> dict[tuple[str, str], object] | Non
         trained = OmegaConf.load(path)
     except Exception:  # not ours to judge: the weights are checked when they load
         return None
-    return {(section, key): (trained.get(section) or {}).get(key, legacy)
-            for (section, key), legacy in LEGACY_ARCHITECTURE.items()}  # fmt: skip
+    found = {(section, key): (trained.get(section) or {}).get(key, legacy)
+             for (section, key), legacy in LEGACY_ARCHITECTURE.items()}  # fmt: skip
+    return {name: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value for name, value in found.items()}
+
+
+def _as_override(value: object) -> str:
+    """A config value as a ``key=value`` override writes it: null, true, 48,32,16 in brackets, full."""
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_as_override(item) for item in value) + "]"
+    return str(value).lower()
 
 
 def check_checkpoint_architecture(config: Config, folder: Path) -> None:
@@ -75,10 +85,13 @@ def check_checkpoint_architecture(config: Config, folder: Path) -> None:
     trained = checkpoint_architecture(folder) if folder.is_dir() else None
     for (section, key), value in (trained or {}).items():
         wanted = getattr(getattr(config.model, section), key)
+        if isinstance(wanted, tuple) or OmegaConf.is_config(wanted):
+            wanted = list(wanted)
         if value != wanted:
-            setting = f"model.{section}.{key}={str(value).lower()}"
+            setting = f"model.{section}.{key}={_as_override(value)}"
+            typed = f"'{setting}'" if "[" in setting else setting  # as a shell takes it
             raise ConfigError(f"model.checkpoint={folder} was trained with {setting}, the config says "
-                              f"{str(wanted).lower()}; add {setting}")  # fmt: skip
+                              f"{_as_override(wanted)}; add {typed}")  # fmt: skip
 
 
 def motion_frames_for(config: Config, composited: bool | None = None) -> int:

@@ -11,6 +11,7 @@ video chunk by chunk equals decoding it at once, with memory bounded by the chun
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,14 @@ class VAEParams:
     widths: list[int] = field(default_factory=lambda: [96, 48, 24])
     blocks_per_level: int = 1
     temporal_kernel: int = 3
+    # The decoder's own widths, as many levels as ``widths`` (None: ``widths``). The decoder runs on every frame
+    # rendered, the encoder only on the reference, so the decoder may be the narrower of the two.
+    decoder_widths: Optional[list[int]] = None
+
+    @property
+    def decoder_levels(self) -> list[int]:
+        """The decoder's widths, from the latent resolution up."""
+        return list(self.decoder_widths) if self.decoder_widths is not None else list(self.widths)
 
 
 @dataclass
@@ -124,7 +133,7 @@ class Decoder(nn.Module):
 
     def __init__(self, params: VAEParams) -> None:
         super().__init__()
-        widths, k = params.widths, params.temporal_kernel
+        widths, k = params.decoder_levels, params.temporal_kernel
         self.causal_in = CausalConv3d(params.latent_channels, widths[0], k)
         self.causal_mid = CausalConv3d(widths[0], widths[0], k)
         levels: list[nn.Module] = []
@@ -214,6 +223,9 @@ class VAE(nn.Module):
         super().__init__()
         if not params.widths:
             raise ValueError("VAEParams.widths must not be empty")
+        if len(params.decoder_levels) != len(params.widths):
+            raise ValueError(f"VAEParams.decoder_widths needs as many levels as widths ({len(params.widths)}): the "
+                             "spatial factor is 2 ** levels")  # fmt: skip
         self.params = params
         self.factor = 2 ** len(params.widths)
         self.encoder = Encoder(params)
