@@ -4,8 +4,8 @@ Phases: VAE -> audio encoder -> latent cache of talking clips -> A2V DiT + text 
 sampling step -> SR DiT. ``init_from`` starts from a checkpoint folder's five modules instead: only the
 distillations run (its VAE decoder into the model config's widths where they differ; its A2V into one step, with the
 latent cache, unless ``a2v_distill_steps=0``). Each logs its losses (``train_log.jsonl``) and the time it took;
-the output folder holds ``<module>.safetensors`` for the five modules (the format ``model.checkpoint`` reads), ``model.yaml`` (the model config that built them) and
-``recipe.yaml`` (the recipe config).
+the output folder holds ``<module>.safetensors`` for the five modules (the format ``model.checkpoint`` reads),
+``model.yaml`` (the model config that built them) and ``recipe.yaml`` (the recipe config).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def load_module(model: torch.nn.Module, path: Path) -> None:
 
 
 def check_init_from(folder: Path, recipe: RecipeConfig) -> None:
-    """``init_from`` must be a checkpoint folder; one whose A2V is distilled already only with ``a2v_distill_steps=0``."""
+    """``init_from`` must be a checkpoint folder; one whose A2V is distilled already only with
+    ``a2v_distill_steps=0``."""
     missing = [name for name in MODULES if not (folder / f"{name}.safetensors").is_file()]
     if missing:
         raise ConfigError(f"init_from={folder}: no {missing[0]}.safetensors there; give a checkpoint folder")
