@@ -58,8 +58,8 @@ from avatargen.render.request import (
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
 from avatargen.runtime.distributed import ParallelContext, rank_failures, splittable_work, start_parallel
 from avatargen.runtime.layout import resolve_layout
-from avatargen.runtime.world import world_info
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
+from avatargen.runtime.world import world_info
 
 
 def _print_to_stderr(message: str) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -29,7 +29,7 @@ from avatargen.families.tiny.models.a2v_dit import ATTENTION_KINDS, A2VDiT
 from avatargen.families.tiny.models.audio_encoder import AudioEncoder
 from avatargen.families.tiny.models.sr_dit import SRDiT
 from avatargen.families.tiny.models.text_encoder import TextEncoder
-from avatargen.families.tiny.models.vae import VAE, VAEParams
+from avatargen.families.tiny.models.vae import VAE
 from avatargen.train.config import RecipeConfig
 from avatargen.train.dit_phases import distill_a2v, train_a2v, train_sr
 from avatargen.train.latent_cache import build_cache
