@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from avatargen.config.loader import load_config, to_config
-from avatargen.families.tiny.config import checkpoint_architecture
+from avatargen.families.tiny.config import trained_vae_params
 from avatargen.families.tiny.models.vae import VAE
 from avatargen.pipeline.build import shipped_checkpoint
 from avatargen.train.pixel_phases import FrameSampler, decode_with_past
@@ -30,9 +29,7 @@ FRAME_SETS = {"pool": (100_000, 999), "any": (1_001_000, 7)}  # name: (identity 
 
 def load_vae(folder: Path) -> VAE:
     """The VAE of a checkpoint folder, built as its model.yaml says."""
-    params = to_config(load_config([])).model.vae
-    trained = checkpoint_architecture(folder)
-    vae = VAE(replace(params, decoder_widths=trained[("vae", "decoder_widths")]) if trained else params)
+    vae = VAE(trained_vae_params(folder, to_config(load_config([])).model.vae))
     load_module(vae, folder / "vae.safetensors")
     return vae.eval()
 

@@ -56,10 +56,8 @@ from avatargen.render.request import (
     partial_path_for,
 )
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
-from avatargen.runtime.distributed import ParallelContext, rank_failures, splittable_work, start_parallel
-from avatargen.runtime.layout import resolve_layout
+from avatargen.runtime.distributed import ParallelContext, rank_failures, solo_parallel, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
-from avatargen.runtime.world import world_info
 
 
 def _print_to_stderr(message: str) -> None:
@@ -126,14 +124,13 @@ def load_models_early(config: Config) -> None:
     beside the main thread's work on the inputs (time to first frame: docs/performance.md). A render over several
     ranks builds them in its turn (their process group comes first), and any error here is left for that turn,
     where it is raised in order."""
-    world = world_info()
-    if world.world_size > 1 or resolve_layout(config, 1, splittable_work(config)).sharded:
-        return
     try:
+        parallel = solo_parallel(config)
+        if parallel is None:
+            return
         if config.runtime.threads:  # as start_runtime sets them: the precision probes time with these
             torch.set_num_threads(config.runtime.threads)
-        device = resolve_device(config)
-        place_models(config, device, start_parallel(config, device))
+        place_models(config, resolve_device(config), parallel)
     except Exception:  # noqa: BLE001 - raised again, in order, when build_pipeline builds them
         pass
 

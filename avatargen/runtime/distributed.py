@@ -29,7 +29,7 @@ from avatargen.runtime.numa import pin_rank
 from avatargen.runtime.world import WorldInfo, full_world, solo_rank, world_info
 
 __all__ = ["ParallelContext", "RankFailedError", "WorldInfo", "ensure_process_group", "full_world", "rank_failures",
-           "solo_rank", "start_parallel", "world_info"]  # fmt: skip
+           "solo_parallel", "solo_rank", "start_parallel", "world_info"]  # fmt: skip
 
 
 def backend_for(device: torch.device) -> str:
@@ -134,13 +134,22 @@ def _device_meshes(device_type: str, layout: ParallelLayout) -> tuple[Any, Any]:
     return _meshes[key]
 
 
+def solo_parallel(config: Config) -> ParallelContext | None:
+    """The context of a render that one process does alone and unsharded (no process group, nothing to join), or
+    None where ``start_parallel`` has a group to join."""
+    world = world_info()
+    layout = resolve_layout(config, world.world_size, splittable_work(config))
+    return ParallelContext(world, layout=layout) if world.world_size == 1 and not layout.sharded else None
+
+
 def start_parallel(config: Config, device: torch.device) -> ParallelContext:
     """Decide how this process renders (``resolve_layout``); for a render over several ranks (or sharded) pin to
     NUMA, then join the process group and build the meshes."""
+    solo = solo_parallel(config)
+    if solo is not None:
+        return solo
     world = world_info()
     layout = resolve_layout(config, world.world_size, splittable_work(config))
-    if world.world_size == 1 and not layout.sharded:
-        return ParallelContext(world, layout=layout)
     if config.runtime.numa:  # first: the process group's and CUDA's threads then inherit the binding
         pin_rank(world, device)
     ensure_process_group(device, config.runtime.dist_timeout_s)

@@ -14,7 +14,6 @@ import copy
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,7 +22,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from avatargen.config.loader import default_config_dir, load_config, to_config
-from avatargen.families.tiny.config import checkpoint_architecture, motion_frames_for
+from avatargen.families.tiny.config import checkpoint_architecture, motion_frames_for, trained_vae_params
 from avatargen.errors import ConfigError
 from avatargen.families.tiny.models.a2v_dit import ATTENTION_KINDS, A2VDiT
 from avatargen.families.tiny.models.audio_encoder import AudioEncoder
@@ -78,8 +77,7 @@ def check_init_from(folder: Path, recipe: RecipeConfig) -> None:
 def load_vae(folder: Path, vae: VAE, log: Callable[[str, dict], None]) -> VAE | None:
     """``folder``'s VAE into ``vae``; where its decoder has other widths (its model.yaml says), that VAE is returned
     instead, built and loaded, for :func:`distill_decoder` to teach ``vae``'s decoder."""
-    trained = checkpoint_architecture(folder)
-    params = replace(vae.params, decoder_widths=trained[("vae", "decoder_widths")]) if trained else vae.params
+    params = trained_vae_params(folder, vae.params)
     if params.decoder_levels == vae.params.decoder_levels:
         load_module(vae, folder / "vae.safetensors")
         return None

@@ -6,7 +6,7 @@ are checked here against each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -70,6 +70,13 @@ def checkpoint_architecture(folder: Path) -> dict[tuple[str, str], object] | Non
     return {name: OmegaConf.to_container(value) if OmegaConf.is_config(value) else value for name, value in found.items()}
 
 
+def trained_vae_params(folder: Path, params: VAEParams) -> VAEParams:
+    """``params`` with the decoder widths the checkpoint folder's VAE was trained with (its model.yaml; the legacy
+    value, a decoder as wide as the encoder, where the file predates the key; ``params``' own without a model.yaml)."""
+    trained = checkpoint_architecture(folder)
+    return replace(params, decoder_widths=trained[("vae", "decoder_widths")]) if trained else params
+
+
 def _as_override(value: object) -> str:
     """A config value as a ``key=value`` override writes it: null, true, 48,32,16 in brackets, full."""
     if value is None:
@@ -85,8 +92,6 @@ def check_checkpoint_architecture(config: Config, folder: Path) -> None:
     trained = checkpoint_architecture(folder) if folder.is_dir() else None
     for (section, key), value in (trained or {}).items():
         wanted = getattr(getattr(config.model, section), key)
-        if isinstance(wanted, tuple) or OmegaConf.is_config(wanted):
-            wanted = list(wanted)
         if value != wanted:
             setting = f"model.{section}.{key}={_as_override(value)}"
             typed = f"'{setting}'" if "[" in setting else setting  # as a shell takes it
