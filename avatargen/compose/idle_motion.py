@@ -180,12 +180,12 @@ class IdleMotion:
             unlike_skin = ((window - lid.skin[:, None, None]).abs().amax(dim=0) - _SKIN_TOLERANCE) / _SKIN_TOLERANCE
             window += (unlike_skin.clamp_(0.0, 1.0) * lid.covered) * (lid.skin[:, None, None] - window)
             window *= 1.0 - lid.lash
-        sampled = sampled.add_(0.5).clamp_(0, 255).to(torch.uint8)  # rounded
         if out is None:
             out = frame.copy()
         elif out is not frame:
             out[...] = frame
-        out[top:bottom, left:right] = sampled.permute(1, 2, 0).numpy()
+        # Rounded (the values are >= 0: the cast to uint8 truncates), written channels last into the box.
+        torch.from_numpy(out)[top:bottom, left:right].copy_(sampled.add_(0.5).clamp_(0, 255).permute(1, 2, 0))
         return out
 
     def head_pose(self, frame_index: int) -> tuple[float, float, float, float]:
@@ -252,6 +252,10 @@ class IdleMotion:
         inner_centre = eyes + _INNER_BELOW_EYES * width * self._v
         self._inner_weight = self._ellipse_weight(frame_points, inner_centre, _INNER_HALF_WIDTH * width,
                                                   _INNER_HALF_HEIGHT * width, 0.5, 1.1)  # fmt: skip
+        # The inverse head motion is linear in these per-point terms (``_source_points``): one small matmul a frame.
+        px, py = self._points[..., 0], self._points[..., 1]
+        weight = self._head_weight
+        self._terms = torch.stack([px, py, weight * px, weight * py, weight, self._inner_weight])  # (6, rows, cols)
         self._eyes = [self._eye_frame(self.layout.points[0:2]), self._eye_frame(self.layout.points[2:4])]
         self._eye_windows = [self._eye_window(eye) for eye in self._eyes]
 
@@ -295,16 +299,16 @@ class IdleMotion:
         """Where each output pixel of the box samples the input -> (h, w, 2) crop pixels: the inverse head motion,
         then the eyelids of the unmoved face; and per eye window (rows, cols, its ``Lid``) when blinking."""
         dx, dy, roll, nod = pose
-        xs, ys = self._points[..., 0], self._points[..., 1]  # (rows, cols) each: the coarse grid
-        # The rigid inverse R(-roll) (p - pivot - d) + pivot, minus p, is affine in p: (R(-roll) - I) p + offset.
+        # The rigid inverse R(-roll) (p - pivot - d) + pivot, minus p, is affine in p: (R(-roll) - I) p + offset; it
+        # moves each point by its head weight, and the nod moves the inner face by its own weight:
+        #   source = p + weight ((R(-roll) - I) p + offset) - inner nod v
         c, s = math.cos(roll), math.sin(roll)
         pivot = self._pivot - self._origin.numpy()
         offset = pivot - np.array([[c, s], [-s, c]]) @ (pivot + np.array([dx, dy]))
         nod_x, nod_y = nod * self._v
-        weight, inner = self._head_weight, self._inner_weight
-        source_x = torch.addcmul(xs, weight, xs * (c - 1.0) + ys * s + float(offset[0])).sub_(inner, alpha=nod_x)
-        source_y = torch.addcmul(ys, weight, xs * -s + ys * (c - 1.0) + float(offset[1])).sub_(inner, alpha=nod_y)
-        points = torch.stack([source_x, source_y])  # (2, rows, cols)
+        coefficients = torch.tensor([[1.0, 0.0, c - 1.0, s, float(offset[0]), -nod_x],
+                                     [0.0, 1.0, -s, c - 1.0, float(offset[1]), -nod_y]], dtype=torch.float32)  # (2, 6)
+        points = (coefficients @ self._terms.flatten(1)).unflatten(1, self._terms.shape[1:])  # (2, rows, cols)
         if points.shape[1:] != self._size:
             points = F.interpolate(points[None], size=self._size, mode="bilinear", align_corners=True)[0]
         points = points.permute(1, 2, 0)  # (h, w, 2)

@@ -80,7 +80,7 @@ def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_fr
     # The first segment with every thread (the time to the first frame), the rest from the emitting thread.
     first = overlapped.threads.count("MainThread")
     assert set(overlapped.threads[first:]) == {"avatargen-emit"}
-    assert sum(len(part) for part in overlapped.parts[:first]) == 12  # N0's body, before its seam
+    assert sum(len(part) for part in overlapped.parts[:first]) == 14  # N0's body, before its seam (16 - 4 / 2)
     assert torch.get_num_threads() == 2  # the split ends with the render
     # One thread's float sums instead of two's: a rounding step in a few pixels, as runtime.threads=1 gives.
     diff = np.abs(overlapped.video().astype(int) - inline.video().astype(int))
