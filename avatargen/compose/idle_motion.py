@@ -244,18 +244,16 @@ class IdleMotion:
                                 indexing="ij")  # fmt: skip
         self._origin = torch.tensor([float(left), float(top)])
         frame_points = torch.stack([xs, ys], dim=-1)  # (rows, cols, 2) frame pixels
-        self._points = frame_points - self._origin  # (rows, cols, 2) crop pixels
+        px, py = xs - left, ys - top  # (rows, cols) each: crop pixels
         width = self.layout.face_width
         eyes = self.layout.points[:4].mean(axis=0)
-        self._head_weight = self._ellipse_weight(frame_points, self._head_centre, _HEAD_HALF_WIDTH * width,
-                                                 _HEAD_HALF_HEIGHT * width, _RIGID_INSIDE, _STILL_OUTSIDE)  # fmt: skip
+        head = self._ellipse_weight(frame_points, self._head_centre, _HEAD_HALF_WIDTH * width,
+                                    _HEAD_HALF_HEIGHT * width, _RIGID_INSIDE, _STILL_OUTSIDE)  # fmt: skip
         inner_centre = eyes + _INNER_BELOW_EYES * width * self._v
-        self._inner_weight = self._ellipse_weight(frame_points, inner_centre, _INNER_HALF_WIDTH * width,
-                                                  _INNER_HALF_HEIGHT * width, 0.5, 1.1)  # fmt: skip
+        inner = self._ellipse_weight(frame_points, inner_centre, _INNER_HALF_WIDTH * width,
+                                     _INNER_HALF_HEIGHT * width, 0.5, 1.1)  # fmt: skip
         # The inverse head motion is linear in these per-point terms (``_source_points``): one small matmul a frame.
-        px, py = self._points[..., 0], self._points[..., 1]
-        weight = self._head_weight
-        self._terms = torch.stack([px, py, weight * px, weight * py, weight, self._inner_weight])  # (6, rows, cols)
+        self._terms = torch.stack([px, py, head * px, head * py, head, inner])  # (6, rows, cols)
         self._eyes = [self._eye_frame(self.layout.points[0:2]), self._eye_frame(self.layout.points[2:4])]
         self._eye_windows = [self._eye_window(eye) for eye in self._eyes]
 
