@@ -6,11 +6,13 @@ of each phase are wrapped with ``time.perf_counter`` timers before the CLI runs 
 a phase a tree does not have shows ``-``). The runs of the trees and images are interleaved so that the machine's
 noise hits them alike. ``--digest`` also decodes each MP4 and prints the SHA-256 of its frames (rgb24), so two
 trees can be shown to render the same video bit for bit. ``--first-frame-only`` stops each render at its first
-frame (SIGINT, as Ctrl-C: the render ends after its current step), for TTFF where whole renders are slow. Work
+frame (SIGINT, as Ctrl-C: the render ends after its current step), for TTFF where whole renders are slow.
+``--new-pictures`` gives every run a cache folder without the pictures framed before (a picture's first render);
+without it, every run after a picture's first reads its faces from the cache (avatargen/face/picture_cache.py). Work
 done in a worker thread beside the main one is listed apart, outside the main thread's sum.
 
     python benchmarks/ttff.py [--image PATH ...] [--audio PATH] [--runs 3] [--tree PATH ...] [--digest]
-                              [--first-frame-only] [KEY=VALUE ...]
+                              [--first-frame-only] [--new-pictures] [KEY=VALUE ...]
 
 Defaults: examples/avatar_1.png and skimage's astronaut (a 512x512 photograph), examples/speech_1.flac (8 s), this
 checkout; KEY=VALUE are config overrides (e.g. runtime.threads=1).
@@ -44,6 +46,8 @@ PHASES: list[tuple[str, list[tuple[str, str]]]] = [
                                  ("avatargen.render.session", "check_outputs_spare_inputs")]),
     ("load reference", [("avatargen.render.inputs", "load_reference")]),
     ("  face detector built", [("avatargen.face.detector", "FaceDetector.__init__")]),
+    ("  face networks loaded", [("avatargen.face.detector", "FaceDetector._networks")]),
+    ("  face mesh built (LipFinder)", [("avatargen.face.lips", "LipFinder.__init__")]),
     ("  face search (FaceDetector.find)", [("avatargen.face.detector", "FaceDetector.find")]),
     ("compositor", [("avatargen.render.session", "compositor_for")]),
     ("  photo check (square_is_photo)", [("avatargen.render.session", "square_is_photo"),
@@ -194,12 +198,15 @@ def frames_digest(video: Path) -> str:
     return hashlib.sha256(decode.stdout).hexdigest()
 
 
-def one_run(tree: Path, image: Path, audio: Path, out: Path, overrides: list[str], first_frame_only: bool) -> dict:
+def one_run(tree: Path, image: Path, audio: Path, out: Path, overrides: list[str], first_frame_only: bool,
+            cache_home: Path | None = None) -> dict:  # fmt: skip
     """One fresh render process with timers -> its phases (seconds), TTFF and report (``first_frame_only``: the
-    render is stopped at its first frame, as by Ctrl-C, and has no report)."""
+    render is stopped at its first frame, as by Ctrl-C, and has no report; ``cache_home``: its XDG_CACHE_HOME)."""
     record = out.with_suffix(".timing.json")
     argv = ["render", "-i", str(image), "-a", str(audio), "-o", str(out), "--json", "--quiet", *overrides]
     env = {**os.environ, "PYTHONPATH": str(tree), "TTFF_STOP_AT_FIRST_FRAME": "1" if first_frame_only else "0"}
+    if cache_home is not None:
+        env["XDG_CACHE_HOME"] = str(cache_home)
     launched = time.perf_counter()
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(record), "--", *argv],
                           cwd=tree, env=env, capture_output=True, text=True)  # fmt: skip
@@ -227,6 +234,17 @@ def one_run(tree: Path, image: Path, audio: Path, out: Path, overrides: list[str
             "imports": imports, "wall": report.get("wall_s"), "dtype": report.get("dtype_choice")}  # fmt: skip
 
 
+def _cache_without_pictures(home: Path) -> Path:
+    """An XDG_CACHE_HOME holding this machine's saved face detector (``avatargen.face.hog_cache``) and nothing else."""
+    from avatargen.face.hog_cache import cache_folder
+
+    kept = home / "avatargen"
+    kept.mkdir(parents=True)
+    for saved in cache_folder().glob("*.svm"):
+        shutil.copy2(saved, kept / saved.name)
+    return home
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -248,6 +266,9 @@ def main() -> None:
     parser.add_argument("--digest", action="store_true", help="print the SHA-256 of each video's decoded frames")
     parser.add_argument("--first-frame-only", action="store_true",
                         help="stop each render at its first frame (as Ctrl-C does): TTFF only, no report, no digest")
+    parser.add_argument("--new-pictures", action="store_true",
+                        help="each render sees its picture for the first time: a cache folder with dlib's detector "
+                             "but no picture framed before (avatargen/face/picture_cache.py)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. runtime.threads=1")
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [REPO])]
@@ -260,8 +281,9 @@ def main() -> None:
             for i, image in enumerate(images):
                 for t, tree in enumerate(trees):
                     out = folder / f"tree{t}_image{i}_run{run}.mp4"
+                    cache_home = _cache_without_pictures(folder / f"{out.stem}_cache") if args.new_pictures else None
                     results[t, i].append(one_run(tree, image, args.audio.resolve(), out, args.overrides,
-                                                 args.first_frame_only))  # fmt: skip
+                                                 args.first_frame_only, cache_home))  # fmt: skip
                     if args.digest and not args.first_frame_only:
                         digests[t, i].add(frames_digest(out))
                     for leftover in folder.glob(f"{out.stem}*"):  # the video, or the partial video and its resume folder

@@ -5,19 +5,23 @@ one (``--face N``, counted left to right), and one line says which. The face's l
 MediaPipe's face mesh, which finds a face turned any way: a picture on its side or upside down (a camera that saved
 no orientation tag) is turned upright, with one line. A picture where the detector finds no face at all is also
 searched turned by each quarter turn. A face that the mesh says lies on its side, in a picture where no upright face
-is found when turned, is not animated as a face (one line; the caller centre-crops as for no face).
+is found when turned, is not animated as a face (one line; the caller centre-crops as for no face). What the
+detector and the mesh find in a picture is kept per machine (``avatargen.face.picture_cache``): a picture seen before
+is framed without loading either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 
 from avatargen.errors import BadInputError
 from avatargen.face.detector import Face, FaceDetector
-from avatargen.face.lips import LipFinder, LipSearch, lips_installed, quarter_turns
+from avatargen.face.lips import LipFinder, LipSearch, lips_in_mesh, lips_installed, quarter_turns
+from avatargen.face.picture_cache import KnownPicture
 
 TURN_NAMES = {1: "a quarter turn clockwise", 2: "upside down", 3: "a quarter turn counter-clockwise"}
 
@@ -44,18 +48,19 @@ def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], N
     """The face of ``rgb`` (H, W, 3) uint8 to animate, and the picture turned upright where it was not (one line to
     ``warn``); ``number``: the face to take, 1-based, left to right (None: the largest). Raises ``BadInputError``
     for a ``number`` the picture has no face for."""
-    faces = detector.find_all(rgb)
+    known = KnownPicture(rgb)
+    faces = known.faces(partial(detector.find_all, rgb))
     turns = 0
     if not faces:
         for turns in (1, 3, 2):  # a portrait saved on its side is likelier than one upside down
-            faces = detector.find_all(np.rot90(rgb, turns))
+            faces = faces_turned(rgb, turns, detector)
             if faces:
                 break
         else:
             turns = 0
     meshes: list[np.ndarray | None] = [None] * len(faces)
     if turns == 0 and faces and lips_installed():
-        meshes = [shared_lip_finder().mesh(rgb, face) for face in faces]
+        meshes = [known.mesh(face, partial(_mesh, rgb, face)) for face in faces]
         if any(mesh is not None for mesh in meshes):  # a "face" no face mesh fits is the detector's mistake
             faces, meshes = map(list, zip(*[(f, m) for f, m in zip(faces, meshes) if m is not None]))
     if not faces:
@@ -66,7 +71,7 @@ def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], N
     face, mesh = faces[index], meshes[index]
     if mesh is not None and quarter_turns(mesh):
         turns = quarter_turns(mesh)
-        upright = detector.find_all(np.rot90(rgb, turns))
+        upright = faces_turned(rgb, turns, detector)
         if not upright:
             warn(f"warning: the face found in {name} lies {TURN_NAMES[turns]} and no upright face was found when "
                  "turning the picture: not animated as a face (turn the picture upright)")  # fmt: skip
@@ -77,6 +82,16 @@ def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], N
              "save it upright to silence this")  # fmt: skip
         rgb = np.ascontiguousarray(np.rot90(rgb, turns))
     return Chosen(rgb, face)
+
+
+def faces_turned(rgb: np.ndarray, turns: int, detector: FaceDetector) -> list[Face]:
+    """``detector.find_all`` of ``rgb`` turned by ``turns`` quarter turns counter-clockwise (``np.rot90``)."""
+    turned = np.ascontiguousarray(np.rot90(rgb, turns))
+    return KnownPicture(turned).faces(partial(detector.find_all, turned))
+
+
+def _mesh(rgb: np.ndarray, face: Face) -> np.ndarray | None:
+    return shared_lip_finder().mesh(rgb, face)
 
 
 def _pick(faces: list[Face], warn: Callable[[str], None], name: str, number: int | None) -> int:
@@ -94,8 +109,8 @@ def _pick(faces: list[Face], warn: Callable[[str], None], name: str, number: int
 
 
 def reference_lips(picture: np.ndarray, face: Face | None) -> LipSearch | None:
-    """The lips of ``face`` in ``picture`` (H, W, 3) uint8 (``LipFinder.find``); None where there is no face or no
-    lip finder installed."""
+    """The lips of ``face`` in ``picture`` (H, W, 3) uint8 (``LipFinder.find``, its face mesh kept per machine:
+    ``KnownPicture``); None where there is no face or no lip finder installed."""
     if face is None or not lips_installed():
         return None
-    return shared_lip_finder().find(picture, face)
+    return lips_in_mesh(picture, face, KnownPicture(picture).mesh(face, partial(_mesh, picture, face)))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -76,8 +77,8 @@ class Face:
 
 
 def shared_detector() -> FaceDetector:
-    """One ``FaceDetector`` per process (loading its networks takes ~0.06 s, ~0.4 s when the HOG detector is not in
-    the cache folder yet: ``avatargen.face.hog_cache``)."""
+    """One ``FaceDetector`` per process (loading its networks on its first search takes ~0.1 s, ~0.4 s when the HOG
+    detector is not in the cache folder yet: ``avatargen.face.hog_cache``)."""
     global _SHARED
     if _SHARED is None:
         _SHARED = FaceDetector()
@@ -116,7 +117,8 @@ def face_networks_installed() -> bool:
 
 
 class FaceDetector:
-    """dlib's frontal-face HOG detector with 5-point landmarks; the ResNet is loaded on the first ``embedding``.
+    """dlib's frontal-face HOG detector with 5-point landmarks, loaded on the first search (~0.1 s: a render of a
+    picture searched before needs neither, ``avatargen.face.picture_cache``); the ResNet on the first ``embedding``.
 
     Raises ``FaceExtraMissing`` at construction when the extra is not installed.
     """
@@ -128,9 +130,23 @@ class FaceDetector:
 
         self._dlib = dlib
         self._models = face_model_folder()
-        self._hog = frontal_face_detector(dlib)  # from the cache folder: dlib's own build takes ~0.3 s
-        self._shape = dlib.shape_predictor(str(self._models / _SHAPE_MODEL))
+        self._search_networks: tuple[Any, Any] | None = None
         self._resnet = None
+
+    @property
+    def _hog(self) -> Any:
+        return self._networks()[0]
+
+    @property
+    def _shape(self) -> Any:
+        return self._networks()[1]
+
+    def _networks(self) -> tuple[Any, Any]:
+        """The HOG detector (from the cache folder: dlib's own build takes ~0.3 s) and the shape predictor."""
+        if self._search_networks is None:
+            hog = frontal_face_detector(self._dlib)
+            self._search_networks = hog, self._dlib.shape_predictor(str(self._models / _SHAPE_MODEL))
+        return self._search_networks
 
     def find(self, rgb: np.ndarray, near: Face | None = None) -> Face | None:
         """The most confident face of an (H, W, 3) uint8 RGB image, or None when there is none.

@@ -9,6 +9,7 @@ quality 60), 0.23-0.33 on colour photographs (skimage's astronaut, matplotlib's 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,9 +63,12 @@ def square_is_photo(square: np.ndarray, face: Face | None = None) -> bool:
     cartoon, no face found, or no face networks installed). ``face``: the face already found in ``square`` itself
     (``Reference.square_face``), which saves the search; None: searched for here."""
     from avatargen.face.detector import face_networks_installed, shared_detector
+    from avatargen.face.picture_cache import KnownPicture
 
     if not face_networks_installed():
         return False
     detector = shared_detector()
-    face = face if face is not None else detector.find(square)
+    if face is None:  # the most confident face, as ``detector.find`` gives it, kept per machine
+        face = max(KnownPicture(square).faces(partial(detector.find_all, square)), key=lambda found: found.score,
+                   default=None)  # fmt: skip
     return face is not None and looks_like_photo(detector.chip(square, face))

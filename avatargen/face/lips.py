@@ -156,24 +156,29 @@ class LipFinder:
 
     def find(self, rgb: np.ndarray, face: Face) -> LipSearch:
         """The lips of ``face`` in ``rgb`` (H, W, 3) uint8, or the problem that keeps them from being trusted."""
-        points = self.mesh(rgb, face)
-        if points is None:
-            return LipSearch(None, "no face mesh fits the face")
-        eyes = np.stack([points[list(pair)].mean(axis=0) for pair in EYES])  # (2, 2): image left, right
-        found_eyes = np.stack([face.points[2:4].mean(axis=0), face.points[0:2].mean(axis=0)])
-        span = max(float(np.linalg.norm(found_eyes[1] - found_eyes[0])), 1.0)
-        if np.linalg.norm(eyes - found_eyes, axis=1).max() > EYE_AGREEMENT * span:
-            return LipSearch(None, "the face mesh found another face")
-        side_left, side_right = points[FACE_SIDES[0]], points[FACE_SIDES[1]]
-        across = side_right - side_left
-        share = float((points[NOSE_TIP] - side_left) @ across / max(float(across @ across), 1e-6))
-        if not YAW_NOSE_SHARE[0] <= share <= YAW_NOSE_SHARE[1]:
-            return LipSearch(None, "the face is turned too far to the side")
-        lips = Lips(points[list(OUTER)], points[list(INNER)])
-        contrast = lip_contrast(rgb, lips)
-        if contrast < LIP_CONTRAST:
-            return LipSearch(None, f"the lips do not show (covered or masked: {contrast:.0f} grey levels from the skin)")
-        return LipSearch(lips)
+        return lips_in_mesh(rgb, face, self.mesh(rgb, face))
+
+
+def lips_in_mesh(rgb: np.ndarray, face: Face, points: np.ndarray | None) -> LipSearch:
+    """The lips of ``face`` in ``rgb`` (H, W, 3) uint8 from its face mesh ``points`` (``LipFinder.mesh``; None: no
+    mesh fits), or the problem that keeps them from being trusted."""
+    if points is None:
+        return LipSearch(None, "no face mesh fits the face")
+    eyes = np.stack([points[list(pair)].mean(axis=0) for pair in EYES])  # (2, 2): image left, right
+    found_eyes = np.stack([face.points[2:4].mean(axis=0), face.points[0:2].mean(axis=0)])
+    span = max(float(np.linalg.norm(found_eyes[1] - found_eyes[0])), 1.0)
+    if np.linalg.norm(eyes - found_eyes, axis=1).max() > EYE_AGREEMENT * span:
+        return LipSearch(None, "the face mesh found another face")
+    side_left, side_right = points[FACE_SIDES[0]], points[FACE_SIDES[1]]
+    across = side_right - side_left
+    share = float((points[NOSE_TIP] - side_left) @ across / max(float(across @ across), 1e-6))
+    if not YAW_NOSE_SHARE[0] <= share <= YAW_NOSE_SHARE[1]:
+        return LipSearch(None, "the face is turned too far to the side")
+    lips = Lips(points[list(OUTER)], points[list(INNER)])
+    contrast = lip_contrast(rgb, lips)
+    if contrast < LIP_CONTRAST:
+        return LipSearch(None, f"the lips do not show (covered or masked: {contrast:.0f} grey levels from the skin)")
+    return LipSearch(lips)
 
 
 _LIBC = ctypes.CDLL(None)
