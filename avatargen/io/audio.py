@@ -44,6 +44,7 @@ class AudioFileSource:
         self.damage: str | None = None  # set by an iteration that met damaged data
         self._proc: subprocess.Popen | None = None
         self._blocks: Iterator[np.ndarray] | None = None
+        self._started: subprocess.Popen | None = None  # a decoder started ahead of the next iteration
 
         info = read_checked_input(self.path, "audio", "Audio", _FIX, failed="decoded")
         self.duration_hint: float | None = info.duration_s
@@ -61,15 +62,26 @@ class AudioFileSource:
             pass
         self.close()
 
+    def start_decoding(self) -> None:
+        """Start the next iteration's decoder now: its first blocks are then waiting when it is read (ffmpeg's start
+        and first block are ~25 ms of a render's time to first frame). ``close`` stops it if no iteration comes.
+        Call it from a thread that lives as long as the decoder is read: ffmpeg dies with the thread that started it
+        (``die_with_parent``), and a pool's worker thread ends with its pool."""
+        if self._started is None:
+            self._started = self._start_decoder()
+
+    def _start_decoder(self) -> subprocess.Popen:
+        return start_ffmpeg(
+            ["-v", "error", "-i", local_file(self.path), *model_audio_args(self.sample_rate)], stdout=subprocess.PIPE
+        )
+
     def __iter__(self) -> Iterator[np.ndarray]:
-        self.close()  # a new iteration restarts decoding; never leave the previous decoder running
+        self._stop_iteration()  # a new iteration restarts decoding; never leave the previous decoder running
         self._blocks = self._decode()
         return self._blocks
 
     def _decode(self) -> Iterator[np.ndarray]:
-        proc = start_ffmpeg(
-            ["-v", "error", "-i", local_file(self.path), *model_audio_args(self.sample_rate)], stdout=subprocess.PIPE
-        )
+        proc, self._started = self._started or self._start_decoder(), None
         self._proc = proc
         self.damage = None
         try:
@@ -86,7 +98,13 @@ class AudioFileSource:
                 self._proc = None
 
     def close(self) -> None:
-        """Stop the decoder of the current iteration, if any (the iterator then ends)."""
+        """Stop the decoder of the current iteration, and one started ahead, if any (the iterator then ends)."""
+        self._stop_iteration()
+        if self._started is not None:
+            stop_decoder(self._started)
+            self._started = None
+
+    def _stop_iteration(self) -> None:
         if self._proc is not None:
             stop_decoder(self._proc)  # unblocks a reader stuck in read()
         if self._blocks is not None:

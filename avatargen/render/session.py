@@ -29,6 +29,7 @@ from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.schema import Config, PublishFailure, WeightsSource
 from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
+from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
 from avatargen.io.encoder import Encoder
 from avatargen.io.mp4_join import join_parts
@@ -218,6 +219,8 @@ class RenderSession:
                 audio = audio_file.result()
         try:
             inputs = render_inputs(opened, request.audio_files, request.audio_type, list(request.person_boxes), config, warn)
+            if isinstance(audio, AudioFileSource):
+                audio.start_decoding()  # its first blocks wait for the first chunk (on this thread: it outlives the pool's)
         except BaseException:
             audio.close()  # the decoders stop with the error, not when the garbage collector gets to them
             if opened.video is not None:

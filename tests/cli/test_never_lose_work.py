@@ -14,6 +14,7 @@ import pytest
 
 from avatargen.config.loader import load_config
 from avatargen.errors import BadInputError
+from avatargen.io.output_lock import OutputLock, OutputLockedError
 from avatargen.render import RenderRequest, render
 from tests.conftest import FAST, REPO, descendants, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import probe
@@ -215,3 +216,34 @@ def test_output_to_a_closed_stdout_is_exit_3(tmp_path):
     assert _error_lines(result.stderr) == ["error: --output - writes MPEG-TS to stdout, but stdout is closed; pipe it "
                                            "into a program (| ffplay -) or give --output OUT.mp4"]  # fmt: skip
 
+
+
+
+
+def test_a_render_that_fails_after_its_audio_decoder_started_leaves_it_stopped(tmp_path):
+    """The audio decoder starts before the output is claimed (time to first frame): a render refused there stops it,
+    so a batch of many jobs does not pile up decoders."""
+    audio = write_speechlike_wav(tmp_path / "talk.wav", 30.0)
+    out = tmp_path / "o.mp4"
+    held = OutputLock(out)
+    held.acquire()  # another render writes it
+    try:
+        with pytest.raises(OutputLockedError):
+            render(RenderRequest(write_face_png(tmp_path / "face.png"), audio, out), load_config(FAST),
+                   warn=lambda message: None)  # fmt: skip
+    finally:
+        held.release()
+    assert _running_audio_decoders() == []
+
+
+def _running_audio_decoders() -> list[int]:
+    """This process's ffmpeg children decoding audio (``-f f32le``), not yet exited."""
+    running = []
+    for pid in descendants(os.getpid()):
+        try:
+            command, state = Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if b"f32le" in command and state.rsplit(")", 1)[1].split()[0] != "Z":
+            running.append(pid)
+    return running

@@ -75,6 +75,18 @@ def test_stopping_early_leaves_no_ffmpeg_process(tmp_path: Path) -> None:
     assert not Path(f"/proc/{proc.pid}").exists()
 
 
+def test_a_decoder_started_ahead_gives_the_same_audio_and_is_stopped_when_never_read(tmp_path: Path) -> None:
+    path = _write_wav(tmp_path / "voice.wav", 44100, 2, seconds=30.0)
+    with AudioFileSource(path, SR, block_samples=4000) as source:
+        expected = np.concatenate(list(source))
+        source.start_decoding()
+        np.testing.assert_array_equal(np.concatenate(list(source)), expected)  # read from the decoder started ahead
+        source.start_decoding()
+        ahead = source._started
+        assert ahead is not None and ahead.poll() is None
+    assert ahead.returncode is not None and not Path(f"/proc/{ahead.pid}").exists()  # never read: killed, reaped
+
+
 def test_missing_file_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(BadInputError, match="does not exist"):
         AudioFileSource(tmp_path / "nope.wav", SR)
