@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.errors import ConfigError
+from avatargen.numeric import column_median
 from avatargen.threads import torch_threads
 
 # The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
@@ -360,7 +361,7 @@ def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tens
     height, frame_width = frame.shape[:2]
     x = np.clip(np.rint(where[..., 0]).astype(int), 0, frame_width - 1)
     y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
-    return torch.from_numpy(np.median(frame[y, x].reshape(-1, 3), axis=0).astype(np.float32))
+    return torch.from_numpy(column_median(frame[y, x].reshape(-1, 3)).astype(np.float32))
 
 
 def _closure(phase: float) -> float:

@@ -39,6 +39,7 @@ from PIL import Image, ImageDraw
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.face.lips import Lips
+from avatargen.numeric import column_median
 
 # The model's mouth box in its own frame (fractions of the side; the framing of the training frames puts every mouth
 # there: composite.MOUTH_REGION spans x 0.37-0.63, y 0.51-0.70) and the skin bands just above and below it.
@@ -340,7 +341,7 @@ def _own_teeth(background: np.ndarray, lips: Lips) -> torch.Tensor:
     pale = pixels[(pixels.min(axis=1) > 110) & (pixels.max(axis=1) - pixels.min(axis=1) < 70)]
     if len(pale) < OWN_TEETH_PIXELS:
         return torch.tensor(TEETH_COLOUR)
-    return torch.from_numpy(np.median(pale, axis=0))
+    return torch.from_numpy(column_median(pale))
 
 
 def estimated_lips(background: np.ndarray, layout: FaceLayout) -> Lips:
@@ -375,7 +376,7 @@ def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarr
 
     rows = np.arange(LIP_SEARCH[0] * span, LIP_SEARCH[1] * span + 1.0) / span  # spans, one pixel apart
     beside = np.meshgrid(np.r_[-0.6:-0.45:4j, 0.45:0.6:4j], np.linspace(-0.05, 0.2, 6))
-    cheeks = np.median(colours(*beside).reshape(-1, 3), axis=0)  # (3,)
+    cheeks = column_median(colours(*beside).reshape(-1, 3))  # (3,)
     departure = np.linalg.norm(colours(*np.meshgrid(np.linspace(-0.12, 0.12, 7), rows)) - cheeks, axis=-1).mean(axis=1)
     strongest = int(np.argmax(departure))
     if departure[strongest] < LIP_DEPARTURE:

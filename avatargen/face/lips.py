@@ -35,6 +35,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from avatargen.face.detector import INSTALL_HINT, Face
+from avatargen.numeric import column_median
 
 # Mesh indices of the contours, each from the mouth corner on the image's left along the lower lip to the other
 # corner, then back along the upper lip: points 0 and 10 are the corners, 0-10 the lower lip, 10-19 + 0 the upper.
@@ -259,7 +260,7 @@ def lip_contrast(rgb: np.ndarray, lips: Lips) -> float:
     ring = patch[(outside >= RING[0] * lips.width) & (outside <= reach)]
     if len(band) < 4 or len(ring) < 4:
         return 0.0
-    return float(np.linalg.norm(band.mean(axis=0) - np.median(ring, axis=0)))
+    return float(np.linalg.norm(band.mean(axis=0) - column_median(ring)))
 
 
 def quarter_turns(points: np.ndarray) -> int:
