@@ -8,6 +8,7 @@ key; ``+a.b=value`` adds a key that the schema does not have (outside the typed 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,11 +117,6 @@ def option_file(config_dir: Path, group: str, option: str) -> Path:
     raise ConfigError(f"unknown {group} option '{_shown(option)}'; valid choices: {', '.join(group_options(config_dir, group))}")
 
 
-def schema_for(family: str) -> Config:
-    """The typed config of a render of a model of ``family``: the ``model`` section is the family's own."""
-    return Config(model=family_named(family).model_config())
-
-
 def _read_yaml(path: Path) -> DictConfig:
     try:
         loaded = OmegaConf.load(path)
@@ -224,12 +220,10 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
     family = str(sections.get("model", {}).get("family", "") or "")
     if not family:
         raise ConfigError(f"model option '{choices.get('model')}' names no family; its YAML must set family: NAME")
-    cfg = OmegaConf.structured(schema_for(family))
-    try:
-        for group, section in sections.items():
-            cfg = OmegaConf.merge(cfg, {group: section})
-        own = {k: v for k, v in root.items() if k != "defaults"}
-        cfg = OmegaConf.merge(cfg, own)
+    own = {k: v for k, v in root.items() if k != "defaults"}
+    try:  # one merge, in this order, onto a copy of the schema (merging one at a time copies the config each time)
+        cfg = OmegaConf.merge(_structured_schema(family_named(family).model_config),
+                              *({group: section} for group, section in sections.items()), own)  # fmt: skip
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "?"
         raise ConfigError(f"config key '{key}' in the config files: {_one_line(error)}") from error
@@ -254,9 +248,17 @@ def _resolve_interpolations(cfg: DictConfig) -> None:
 
 def to_config(cfg: DictConfig) -> Config:
     """The typed dataclass view of a composed config (extra '+' sections are dropped here; they only travel in YAML)."""
-    schema = OmegaConf.structured(schema_for(str(cfg.model.family)))
+    schema = _structured_schema(family_named(str(cfg.model.family)).model_config)
     typed = OmegaConf.merge(schema, OmegaConf.masked_copy(cfg, list(Config.__dataclass_fields__)))
     return OmegaConf.to_object(typed)  # type: ignore[return-value]
+
+
+@functools.cache
+def _structured_schema(model_config: type) -> DictConfig:
+    """The typed config of a render of a model whose ``model`` section is ``model_config`` (a family's own), as an
+    OmegaConf config: built once per process (~45 ms each time, and a render loads and converts its config);
+    ``OmegaConf.merge`` copies it and never changes it."""
+    return OmegaConf.structured(Config(model=model_config()))
 
 
 def to_yaml(cfg: DictConfig) -> str:
