@@ -10,9 +10,9 @@ picture's pixels, the networks and the search's settings, so it is kept in the c
 its result.
 
 A render from the cache is the same render bit for bit: the numbers are stored as JSON floats, which read back to
-the same float64. An entry records the settings and the networks' files (size and modification time of each) it
-was made with and the SHA-256 of its contents: an entry made with others, cut short or altered is not used (the
-picture is searched again and the entry rewritten). Files are written to a temporary name and renamed into place; an
+the same float64. An entry records the code of the searches (a digest of the modules that hold them) and the
+networks' files (size and modification time of each) it was made with, and the SHA-256 of its contents: an entry
+made with others, cut short or altered is not used (the picture is searched again and the entry rewritten). Files are written to a temporary name and renamed into place; an
 unwritable cache folder only costs the search. At most ``MAX_PICTURES`` pictures are kept: writing a new one removes
 the least recently used.
 """
@@ -20,6 +20,7 @@ the least recently used.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -129,15 +130,16 @@ def _prune(folder: Path) -> None:
             path.unlink()
 
 
+@functools.cache
 def _made_with() -> dict[str, Any]:
-    """The search's settings and the networks' files (name, size, modification time): an upgraded dlib, MediaPipe
-    or face model, or changed settings, make new entries."""
+    """The code of the searches (the SHA-256 of the modules that hold them and their settings) and the networks'
+    files (name, size, modification time): another avatargen, dlib, MediaPipe or face model makes new entries.
+    Once per process (~3 ms)."""
     from avatargen.face import detector, lips
 
-    settings = {name: getattr(module, name) for module, names in (
-        (detector, ("_FIRST_PASS_THRESHOLD", "_SECOND_PASS_THRESHOLD", "_SEARCH_SIDE", "_SHAPE_MODEL")),
-        (lips, ("SQUARE_PER_FACE", "MESH_SIDE")),
-    ) for name in names}  # fmt: skip
+    code = hashlib.sha256()
+    for module in (detector, lips):
+        code.update(Path(module.__file__).read_bytes())
     files = {}
     for name, path in _network_files().items():
         try:
@@ -145,7 +147,7 @@ def _made_with() -> dict[str, Any]:
             files[name] = [stat.st_size, stat.st_mtime_ns]
         except OSError:
             files[name] = None
-    return {"settings": settings, "files": files}
+    return {"code": code.hexdigest(), "files": files}
 
 
 def _network_files() -> dict[str, Path]:

@@ -3,6 +3,7 @@ frame it; a damaged, outdated or unwritable cache never changes what is found.""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -93,11 +94,15 @@ def test_a_damaged_entry_is_searched_again_and_rewritten(cache, tmp_path, monkey
     assert {file: file.read_text() for file in files} == kept
 
 
-def test_an_entry_made_with_other_networks_or_settings_is_not_used(cache, tmp_path, monkeypatch):
+@pytest.mark.parametrize("change", ["dlib", "code"])
+def test_an_entry_made_with_other_networks_or_code_is_not_used(cache, tmp_path, monkeypatch, change):
     path = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
     searched = _framed(path)
-    made_with = picture_cache._made_with()
-    made_with["files"]["dlib"] = [1, 2]  # an upgraded dlib
+    made_with = copy.deepcopy(picture_cache._made_with())
+    if change == "dlib":
+        made_with["files"]["dlib"] = [1, 2]  # an upgraded dlib
+    else:
+        made_with["code"] = "0" * 64  # another version of the searches (or of their settings)
     monkeypatch.setattr(picture_cache, "_made_with", lambda: made_with)
     _fresh_process(monkeypatch)
     searches = []
