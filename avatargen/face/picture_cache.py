@@ -76,14 +76,15 @@ class KnownPicture:
         return None if kept is None else np.array(kept, dtype=np.float64)
 
     def _write(self) -> None:
-        """Save the entry (atomically) and drop the least recently used pictures past ``MAX_PICTURES``; a folder
-        that cannot be written is skipped."""
+        """Save the entry (atomically); a new picture's first write also drops the least recently used pictures
+        past ``MAX_PICTURES``. A folder that cannot be written is skipped."""
         body = {"format": FORMAT, "made_with": self.made_with, **self.entry}
         text = json.dumps(body, sort_keys=True)
         document = json.dumps({"sha256": hashlib.sha256(text.encode()).hexdigest(), "entry": body}, sort_keys=True)
         folder = self.path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            new = not self.path.exists()
             handle, temporary = tempfile.mkstemp(dir=folder, prefix=".picture-", suffix=".json")
             try:
                 with os.fdopen(handle, "w", encoding="utf-8") as out:
@@ -93,7 +94,8 @@ class KnownPicture:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
                 raise
-            _prune(folder)
+            if new:  # an entry rewritten (its mesh added, a stale one replaced) adds no picture
+                _prune(folder)
         except OSError:
             pass
 

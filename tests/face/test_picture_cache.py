@@ -17,7 +17,7 @@ pytest.importorskip("mediapipe", reason="the lip finder needs avatargen[eval]")
 
 from avatargen.face import choice, detector, picture_cache  # noqa: E402
 from avatargen.face.choice import reference_lips  # noqa: E402
-from avatargen.face.detector import FaceDetector  # noqa: E402
+from avatargen.face.detector import Face, FaceDetector  # noqa: E402
 from avatargen.face.domain import square_is_photo  # noqa: E402
 from avatargen.face.picture_cache import KnownPicture, pictures_folder  # noqa: E402
 from avatargen.io.image import load_reference  # noqa: E402
@@ -132,3 +132,12 @@ def test_past_max_pictures_the_least_recently_used_is_dropped(cache, monkeypatch
     KnownPicture(pictures[0]).faces(lambda: pytest.fail("kept, not searched"))  # ... until it is read again
     KnownPicture(pictures[2]).faces(lambda: [])
     assert {path.name for path in cache.glob("*.json")} == {KnownPicture(rgb).path.name for rgb in (pictures[0], pictures[2])}
+
+
+def test_only_a_new_picture_prunes_the_folder(cache, monkeypatch):
+    pruned = []
+    monkeypatch.setattr(picture_cache, "_prune", lambda folder: pruned.append(folder))
+    known = KnownPicture(np.full((40, 40, 3), 10, np.uint8))
+    known.faces(lambda: [])
+    known.mesh(Face((0, 0, 10, 10), np.zeros((5, 2)), 1.0), lambda: None)  # the same picture's entry written again
+    assert pruned == [cache]
