@@ -150,10 +150,8 @@ class TinyRun(ChunkRun):
 
     def _upscale(self, latents: Tensor, step: Emit) -> Tensor:
         """SR of a segment's latents: (1, C, t, h, w) -> (1, C, t, H, W)."""
-        region = self.decoder.region
-        read = None if region is None else (region.top, region.bottom, region.left, region.right)  # all it decodes
         with self.stats.timed("sr"):
-            high = self.chunks.sr_stage(first=step.start == 0).upscale(self.reference, latents, read)
+            high = self.chunks.sr_stage(first=step.start == 0).upscale(self.reference, latents)
         check_finite(high, "SR", f"in frames {step.start}-{step.end}")
         return high
 

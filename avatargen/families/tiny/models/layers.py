@@ -97,15 +97,12 @@ class Attention(nn.Module):
     def forward(
         self, x: Tensor, context: Tensor | None = None, mask: Tensor | None = None, queries_from: int = 0,
         tokens: TokenSpan | None = None, queries_to: int | None = None, pattern: HeadAttention | None = None,
-        queries: Tensor | None = None,
     ) -> Tensor:
         """``x``: (B, L, D); ``context``: (B, Lk, Dc) for cross-attention -> (B, Lq, D): the outputs of the tokens
-        ``queries_from:queries_to`` (default: from ``queries_from`` on), or of the token indices ``queries`` (Lq,) in
-        their order (self-attention: every token is still a key and a value). ``tokens``: ``x`` is that span of a
-        longer sequence, whose whole is attended to (models/sequence.py). ``pattern``: self-attention computed by it
-        instead of every query over every key (e.g. :class:`FrameAxialAttention`)."""
-        if queries is not None and (tokens is not None or pattern is not None):
-            raise ValueError("queries by index need plain attention (no token span, no attention pattern)")
+        ``queries_from:queries_to`` (default: from ``queries_from`` on; self-attention: every token is still a key
+        and a value). ``tokens``: ``x`` is that span of a longer sequence, whose whole is attended to
+        (models/sequence.py). ``pattern``: self-attention computed by it instead of every query over every key
+        (e.g. :class:`FrameAxialAttention`)."""
         if not self.is_cross and (tokens is not None or pattern is not None):
             q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b l h d", three=3, h=self.heads)  # (B, L, H, d)
             if tokens is not None:
@@ -118,10 +115,9 @@ class Attention(nn.Module):
             k, v = rearrange(self.kv(context), "b l (two h d) -> two b h l d", two=2, h=self.heads)  # (B, H, Lk, d)
         else:
             q, k, v = rearrange(self.qkv(x), "b l (three h d) -> three b h l d", three=3, h=self.heads)
-        rows = slice(queries_from, queries_to) if queries is None else queries
-        q = q[:, :, rows]  # (B, H, Lq, d)
+        q = q[:, :, queries_from:queries_to]  # (B, H, Lq, d)
         if mask is not None and mask.shape[-2] > 1:
-            mask = mask[..., rows, :]
+            mask = mask[..., queries_from:queries_to, :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Lq, d)
         return self.proj(rearrange(out, "b h l d -> b l (h d)"))  # (B, Lq, D)
 
@@ -210,15 +206,11 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = MLP(dim, int(dim * mlp_ratio))
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, keep_from: int = 0, keep: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None = None, keep_from: int = 0) -> Tensor:
         """(B, L, D) -> (B, L - keep_from, D); ``mask`` as in :class:`Attention`. ``keep_from`` > 0 computes only
-        the tokens from there on (all tokens are still attended to): a last block whose first tokens nobody reads.
-        ``keep`` (K,), token indices: computes only those, in that order -> (B, K, D)."""
-        if keep is not None:
-            x = x[:, keep] + self.attn(self.norm1(x), mask=mask, queries=keep)  # (B, K, D)
-        else:
-            x = x[:, keep_from:] + self.attn(self.norm1(x), mask=mask, queries_from=keep_from)  # (B, L - keep_from, D)
-        return x + self.mlp(self.norm2(x))  # (B, K or L - keep_from, D)
+        the tokens from there on (all tokens are still attended to): a last block whose first tokens nobody reads."""
+        x = x[:, keep_from:] + self.attn(self.norm1(x), mask=mask, queries_from=keep_from)  # (B, L - keep_from, D)
+        return x + self.mlp(self.norm2(x))  # (B, L - keep_from, D)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -64,29 +64,13 @@ def face_region(face_box: list[float], size: int, align: int) -> tuple[int, int,
     return lo(y0), hi(y1), lo(x0), hi(x1)
 
 
-def frame_features(blocks: nn.ModuleList, x: Tensor, n_ref: int, keep: Tensor | None = None) -> Tensor:
-    """``blocks`` over [reference; frame] tokens (B, n_ref + N, D) -> the frame tokens' features (B, N, D), or
-    those of the frame tokens ``keep`` (K,) only -> (B, K, D). Nothing reads the reference tokens' outputs, so the
-    last block computes the frame tokens (or the kept ones) only; as keys and values every token still counts."""
+def frame_features(blocks: nn.ModuleList, x: Tensor, n_ref: int) -> Tensor:
+    """``blocks`` over [reference; frame] tokens (B, n_ref + N, D) -> the frame tokens' features (B, N, D). Nothing
+    reads the reference tokens' outputs, so the last block computes the frame tokens only (as keys and values the
+    reference tokens still count)."""
     for block in blocks[:-1]:
         x = block(x)  # (B, n_ref + N, D)
-    if not len(blocks):
-        return x[:, n_ref:] if keep is None else x[:, n_ref + keep]
-    return blocks[-1](x, keep_from=n_ref) if keep is None else blocks[-1](x, keep=n_ref + keep)
-
-
-def patches_over(box: tuple[int, int, int, int], patch: int, grid_width: int) -> Tensor:
-    """Row-major indices (K,) of the ``patch`` x ``patch`` patches of a grid ``grid_width`` patches wide that
-    overlap ``box`` (y0, y1, x0, x1), pixels of that grid's image, end exclusive."""
-    y0, y1, x0, x1 = box
-    rows = torch.arange(y0 // patch, -(-y1 // patch))
-    cols = torch.arange(x0 // patch, -(-x1 // patch))
-    return (rows[:, None] * grid_width + cols[None, :]).flatten()
-
-
-def _scattered(values: Tensor, index: Tensor, count: int) -> Tensor:
-    """(B, K, D) values of tokens ``index`` (K,) -> (B, count, D), zero at the other tokens."""
-    return values.new_zeros(values.shape[0], count, values.shape[2]).index_copy_(1, index, values)
+    return blocks[-1](x, keep_from=n_ref) if len(blocks) else x[:, n_ref:]
 
 
 class SRDiT(nn.Module):
@@ -135,51 +119,33 @@ class SRDiT(nn.Module):
             nn.init.zeros_(head.weight)
             nn.init.zeros_(head.bias)
 
-    def forward(self, low: Tensor, ref_high: Tensor, region: tuple[int, int, int, int] | None = None) -> Tensor:
+    def forward(self, low: Tensor, ref_high: Tensor) -> Tensor:
         """``low``: (B, C, h, w) low-res latents of B independent frames; ``ref_high``: (B, C, H, W) reference
-        latents at the target size -> (B, C, H, W) = bilinear upsample of ``low`` + predicted residual.
-
-        ``region`` (y0, y1, x0, x1), latent pixels, end exclusive: the only part of the output anyone reads (the
-        decoder's region). The last block of each stream then computes only the tokens that reach it (the main
-        stream's also those under the face box, which the face stream reads): the same values inside ``region``
-        (up to float rounding: fewer rows per matmul, and int8 layers scale their smaller input alone), the plain
-        bilinear upsample outside it."""
+        latents at the target size -> (B, C, H, W) = bilinear upsample of ``low`` + predicted residual."""
         p = self.params
         height, width = ref_high.shape[-2:]
         if (height, width) != (p.high_size, p.high_size):
             raise ValueError(f"ref_high grid {(height, width)} != high_size {p.high_size}")
         up = F.interpolate(low, size=(height, width), mode="bilinear", align_corners=False)  # (B, C, H, W)
-        y0, y1, x0, x1 = self.face_box
-        fp, ratio = p.face_patch_size, p.patch_size // p.face_patch_size
-        grid_w, fine_w = width // p.patch_size, width // fp
-        main_keep = face_keep = None
-        if region is not None:
-            # The main stream's tokens under the region or the face box; the face stream's under the region.
-            main_keep = torch.cat([patches_over(region, p.patch_size, grid_w),
-                                   patches_over(self.face_box, p.patch_size, grid_w)]).unique()  # fmt: skip
-            ry0, ry1, rx0, rx1 = max(region[0], y0), min(region[1], y1), max(region[2], x0), min(region[3], x1)
-            face_keep = (patches_over((ry0 - y0, ry1 - y0, rx0 - x0, rx1 - x0), fp, (x1 - x0) // fp)
-                         if ry1 > ry0 and rx1 > rx0 else torch.zeros(0, dtype=torch.long))  # fmt: skip
 
         # Main stream over the whole frame.
         tokens = self.embed(patchify(up, p.patch_size)) + self.pos  # (B, N, D)
         ref = self.embed(patchify(ref_high, p.patch_size)) + self.pos + self.ref_type  # (B, N, D)
         x = torch.cat([ref, tokens], dim=1)  # (B, 2N, D)
-        feats = frame_features(self.blocks, x, ref.shape[1], main_keep)  # (B, N or K, D)
-        residual = self.head(self.head_norm(feats))  # (B, N or K, C P P)
-        if main_keep is not None:  # the tokens not computed: zero residual, zero features (nobody reads them)
-            feats, residual = (_scattered(t, main_keep, tokens.shape[1]) for t in (feats, residual))  # (B, N, .)
+        feats = frame_features(self.blocks, x, ref.shape[1])  # (B, N, D)
+        residual = self.head(self.head_norm(feats))  # (B, N, C P P)
         out = up + unpatchify(residual, p.patch_size, height, width)  # (B, C, H, W)
 
         # Face stream over the box, at the finer patch size.
-        if face_keep is not None and not len(face_keep):
-            return self._only(region, out, up)
+        y0, y1, x0, x1 = self.face_box
+        fp, ratio = p.face_patch_size, p.patch_size // p.face_patch_size
         fine_rows = slice(y0 // fp, y1 // fp)
         fine_cols = slice(x0 // fp, x1 // fp)
+        fine_w = width // fp
         face_pos = rearrange(self.face_pos, "o (gh gw) d -> o gh gw d", gw=fine_w)[:, fine_rows, fine_cols]
         face_pos = rearrange(face_pos, "o gh gw d -> o (gh gw) d")  # (1, Nf, D)
         # Each fine patch lies inside one coarse patch: broadcast that patch's main-stream feature to it.
-        context = rearrange(feats, "b (gh gw) d -> b d gh gw", gw=grid_w)  # (B, D, H/P, W/P)
+        context = rearrange(feats, "b (gh gw) d -> b d gh gw", gw=width // p.patch_size)  # (B, D, H/P, W/P)
         context = context.repeat_interleave(ratio, dim=2).repeat_interleave(ratio, dim=3)  # (B, D, H/fp, W/fp)
         context = rearrange(context[:, :, fine_rows, fine_cols], "b d gh gw -> b (gh gw) d")  # (B, Nf, D)
 
@@ -187,18 +153,7 @@ class SRDiT(nn.Module):
         face = face + face_pos + self.face_context(context)  # (B, Nf, D)
         face_ref = self.face_embed(patchify(ref_high[:, :, y0:y1, x0:x1], fp)) + face_pos + self.face_ref_type
         fx = torch.cat([face_ref, face], dim=1)  # (B, 2Nf, D)
-        face_feats = frame_features(self.face_blocks, fx, face_ref.shape[1], face_keep)  # (B, Nf or Kf, D)
-        face_res = self.face_head(self.face_head_norm(face_feats))  # (B, Nf or Kf, C fp fp)
-        if face_keep is not None:
-            face_res = _scattered(face_res, face_keep, face.shape[1])  # (B, Nf, C fp fp)
+        face_feats = frame_features(self.face_blocks, fx, face_ref.shape[1])  # (B, Nf, D)
+        face_res = self.face_head(self.face_head_norm(face_feats))  # (B, Nf, C fp fp)
         face_res = unpatchify(face_res, fp, y1 - y0, x1 - x0)  # (B, C, y1-y0, x1-x0)
-        out = out + F.pad(face_res, (x0, width - x1, y0, height - y1))  # (B, C, H, W)
-        return out if region is None else self._only(region, out, up)
-
-    @staticmethod
-    def _only(region: tuple[int, int, int, int], out: Tensor, up: Tensor) -> Tensor:
-        """``out`` inside ``region``, ``up`` (the bilinear upsample) outside it: (B, C, H, W)."""
-        y0, y1, x0, x1 = region
-        result = up.clone()
-        result[:, :, y0:y1, x0:x1] = out[:, :, y0:y1, x0:x1]
-        return result
+        return out + F.pad(face_res, (x0, width - x1, y0, height - y1))  # (B, C, H, W)

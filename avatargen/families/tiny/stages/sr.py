@@ -18,13 +18,12 @@ class SRStage:
         self.max_batch_frames = max_batch_frames
 
     @torch.inference_mode()
-    def upscale(self, reference: ReferenceContext, low: Tensor, region: tuple[int, int, int, int] | None = None) -> Tensor:
-        """(1, C, T, h, w) -> (1, C, T, H, W). ``region`` (y0, y1, x0, x1), latent pixels: all that is read of
-        the output (the decoder's region; None: everything); SR computes only what reaches it (``SRDiT.forward``)."""
+    def upscale(self, reference: ReferenceContext, low: Tensor) -> Tensor:
+        """(1, C, T, h, w) -> (1, C, T, H, W)."""
         frames = rearrange(low, "1 c t h w -> t c h w")
         outputs = []
         with self.sr.active() as sr:
             for batch in frames.split(self.max_batch_frames):
                 ref = reference.ref_high.expand(batch.shape[0], -1, -1, -1)  # (B, C, H, W)
-                outputs.append(sr(batch, ref, region).float())  # (B, C, H, W), float32 whatever the compute dtype
+                outputs.append(sr(batch, ref).float())  # (B, C, H, W), float32 whatever the compute dtype
         return rearrange(torch.cat(outputs), "t c h w -> 1 c t h w")
