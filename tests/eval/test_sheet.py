@@ -32,3 +32,18 @@ def test_loudest_frames_are_one_per_syllable_loudest_first() -> None:
         loud[centre - 3 : centre + 4] = peak * np.array([0.6, 0.8, 0.95, 1.0, 0.95, 0.8, 0.6])
     assert loudest_frames(_result(10.0, loud), 3) == [100, 180, 40]
     assert len(loudest_frames(_result(10.0, loud), 10)) <= 7  # frames of one syllable within 0.2 s are not repeated
+
+
+def test_the_seam_shown_is_the_worst_of_the_seams_named_over_a_blind_find() -> None:
+    """Looped speech repeats its mouth motion: the blind search may take that period for seams. The sheet shows the
+    worst of the seams the render or the user named (``--seams``), not of those."""
+    result = _result(20.0)
+    change = np.zeros(500)
+    change[[185, 370]] = 0.9  # the content's own period, found blind
+    change[[14, 18, 30, 34]] = [0.2, 0.5, 0.3, 0.1]
+    result["curves"]["change"] = change.tolist()
+    result.update(seams_known=[14, 18, 30, 34], seam_frames=[185, 370])
+    picks = choose_frames(result)
+    assert ("before seam", 17) in picks and ("after seam", 18) in picks
+    del result["seams_known"]
+    assert ("after seam", 185) in choose_frames(result)  # nothing named: the blind find's
