@@ -156,8 +156,7 @@ def write_sheet(path: Path, video: Path, result: dict, reference: Path | None = 
 
 def _worst_seam(result: dict) -> int | None:
     """The seam whose frame changes most: of the seams the caller named (``--seams``, a render's ``--eval``) where
-    there are any, else of those the blind search found (a periodic change it took for seams may be the content's
-    own: looped speech repeats its mouth motion)."""
+    there are any, else of those the blind search found (it can take a cartoon jaw's bursts for a stride)."""
     change = np.asarray(result["curves"]["change"])
     candidates = result.get("seams_known") or result.get("seam_frames") or []
     return int(max(candidates, key=lambda s: change[s])) if candidates else None

@@ -35,11 +35,11 @@ def test_loudest_frames_are_one_per_syllable_loudest_first() -> None:
 
 
 def test_the_seam_shown_is_the_worst_of_the_seams_named_over_a_blind_find() -> None:
-    """Looped speech repeats its mouth motion: the blind search may take that period for seams. The sheet shows the
+    """The blind search can take a cartoon jaw's bursts for a stride (docs/eval.md, Limits): the sheet shows the
     worst of the seams the render or the user named (``--seams``), not of those."""
     result = _result(20.0)
     change = np.zeros(500)
-    change[[185, 370]] = 0.9  # the content's own period, found blind
+    change[[185, 370]] = 0.9  # a stride found blind that is no chunk boundary
     change[[14, 18, 30, 34]] = [0.2, 0.5, 0.3, 0.1]
     result["curves"]["change"] = change.tolist()
     result.update(seams_known=[14, 18, 30, 34], seam_frames=[185, 370])
