@@ -15,7 +15,9 @@ ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA; FBGEMM (int
 
 Every run is a fresh ``python -m avatargen render -i IMAGE -a AUDIO -o OUT --json -q`` process, as a user starts
 it. The configurations run one after the other within a round, rounds repeat (``--rounds``), so the machine's noise
-hits them alike; each run's figures are printed, then the median and range of each configuration.
+hits them alike; each round starts one configuration later than the one before, so that no configuration always
+runs in the same place of a round (use as many rounds as configurations, or a multiple). Each run's figures are
+printed, then the median and range of each configuration.
 
     python benchmarks/cpu_classes.py [--classes avx2 native] [--seconds 30] [--rounds 3] [--image PATH] [--eval]
                                      [--tree PATH ...] [--variant NAME=OVERRIDES ...] [KEY=VALUE ...]
@@ -134,8 +136,9 @@ def main() -> None:
     results: dict[str, list[dict]] = {label: [] for label, *_ in configs}
     with tempfile.TemporaryDirectory() as tmp:
         audio = speech(args.seconds, Path(tmp) / "speech.wav")
-        for _ in range(args.rounds):
-            for label, tree, env, overrides in configs:
+        for round_ in range(args.rounds):
+            shift = round_ % len(configs)
+            for label, tree, env, overrides in configs[shift:] + configs[:shift]:
                 extra = ["--eval"] if args.eval else []
                 report = render(tree, env, args.image, audio, Path(tmp) / "out.mp4", [*extra, *overrides])
                 report["process_rtf"] = report["process_s"] / args.seconds
