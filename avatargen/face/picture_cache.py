@@ -12,9 +12,9 @@ its result.
 A render from the cache is the same render bit for bit: the numbers are stored as JSON floats, which read back to
 the same float64. An entry records the code of the searches (a digest of the modules that hold them) and the
 networks' files (size and modification time of each) it was made with, and the SHA-256 of its contents: an entry
-made with others, cut short or altered is not used (the picture is searched again and the entry rewritten). Files are written to a temporary name and renamed into place; an
-unwritable cache folder only costs the search. At most ``MAX_PICTURES`` pictures are kept: writing a new one removes
-the least recently used.
+made with others, cut short or altered is not used (the picture is searched again and the entry rewritten). Files
+are written to a temporary name and renamed into place; an unwritable cache folder only costs the search. At most
+``MAX_PICTURES`` pictures are kept: writing a new one removes the least recently used.
 """
 
 from __future__ import annotations
