@@ -55,7 +55,7 @@ def shifted(audio: np.ndarray, frames: int) -> np.ndarray:
 
 
 def main() -> None:
-    print(f"# {date(2026, 12, 1)} eval planted faults, 2-core CPU\n")
+    print(f"# {date.today()} eval planted faults, 2-core CPU\n")
     rows: list[tuple[str, str, str, bool]] = []
 
     def row(fault: str, expected: str, measured: str, ok: bool) -> None:

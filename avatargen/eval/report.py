@@ -11,7 +11,8 @@ def format_report(result: dict) -> str:
     offset, confidence = result.get("offset_frames"), result.get("sync_confidence")
     if offset is not None:
         rows.append(("lip sync", f"offset {offset:+d} frames (+ = video late), confidence {confidence:.2f} "
-                                 f"(out of sync: mean {result['sync_chance']:.2f}, best {result['sync_chance_max']:.2f})"))  # fmt: skip
+                                 f"(out of sync: {result['sync_chance']:.2f} +- {result['sync_chance_sd']:.2f}, best "
+                                 f"{result['sync_chance_max']:.2f})"))  # fmt: skip
     else:
         rows.append(("lip sync", f"no offset: {result.get('sync_note') or 'not measured'}"))
     distance = result.get("identity_distance")
@@ -22,12 +23,14 @@ def format_report(result: dict) -> str:
                                  f"{result['identity_drift']:+.2f}; < {result['identity_threshold']} = same person)"))  # fmt: skip
     if result.get("sharpness") is not None:
         rows.append(("sharpness", f"{result['sharpness']:.2f} of the reference's face detail (Laplacian variance)"))
+    z, bar = result.get("seam_z"), result.get("seam_z_threshold")
     if result.get("seams_found"):
         rows.append(("seams", f"a change every {result['seam_period_frames']} frames ({result['seam_period_s']:g} s), "
                               f"{result['seam_excess']:.2f}x the neighbouring change, at frames "
-                              f"{result['seam_frames'][:4]}..."))  # fmt: skip
+                              f"{result['seam_frames'][:4]}... (z {z:.1f}, chance bar {bar:.1f})"))  # fmt: skip
     else:
-        rows.append(("seams", "no change repeats at a fixed stride"))
+        best = f" (best z {z:.1f}, chance bar {bar:.1f})" if z is not None and bar is not None else ""
+        rows.append(("seams", f"no change repeats at a fixed stride more than chance allows{best}"))
     if result.get("seam_ratio") is not None:
         rows.append(("known seams", f"ratio {result['seam_ratio']:.2f} mean, {result['seam_ratio_worst']:.2f} worst "
                                     f"over {len(result['seam_ratios'])} seams (~1 invisible, >>1 visible cuts)"))  # fmt: skip

@@ -8,11 +8,15 @@ motion, >> 1 at a cut.
 
 Blind search (``find_periodic_seams``): a chunked generator leaves seams at a fixed stride, so every stride P from
 ``MIN_PERIOD`` frames up to ``MAX_PERIOD_S`` (and a quarter of the video) and every phase is scored by the median
-log excess at frames phase, phase + P, ... as a z-score against the spread of log excess over the whole video. The best stride is a seam
-pattern when z >= ``MIN_Z`` and its median excess >= ``MIN_EXCESS``. A pattern whose frames are mostly keyframes
-and whose excess is below ``KEYFRAME_POP_MAX`` is the codec's GOP, not seams: it is reported as such and the search
-is rerun without keyframes (a real cut stays: it is far larger than a pop, even when the encoder put a keyframe on
-it).
+log excess at frames phase, phase + P, ... as a z-score against the spread of log excess over the whole video. The
+best of thousands of (stride, phase) candidates scores high by chance alone (the best z of a render's values in
+random order: about 5.3 over 8 s, 7.2-7.5 over 2 minutes, +- 0.6), so the bar is the video's own: the same search
+over ``NULL_SHUFFLES`` random orders of its log excess (no stride left in them; the candidate's frames left out), a
+Gumbel law fitted to their best z, and its ``1 - FALSE_ALARM`` quantile (``seam_z_threshold``, at least ``MIN_Z``).
+The best stride is a seam pattern when its z reaches that bar and its median excess >= ``MIN_EXCESS``. A pattern
+whose frames are mostly keyframes and whose excess is below ``KEYFRAME_POP_MAX`` is the codec's GOP, not seams: it
+is reported as such and the search is rerun without keyframes (a real cut stays: it is far larger than a pop, even
+when the encoder put a keyframe on it).
 
 Known seams (``measure_known_seams``, avatargen's own renders): ``seam_ratio`` is the mean change at the seams
 over the mean change elsewhere (``seam_ratio_worst``: the largest change at a seam over the median change), both
@@ -33,7 +37,9 @@ NEIGHBOURS = 6
 MIN_PERIOD = 6
 MIN_REPEATS = 4
 MAX_PERIOD_S = 8.0  # chunk strides longer than this are not looked for
-MIN_Z = 6.0
+MIN_Z = 6.0  # the threshold's floor
+NULL_SHUFFLES = 30  # random orders of the log excess searched for the threshold (seeded: the same video, the same bar)
+FALSE_ALARM = 0.01  # the chance that a seam-free video's best stride reaches the threshold
 MIN_EXCESS = 1.2
 # Keyframe pops measured on a smooth photo clip, GOP 25: 1.75x at crf 28, 2.3x at crf 35; a 14-px cut: 36x.
 KEYFRAME_POP_MAX = 4.0
@@ -74,7 +80,7 @@ def find_periodic_seams(changes: np.ndarray, keyframes: list[int], fps: float) -
     log_excess = np.log(excess)
     log_excess[0] = 0.0
     result: dict = {"seams_found": False, "seam_period_frames": None, "seam_frames": [], "seam_excess": None,
-                    "seam_z": None, "seam_note": None}  # fmt: skip
+                    "seam_z": None, "seam_z_threshold": None, "seam_note": None}  # fmt: skip
     keys = np.zeros(len(changes), bool)
     keys[[k for k in keyframes if 0 < k < len(changes)]] = True
     max_period = int(MAX_PERIOD_S * fps)
@@ -85,8 +91,9 @@ def find_periodic_seams(changes: np.ndarray, keyframes: list[int], fps: float) -
     period, phase, z = best
     frames = np.arange(phase, len(changes), period)
     frames = frames[frames > 0]
+    threshold = _chance_threshold(log_excess, _marked(len(changes), frames), max_period)
     median_excess = float(np.median(excess[frames]))
-    if z >= MIN_Z and keys[frames].mean() >= KEYFRAME_SHARE and median_excess < KEYFRAME_POP_MAX:
+    if z >= threshold and keys[frames].mean() >= KEYFRAME_SHARE and median_excess < KEYFRAME_POP_MAX:
         result["seam_note"] = (f"a change every {period} frames at the codec's keyframes (excess {median_excess:.2f}): "
                                "compression, not seams; looked again without keyframes")  # fmt: skip
         best = _best_stride(log_excess, keys, max_period)
@@ -95,9 +102,10 @@ def find_periodic_seams(changes: np.ndarray, keyframes: list[int], fps: float) -
         period, phase, z = best
         frames = np.arange(phase, len(changes), period)
         frames = frames[(frames > 0) & ~keys[frames]]
+        threshold = _chance_threshold(log_excess, keys | _marked(len(changes), frames), max_period)
         median_excess = float(np.median(excess[frames])) if len(frames) else 1.0
-    result.update(seam_z=round(float(z), 2), seam_excess=round(median_excess, 4))
-    if z >= MIN_Z and median_excess >= MIN_EXCESS:
+    result.update(seam_z=round(float(z), 2), seam_z_threshold=round(threshold, 2), seam_excess=round(median_excess, 4))
+    if z >= threshold and median_excess >= MIN_EXCESS:
         result.update(seams_found=True, seam_period_frames=int(period), seam_period_s=round(period / fps, 3),
                       seam_frames=[int(f) for f in frames])  # fmt: skip
     return result
@@ -132,6 +140,38 @@ def measure_known_seams(changes: np.ndarray, seams: list[int], keyframes: list[i
         "seams_on_keyframes": len(seams) - len(counted),
         "seam_change_median": round(typical, 4),
     }
+
+
+def _marked(n: int, frames: np.ndarray) -> np.ndarray:
+    """(n,) bool, True at ``frames``."""
+    mask = np.zeros(n, bool)
+    mask[frames] = True
+    return mask
+
+
+def _chance_threshold(log_excess: np.ndarray, skip: np.ndarray, max_period: int) -> float:
+    """The z that the best stride of a seam-free video with these log excess values reaches only with probability
+    ``FALSE_ALARM``: ``_best_stride`` over ``NULL_SHUFFLES`` seeded random orders of the values not in ``skip``, a
+    Gumbel law fitted to their best z by its moments, its quantile; never below ``MIN_Z``.
+
+    ``skip`` holds the candidate stride's own frames: were they seams, their large values, shuffled among the rest,
+    would land a few to a phase of some long stride and lift the bar towards the very seams it is meant to judge (a
+    hard cut every 2 s in a 10-s clip: 22.8 instead of 6.0, for the cuts' 32.8); left out, a real stride is judged
+    against the video without it, and a chance one against nearly the whole video."""
+    usable = np.flatnonzero(~skip[1:]) + 1  # frame 0 has no change into it
+    rng = np.random.default_rng(0)
+    shuffled = log_excess.copy()
+    best_z = []
+    for _ in range(NULL_SHUFFLES):
+        shuffled[usable] = rng.permutation(log_excess[usable])
+        best = _best_stride(shuffled, skip, max_period)
+        if best is not None:
+            best_z.append(best[2])
+    if len(best_z) < 2:
+        return MIN_Z
+    scale = float(np.std(best_z, ddof=1)) * np.sqrt(6) / np.pi  # Gumbel: sd = scale * pi / sqrt(6)
+    location = float(np.mean(best_z)) - np.euler_gamma * scale  # mean = location + gamma * scale
+    return float(max(MIN_Z, location - scale * np.log(-np.log(1 - FALSE_ALARM))))
 
 
 def _best_stride(log_excess: np.ndarray, skip: np.ndarray, max_period: int) -> tuple[int, int, float] | None:
