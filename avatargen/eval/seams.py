@@ -13,10 +13,12 @@ best of thousands of (stride, phase) candidates scores high by chance alone (the
 random order: about 5.3 over 8 s, 7.2-7.5 over 2 minutes, +- 0.6), so the bar is the video's own: the same search
 over ``NULL_SHUFFLES`` random orders of its log excess (no stride left in them; the candidate's frames left out), a
 Gumbel law fitted to their best z, and its ``1 - FALSE_ALARM`` quantile (``seam_z_threshold``, at least ``MIN_Z``).
-The best stride is a seam pattern when its z reaches that bar and its median excess >= ``MIN_EXCESS``. A pattern
-whose frames are mostly keyframes and whose excess is below ``KEYFRAME_POP_MAX`` is the codec's GOP, not seams: it
-is reported as such and the search is rerun without keyframes (a real cut stays: it is far larger than a pop, even
-when the encoder put a keyframe on it).
+The best stride is a seam pattern when its z reaches that bar and its median excess >= ``MIN_EXCESS``. When the best
+stride takes in any of the codec's pops (keyframes whose excess is below ``KEYFRAME_POP_MAX``), the search is made
+again without them: an encoder lays them at a stride of its own (avatargen's renders: a keyframe at each checkpoint
+and a GOP later, two per 32 frames at two fixed phases of the 16-frame chunk grid, which read as a faint chunk
+stride, excess 1.23, while the same phases' other frames scored 1.00). A real cut stays even where the encoder put a
+keyframe on it: it is far larger than a pop. Where that stride was mostly keyframes, ``seam_note`` says so.
 
 Known seams (``measure_known_seams``, avatargen's own renders): ``seam_ratio`` is the mean change at the seams
 over the mean change elsewhere (``seam_ratio_worst``: the largest change at a seam over the median change), both
@@ -81,29 +83,32 @@ def find_periodic_seams(changes: np.ndarray, keyframes: list[int], fps: float) -
     log_excess[0] = 0.0
     result: dict = {"seams_found": False, "seam_period_frames": None, "seam_frames": [], "seam_excess": None,
                     "seam_z": None, "seam_z_threshold": None, "seam_note": None}  # fmt: skip
-    keys = np.zeros(len(changes), bool)
-    keys[[k for k in keyframes if 0 < k < len(changes)]] = True
+    n = len(changes)
+    keys = np.zeros(n, bool)
+    keys[[k for k in keyframes if 0 < k < n]] = True
+    # A keyframe whose change is below a cut's is the codec's pop; a cut the encoder put a keyframe on is not.
+    pops = keys & (excess < KEYFRAME_POP_MAX)
     max_period = int(MAX_PERIOD_S * fps)
-    best = _best_stride(log_excess, np.zeros_like(keys), max_period)
+    best = _best_stride(log_excess, np.zeros_like(pops), max_period)
     if best is None:
         result["seam_note"] = "video too short to look for a seam stride"
         return result
     period, phase, z = best
-    frames = np.arange(phase, len(changes), period)
+    frames = np.arange(phase, n, period)
     frames = frames[frames > 0]
-    threshold = _chance_threshold(log_excess, _marked(len(changes), frames), max_period)
-    median_excess = float(np.median(excess[frames]))
-    if z >= threshold and keys[frames].mean() >= KEYFRAME_SHARE and median_excess < KEYFRAME_POP_MAX:
-        result["seam_note"] = (f"a change every {period} frames at the codec's keyframes (excess {median_excess:.2f}): "
-                               "compression, not seams; looked again without keyframes")  # fmt: skip
-        best = _best_stride(log_excess, keys, max_period)
+    if pops[frames].any():  # the codec's pops among its frames: the search is made again without them
+        if z >= MIN_Z and pops[frames].mean() >= KEYFRAME_SHARE:
+            result["seam_note"] = (f"a change every {period} frames at the codec's keyframes (excess "
+                                   f"{np.median(excess[frames]):.2f}): compression, not seams; looked again without "
+                                   "keyframes")  # fmt: skip
+        best = _best_stride(log_excess, pops, max_period)
         if best is None:
             return result
         period, phase, z = best
-        frames = np.arange(phase, len(changes), period)
-        frames = frames[(frames > 0) & ~keys[frames]]
-        threshold = _chance_threshold(log_excess, keys | _marked(len(changes), frames), max_period)
-        median_excess = float(np.median(excess[frames])) if len(frames) else 1.0
+        frames = np.arange(phase, n, period)
+        frames = frames[(frames > 0) & ~pops[frames]]
+    threshold = _chance_threshold(log_excess, pops | _marked(n, frames), max_period)
+    median_excess = float(np.median(excess[frames])) if len(frames) else 1.0
     result.update(seam_z=round(float(z), 2), seam_z_threshold=round(threshold, 2), seam_excess=round(median_excess, 4))
     if z >= threshold and median_excess >= MIN_EXCESS:
         result.update(seams_found=True, seam_period_frames=int(period), seam_period_s=round(period / fps, 3),

@@ -1,12 +1,14 @@
 """The eval's findings on a real render's signals are held to the render's own chance level: the blind seam search
-reports no stride in a seam-free two-minute render but finds a faint one planted in it, and lip sync names no offset
-for a mouth played with another sentence but finds it with its own.
+reports no stride in a seam-free two-minute render (the codec's keyframe pops left out) but finds a faint one planted
+in it, and lip sync names no offset for a mouth played with another sentence but finds it with its own.
 
 ``data/render_125s_changes.npz`` holds the change into each frame (``changes``, as ``avatargen eval`` computes it)
 and the keyframes of ``avatargen render -i examples/avatar_1.png -a speech_125s.wav`` (the three example sentences
-looped to 125 s, ``benchmarks/model_quality.py``'s ``long_audio``; fp32 with int8 linear layers under AVX2 kernels).
-Its chunk seams are invisible (known-seam ratio 0.977, docs/model-card.md), yet with a fixed bar of z >= 6 the blind
-search reported a 185-frame stride at z 8.49: the best of its thousands of (stride, phase) candidates.
+looped to 125 s, ``benchmarks/model_quality.py``'s ``long_audio``; bf16 on an AMX CPU). Its chunk seams are
+invisible, yet the search once reported the 16-frame chunk stride here (z 11.43, excess 1.23): the encoder's
+keyframes, one at each checkpoint and one a GOP later, fall at two fixed phases of the chunk grid, and their pops
+(excess 1.32-1.34 against 1.00 at the same phases' other frames) made the stride. Its best stride without them
+(z 7.90, excess 1.58) clears the old fixed bar of z >= 6 but not this video's chance level.
 
 ``data/render_8s_sync.npz`` holds the mouth opening the eval tracked in ``avatargen render -i examples/avatar_1.png
 -a examples/speech_1.flac`` (8 s) and the loudness of speech_1 (``rms_own``) and speech_2 (``rms_other``) per frame.
@@ -45,6 +47,14 @@ def test_a_seam_free_two_minute_render_reports_no_stride_though_its_best_beats_a
     # The best stride clears the old fixed bar (z >= 6, excess >= 1.2); the video's own chance level is higher.
     assert result["seam_z"] >= MIN_Z and result["seam_excess"] >= MIN_EXCESS
     assert result["seam_z"] < result["seam_z_threshold"]
+
+
+def test_the_codecs_keyframe_pops_make_the_chunk_stride_unless_they_are_known_as_keyframes(render) -> None:
+    changes, keyframes = render
+    untold = find_periodic_seams(changes, [], FPS)
+    assert untold["seams_found"] is True and untold["seam_period_frames"] == 16
+    assert 0.4 <= np.isin(untold["seam_frames"], keyframes).mean() <= 0.6  # every other frame of it a keyframe
+    assert find_periodic_seams(changes, keyframes, FPS)["seams_found"] is False
 
 
 @pytest.mark.parametrize("period, phase, factor", [(16, 5, 1.3), (50, 20, 1.5)])
