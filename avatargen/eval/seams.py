@@ -84,8 +84,7 @@ def find_periodic_seams(changes: np.ndarray, keyframes: list[int], fps: float) -
     result: dict = {"seams_found": False, "seam_period_frames": None, "seam_frames": [], "seam_excess": None,
                     "seam_z": None, "seam_z_threshold": None, "seam_note": None}  # fmt: skip
     n = len(changes)
-    keys = np.zeros(n, bool)
-    keys[[k for k in keyframes if 0 < k < n]] = True
+    keys = _marked(n, np.array([k for k in keyframes if 0 < k < n], dtype=np.int64))
     # A keyframe whose change is below a cut's is the codec's pop; a cut the encoder put a keyframe on is not.
     pops = keys & (excess < KEYFRAME_POP_MAX)
     max_period = int(MAX_PERIOD_S * fps)
