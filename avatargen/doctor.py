@@ -28,6 +28,7 @@ import torch
 import avatargen
 from avatargen.face.hog_cache import cache_folder
 from avatargen.face.picture_cache import pictures_folder
+from avatargen.stages.reference_cache import references_folder
 from avatargen.runtime.numa import cuda_bus_id, node_cpus, numa_nodes, pci_numa_node
 from avatargen.runtime.precision import CPU_CLASSES, choose_precision, cpu_class, cpu_flags, probe_cpu_speedup, probe_cuda_speedup
 from avatargen.runtime.quantize import choose_quantization, engine_for_this_cpu, probe_int8_speedup
@@ -321,7 +322,9 @@ def cache_folders() -> list[dict[str, Any]]:
     """What avatargen keeps between runs, where, and its size (delete a folder to rebuild its contents)."""
     kept = [("dlib's face detector, saved once per machine (avatargen/face/hog_cache.py)", cache_folder(), "*.svm"),
             ("what the face networks found in pictures framed before (avatargen/face/picture_cache.py)",
-             pictures_folder(), "*.json")]  # fmt: skip
+             pictures_folder(), "*.json"),
+            ("the encoded references of pictures rendered before (avatargen/stages/reference_cache.py)",
+             references_folder(), "*.safetensors")]  # fmt: skip
     found = []
     for what, folder, pattern in kept:
         files = [p for p in folder.glob(pattern) if p.is_file()] if folder.is_dir() else []

@@ -8,7 +8,9 @@ noise hits them alike. ``--digest`` also decodes each MP4 and prints the SHA-256
 trees can be shown to render the same video bit for bit. ``--first-frame-only`` stops each render at its first
 frame (SIGINT, as Ctrl-C: the render ends after its current step), for TTFF where whole renders are slow.
 ``--new-pictures`` gives every run a cache folder without the pictures framed before (a picture's first render);
-without it, every run after a picture's first reads its faces from the cache (avatargen/face/picture_cache.py). Work
+without it, each tree gets a copy of this machine's cache folder and one untimed render of each picture first, so
+every timed run reads what the picture's first render kept (avatargen/face/picture_cache.py,
+avatargen/stages/reference_cache.py). Work
 done in a worker thread beside the main one is listed apart, outside the main thread's sum.
 
     python benchmarks/ttff.py [--image PATH ...] [--audio PATH] [--runs 3] [--tree PATH ...] [--digest]
@@ -245,6 +247,15 @@ def _cache_without_pictures(home: Path) -> Path:
     return home
 
 
+def _copy_of_cache(home: Path) -> Path:
+    """An XDG_CACHE_HOME holding a copy of this machine's cache folder."""
+    from avatargen.face.hog_cache import cache_folder
+
+    if cache_folder().is_dir():
+        shutil.copytree(cache_folder(), home / "avatargen")
+    return home
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -277,11 +288,21 @@ def main() -> None:
         images = [i.resolve() for i in args.image] if args.image else [REPO / "examples" / "avatar_1.png", _astronaut(folder)]
         results: dict[tuple[int, int], list[dict]] = {(t, i): [] for t in range(len(trees)) for i in range(len(images))}
         digests: dict[tuple[int, int], set[str]] = {key: set() for key in results}
+        # Each tree keeps what it derives in its own cache folder (another tree's code makes other entries, and
+        # trees run in turn would replace each other's), seeded with this machine's and warmed by one untimed run.
+        if not args.new_pictures:
+            homes = [_copy_of_cache(folder / f"tree{t}_home") for t in range(len(trees))]
+            for i, image in enumerate(images):
+                for t, tree in enumerate(trees):
+                    out = folder / f"tree{t}_image{i}_warm-up.mp4"
+                    one_run(tree, image, args.audio.resolve(), out, args.overrides, True, homes[t])
+                    for leftover in folder.glob(f"{out.stem}*"):
+                        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         for run in range(args.runs):
             for i, image in enumerate(images):
                 for t, tree in enumerate(trees):
                     out = folder / f"tree{t}_image{i}_run{run}.mp4"
-                    cache_home = _cache_without_pictures(folder / f"{out.stem}_cache") if args.new_pictures else None
+                    cache_home = _cache_without_pictures(folder / f"{out.stem}_cache") if args.new_pictures else homes[t]
                     results[t, i].append(one_run(tree, image, args.audio.resolve(), out, args.overrides,
                                                  args.first_frame_only, cache_home))  # fmt: skip
                     if args.digest and not args.first_frame_only:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.errors import ConfigError
-from avatargen.numeric import column_median
+from avatargen.numeric import SeededUniform, column_median
 from avatargen.threads import torch_threads
 
 # The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
@@ -379,19 +379,19 @@ def _closure(phase: float) -> float:
 def _sway_terms(seed: int) -> np.ndarray:
     """(4, 3, 3): for dx, dy, roll and nod, three sinusoids as (weight, angular frequency, phase); the weights of a
     degree sum to 1, so each moves within [-1, 1]."""
-    rng = np.random.default_rng([seed, 0x1D1E])
-    periods = np.exp(rng.uniform(*np.log(_PERIODS_S), size=(4, 3)))  # (4, 3) seconds
+    rng = SeededUniform([seed, 0x1D1E])  # np.random.default_rng's draws, without its import
+    periods = np.exp(rng.uniform(*np.log(_PERIODS_S), (4, 3)))  # (4, 3) seconds
     weights = np.broadcast_to(np.asarray(_SWAY_TERMS) / sum(_SWAY_TERMS), (4, 3))
-    phases = rng.uniform(0.0, 2 * math.pi, size=(4, 3))
+    phases = rng.uniform(0.0, 2 * math.pi, (4, 3))
     return np.stack([weights, 2 * math.pi / periods, phases], axis=-1)
 
 
 def _onsets(seed: int, blinks_per_minute: float, count: int) -> np.ndarray:
     """The first ``count`` blink onsets (seconds) of ``seed``'s sequence (the same prefix for any ``count``)."""
     mean = 60.0 / blinks_per_minute
-    rng = np.random.default_rng([seed, 0xB11C])
+    rng = SeededUniform([seed, 0xB11C])
     first = rng.uniform(0.2, 1.0) * mean
     gaps = np.empty(count)
     for block in range(0, count, 64):  # blocks of one stream: a longer sequence extends a shorter one
-        gaps[block : block + 64] = rng.uniform(*_BLINK_GAP, size=64)[: count - block] * mean
+        gaps[block : block + 64] = rng.uniform(*_BLINK_GAP, 64)[: count - block] * mean
     return first + np.concatenate([[0.0], np.cumsum(gaps[:-1])])

@@ -44,11 +44,11 @@ class Chosen(NamedTuple):
 
 
 def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], None], name: str,
-                number: int | None = None) -> Chosen:  # fmt: skip
+                number: int | None = None, known: KnownPicture | None = None) -> Chosen:  # fmt: skip
     """The face of ``rgb`` (H, W, 3) uint8 to animate, and the picture turned upright where it was not (one line to
-    ``warn``); ``number``: the face to take, 1-based, left to right (None: the largest). Raises ``BadInputError``
-    for a ``number`` the picture has no face for."""
-    known = KnownPicture(rgb)
+    ``warn``); ``number``: the face to take, 1-based, left to right (None: the largest); ``known``: ``rgb``'s
+    ``KnownPicture`` when the caller has it. Raises ``BadInputError`` for a ``number`` the picture has no face for."""
+    known = known or KnownPicture(rgb)
     faces = known.faces(partial(detector.find_all, rgb))
     turns = 0
     if not faces:

@@ -15,6 +15,7 @@ it means on cartoon avatars).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,19 +120,27 @@ def face_networks_installed() -> bool:
 class FaceDetector:
     """dlib's frontal-face HOG detector with 5-point landmarks, loaded on the first search (~0.1 s: a render of a
     picture searched before needs neither, ``avatargen.face.picture_cache``); the ResNet on the first ``embedding``.
+    dlib itself is imported on first use too (~30 ms of a render's first frame).
 
-    Raises ``FaceExtraMissing`` at construction when the extra is not installed.
+    Raises ``FaceExtraMissing`` at construction when the extra is not installed, on first use when dlib is there but
+    does not import (``face_networks_problem``).
     """
 
     def __init__(self) -> None:
-        if not face_networks_installed():
+        if importlib.util.find_spec("dlib") is None:
             raise FaceExtraMissing(f"face analysis needs the face networks: {INSTALL_HINT}")
-        import dlib
-
-        self._dlib = dlib
         self._models = face_model_folder()
         self._search_networks: tuple[Any, Any] | None = None
         self._resnet = None
+
+    @functools.cached_property
+    def _dlib(self) -> Any:
+        problem = face_networks_problem()
+        if problem is not None:
+            raise FaceExtraMissing(f"face analysis needs the face networks ({problem}): {INSTALL_HINT}")
+        import dlib
+
+        return dlib
 
     @property
     def _hog(self) -> Any:

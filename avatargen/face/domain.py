@@ -65,10 +65,13 @@ def square_is_photo(square: np.ndarray, face: Face | None = None) -> bool:
     from avatargen.face.detector import face_networks_installed, shared_detector
     from avatargen.face.picture_cache import KnownPicture
 
-    if not face_networks_installed():
-        return False
-    detector = shared_detector()
+    known = KnownPicture(square)
     if face is None:  # the most confident face, as ``detector.find`` gives it, kept per machine
-        face = max(KnownPicture(square).faces(partial(detector.find_all, square)), key=lambda found: found.score,
+        if not known.searched and not face_networks_installed():
+            return False
+        face = max(known.faces(partial(shared_detector().find_all, square)), key=lambda found: found.score,
                    default=None)  # fmt: skip
-    return face is not None and looks_like_photo(detector.chip(square, face))
+        if face is None:
+            return False
+    # kept per machine too: a picture seen before is judged without importing dlib (~30 ms of the first frame)
+    return known.photo(face, lambda: face_networks_installed() and looks_like_photo(shared_detector().chip(square, face)))

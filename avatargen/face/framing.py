@@ -20,6 +20,7 @@ import numpy as np
 
 from avatargen.face.choice import choose_face
 from avatargen.face.detector import INSTALL_HINT, Face, FaceDetector, face_networks_installed, shared_detector
+from avatargen.face.picture_cache import KnownPicture
 
 EYES_AT = (0.498, 0.388)  # (x, y) of the eye centre, fractions of the training frame
 FACE_WIDTH = 0.477  # detector box width, fraction of the training frame's side
@@ -44,10 +45,11 @@ def frame_face(rgb: np.ndarray, warn: Callable[[str], None], name: str = "the re
     """The square around the face of ``rgb`` (H, W, 3) uint8 as the model was trained to see it -> (S, S, 3), the
     face found in ``rgb`` (None: no face, centre crop, ``warn`` called with one line) and where the square is.
     ``number``: which face to frame, 1-based, left to right (None: the largest; ``choose_face``)."""
-    if detector is None and not face_networks_installed():
+    known = KnownPicture(rgb)  # a picture searched before with these networks: neither they nor dlib are loaded
+    if detector is None and not known.searched and not face_networks_installed():
         warn(f"warning: pipeline.image_fit=face needs the face detector ({INSTALL_HINT}); centre-cropped {name}")
         return Framing(centre_crop(rgb), None, centre_square(rgb), rgb)
-    rgb, face = choose_face(rgb, detector or shared_detector(), warn, name, number)
+    rgb, face = choose_face(rgb, detector or shared_detector(), warn, name, number, known)
     if face is None:
         warn(f"warning: no face found in {name}; centre-cropped it: the model draws a front-facing face where it "
              "expects one, from the picture's colours (docs/model-card.md; give a front-facing portrait, or "

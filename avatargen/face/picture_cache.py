@@ -6,8 +6,9 @@ way up, where the lips are): 0.3-0.45 s of a render's time to first frame on a 2
 networks (the shape predictor ~0.1 s, the face mesh's graph 0.1-0.17 s). What they find depends only on the
 picture's pixels, the networks and the search's settings, so it is kept in the cache folder
 (``avatargen.face.hog_cache.cache_folder``), one JSON file per picture named by the SHA-256 of its pixels:
-``KnownPicture(rgb).faces(search)`` and ``.mesh(face, search)`` return what was kept, else run ``search`` and keep
-its result.
+``KnownPicture(rgb).faces(search)``, ``.mesh(face, search)`` and ``.photo(face, judge)`` (whether the face looks
+like a photograph: its chip needs dlib, ~30 ms to import) return what was kept, else run the search and keep its
+result.
 
 A render from the cache is the same render bit for bit: the numbers are stored as JSON floats, which read back to
 the same float64. An entry records the code of the searches (a digest of the modules that hold them) and the
@@ -46,7 +47,8 @@ def pictures_folder() -> Path:
 
 
 class KnownPicture:
-    """The cache entry of one (H, W, 3) uint8 picture: its faces and face meshes, found once per machine."""
+    """The cache entry of one (H, W, 3) uint8 picture: its faces, face meshes and photo verdicts, found once per
+    machine."""
 
     def __init__(self, rgb: np.ndarray) -> None:
         pixels = np.ascontiguousarray(rgb)
@@ -55,6 +57,11 @@ class KnownPicture:
         self.path = pictures_folder() / f"{digest.hexdigest()}.json"
         self.made_with = _made_with()
         self.entry: dict[str, Any] = _read(self.path, self.made_with)
+
+    @property
+    def searched(self) -> bool:
+        """Whether the picture's faces were searched before, with the networks installed now."""
+        return "faces" in self.entry
 
     def faces(self, search: Callable[[], list[Face]]) -> list[Face]:
         """The picture's faces as ``search`` (``FaceDetector.find_all`` of this picture) finds them."""
@@ -74,6 +81,16 @@ class KnownPicture:
             self._write()
         kept = meshes[key]
         return None if kept is None else np.array(kept, dtype=np.float64)
+
+    def photo(self, face: Face, judge: Callable[[], bool]) -> bool:
+        """Whether ``face`` in the picture looks like a photograph, as ``judge`` (``looks_like_photo`` of its chip)
+        says: kept, so a render of a picture seen before does not import dlib for its chip."""
+        verdicts = self.entry.setdefault("photo", {})
+        key = json.dumps(_face_entry(face))
+        if key not in verdicts:
+            verdicts[key] = bool(judge())
+            self._write()
+        return verdicts[key]
 
     def _write(self) -> None:
         """Save the entry (atomically); a new picture's first write also drops the least recently used pictures
@@ -118,7 +135,7 @@ def _read(path: Path, made_with: dict[str, Any]) -> dict[str, Any]:
         return {}
     with contextlib.suppress(OSError):
         os.utime(path)
-    return {key: body[key] for key in ("faces", "meshes") if key in body}
+    return {key: body[key] for key in ("faces", "meshes", "photo") if key in body}
 
 
 def _prune(folder: Path) -> None:
@@ -134,13 +151,13 @@ def _prune(folder: Path) -> None:
 
 @functools.cache
 def _made_with() -> dict[str, Any]:
-    """The code of the searches (the SHA-256 of the modules that hold them and their settings) and the networks'
+    """The code of the searches and the photo check (the SHA-256 of the modules that hold them and their settings) and the networks'
     files (name, size, modification time): another avatargen, dlib, MediaPipe or face model makes new entries.
     Once per process (~3 ms)."""
-    from avatargen.face import detector, lips
+    from avatargen.face import detector, domain, lips
 
     code = hashlib.sha256()
-    for module in (detector, lips):
+    for module in (detector, domain, lips):
         code.update(Path(module.__file__).read_bytes())
     files = {}
     for name, path in _network_files().items():
@@ -158,9 +175,11 @@ def _network_files() -> dict[str, Path]:
     from avatargen.face.detector import _SHAPE_MODEL, FaceExtraMissing, face_model_folder
 
     files: dict[str, Path] = {}
-    dlib = importlib.util.find_spec("_dlib_pybind11") or importlib.util.find_spec("dlib")
-    if dlib is not None and dlib.origin:
-        files["dlib"] = Path(dlib.origin)
+    for name in ("dlib", "_dlib_pybind11"):  # the package a render imports, and the binary it loads
+        with contextlib.suppress(ValueError):  # a module set to None in sys.modules: not importable
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.origin:
+                files[name] = Path(spec.origin)
     with contextlib.suppress(FaceExtraMissing):
         files["shape_predictor"] = face_model_folder() / _SHAPE_MODEL
     mediapipe = importlib.util.find_spec("mediapipe")

@@ -23,6 +23,7 @@ from avatargen.face.picture_cache import pictures_folder
 from avatargen.io.ffmpeg import ffmpeg_exe
 from avatargen.runtime.numa import numa_nodes
 from avatargen.runtime.precision import choose_precision
+from avatargen.stages.reference_cache import references_folder
 from tests.conftest import REPO, run_cli
 
 
@@ -43,7 +44,7 @@ def test_doctor_reports_what_this_machine_has_and_that_a_default_render_works(tm
         assert row["works"] == (importlib.util.find_spec(row["module"]) is not None), row
         assert row["install"] == f"pip install 'avatargen[{row['extra']}]'"
     assert [node["node"] for node in report.numa] == numa_nodes()
-    assert [cache["path"] for cache in report.caches] == [str(cache_folder()), str(pictures_folder())]
+    assert [cache["path"] for cache in report.caches] == [str(cache_folder()), str(pictures_folder()), str(references_folder())]
     assert report.disk["checked"] == str(tmp_path) and report.disk["writable"]
     assert abs(report.disk["free_bytes"] - shutil.disk_usage(tmp_path).free) < 2**30
     assert report.default_render["model"] == "tiny" and Path(report.default_render["checkpoint"]).is_dir()

@@ -73,7 +73,9 @@ def test_without_the_detector_face_framing_is_the_centre_crop_with_one_line_on_h
             f"face = load_reference_image({str(AVATAR)!r}, 64, 'face')\n"
             f"assert np.array_equal(face, load_reference_image({str(AVATAR)!r}, 64, 'crop'))\n")  # fmt: skip
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=60)  # fmt: skip
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                                 "XDG_CACHE_HOME": str(tmp_path)},  # a machine that never had them: nothing kept
+                            timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'avatargen[eval]'" in lines[0] and "centre-cropped" in lines[0]
@@ -87,6 +89,7 @@ def test_a_dlib_that_fails_to_import_frames_by_the_centre_crop_instead_of_failin
     (tmp_path / "dlib.py").write_text('raise ImportError("this dlib build does not load")\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "dlib", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing this dlib found was kept
     lines, warn = _lines()
     face = load_reference_image(AVATAR, 64, "face", warn)
     assert np.array_equal(face, load_reference_image(AVATAR, 64, "crop"))

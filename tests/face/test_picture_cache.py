@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +36,10 @@ def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _without_networks(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
-        raise AssertionError("the face networks were loaded")
+        raise AssertionError("the face networks were loaded, or dlib asked for a face chip")
 
     monkeypatch.setattr(FaceDetector, "_networks", refuse)
+    monkeypatch.setattr(FaceDetector, "chip", refuse)  # the photo check's: the only use of dlib a render has left
     monkeypatch.setattr(choice, "LipFinder", refuse)
 
 
@@ -141,3 +144,25 @@ def test_only_a_new_picture_prunes_the_folder(cache, monkeypatch):
     known.faces(lambda: [])
     known.mesh(Face((0, 0, 10, 10), np.zeros((5, 2)), 1.0), lambda: None)  # the same picture's entry written again
     assert pruned == [cache]
+
+
+def test_a_render_of_a_picture_framed_before_does_not_import_dlib(cache, tmp_path):
+    """dlib's import alone is ~30 ms of the first frame; a picture seen before needs nothing of it."""
+    path = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
+    _framed(path)  # the first render: searched and kept
+    probe = (
+        "import sys\n"
+        "from avatargen.compose.layout import FaceLayout\n"
+        "from avatargen.config.loader import load_config, to_config\n"
+        "from avatargen.io.image import load_reference\n"
+        "from avatargen.render.compositing import compositor_for\n"
+        "from avatargen.face.domain import square_is_photo\n"
+        f"reference = load_reference({str(path)!r}, 256, 'face', print)\n"
+        "photo = square_is_photo(reference.square, reference.square_face)\n"
+        "compositor_for(reference, to_config(load_config([])))\n"
+        "print('photo', photo, 'dlib' in sys.modules)\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache.parent.parent)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-3:] == ["photo", "True", "False"], done.stdout

@@ -54,7 +54,8 @@ class TinyChunks:
         self.schedule = ChunkSchedule(
             p.n_chunk_frames, motion_frames_for(config, composited), interpolates(config), p.seam_frames, p.anchor_frames
         )
-        self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed, model.text_encoder.max_tokens)
+        self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed,
+                                       model.text_encoder.max_tokens, (model.vae, model.text_encoder, model.image_size))  # fmt: skip
         self.a2v = A2VStage(models.a2v, p.sampling_shift)  # N chunk 0's
         self.sr = SRStage(models.sr, max_batch_frames=4)  # the first segment's
         self.device = models.a2v.device

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from avatargen.families.tiny.models import layers
+from avatargen.families.tiny.models import text_encoder as text_encoder_code
+from avatargen.families.tiny.models import vae as vae_code
 from avatargen.families.tiny.models.text_encoder import tokenize
 from avatargen.modules import Module
+from avatargen.runtime import precision
+from avatargen.stages import inputs
 from avatargen.stages.inputs import AudioSamples, image_to_tensor
+from avatargen.stages.reference_cache import cached, conditioning_key
 
 
 @dataclass
@@ -25,17 +34,28 @@ class ReferenceContext:
 class ContextGenStage:
     """Encodes the reference and prompt (init phase) and the audio of each chunk's window; draws seeded noise."""
 
-    def __init__(self, audio_encoder: Module, text_encoder: Module, vae: Module, seed: int, max_prompt_tokens: int):
+    def __init__(self, audio_encoder: Module, text_encoder: Module, vae: Module, seed: int, max_prompt_tokens: int,
+                 settings: Any = None):  # fmt: skip
+        """``settings``: what else shapes the reference encode (the VAE's and text encoder's config sections), for
+        the key of its cache (avatargen/stages/reference_cache.py)."""
         self.audio_encoder = audio_encoder
         self.text_encoder = text_encoder
         self.vae = vae
         self.seed = seed
         self.max_prompt_tokens = max_prompt_tokens
+        self.settings = settings
         self.device = audio_encoder.device
 
-    @torch.inference_mode()
     def encode_reference(self, rgb: np.ndarray, prompt: str) -> ReferenceContext:
-        """Reference image (uint8, model size) and prompt -> the static conditioning of the request."""
+        """Reference image (uint8, model size) and prompt -> the static conditioning of the request; kept per
+        machine, so a picture rendered before with the same prompt is not encoded again (bit for bit the same)."""
+        key = conditioning_key(rgb, prompt, (self.vae, self.text_encoder),
+                               {"settings": self.settings, "max_prompt_tokens": self.max_prompt_tokens},
+                               (sys.modules[__name__], vae_code, text_encoder_code, layers, precision, inputs))  # fmt: skip
+        return ReferenceContext(**cached(key, lambda: vars(self._encode_reference(rgb, prompt))))
+
+    @torch.inference_mode()
+    def _encode_reference(self, rgb: np.ndarray, prompt: str) -> ReferenceContext:
         image = image_to_tensor(rgb, self.device)  # (1, 3, S, S)
         low_image = F.interpolate(image, scale_factor=0.5, mode="area")  # (1, 3, S/2, S/2)
         with self.vae.active() as vae:
