@@ -28,10 +28,10 @@ import torch
 import avatargen
 from avatargen.face.hog_cache import cache_folder
 from avatargen.face.picture_cache import pictures_folder
-from avatargen.stages.reference_cache import references_folder
 from avatargen.runtime.numa import cuda_bus_id, node_cpus, numa_nodes, pci_numa_node
 from avatargen.runtime.precision import CPU_CLASSES, choose_precision, cpu_class, cpu_flags, probe_cpu_speedup, probe_cuda_speedup
 from avatargen.runtime.quantize import choose_quantization, engine_for_this_cpu, probe_int8_speedup
+from avatargen.stages.reference_cache import references_folder
 
 REPORTED_CPU_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 REQUIRED_ENCODERS = ("libx264", "aac")  # the MP4 writer's H.264 video and AAC audio (avatargen/io/encoder.py)

@@ -151,9 +151,9 @@ def _prune(folder: Path) -> None:
 
 @functools.cache
 def _made_with() -> dict[str, Any]:
-    """The code of the searches and the photo check (the SHA-256 of the modules that hold them and their settings) and the networks'
-    files (name, size, modification time): another avatargen, dlib, MediaPipe or face model makes new entries.
-    Once per process (~3 ms)."""
+    """The code of the searches and of the photo check (the SHA-256 of the modules that hold them and their
+    settings) and the networks' files (name, size, modification time): another avatargen, dlib, MediaPipe or face
+    model makes new entries. Once per process (~3 ms)."""
     from avatargen.face import detector, domain, lips
 
     code = hashlib.sha256()
