@@ -28,6 +28,18 @@ def cache_folder() -> Path:
     return Path(root) / "avatargen"
 
 
+def prune_least_recently_used(folder: Path, pattern: str, keep: int) -> None:
+    """Remove the files of ``folder`` matching ``pattern`` past the ``keep`` most recently used (by modification
+    time: a cache marks an entry used when it reads it). Files removed meanwhile by another process are skipped."""
+    entries = []
+    for path in folder.glob(pattern):
+        with contextlib.suppress(OSError):
+            entries.append((path.stat().st_mtime_ns, path))
+    for _, path in sorted(entries)[: max(0, len(entries) - keep)]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def frontal_face_detector(dlib: Any) -> Any:
     """dlib's frontal-face detector (``dlib.fhog_object_detector``): loaded from the cache folder when a whole copy
     for this dlib version is there, else built by dlib and saved there for the next process."""

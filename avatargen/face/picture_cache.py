@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from avatargen.face.detector import Face
-from avatargen.face.hog_cache import cache_folder
+from avatargen.face.hog_cache import cache_folder, prune_least_recently_used
 
 FORMAT = 1
 MAX_PICTURES = 1000  # a few kB each (a face mesh is 478 points)
@@ -140,13 +140,7 @@ def _read(path: Path, made_with: dict[str, Any]) -> dict[str, Any]:
 
 def _prune(folder: Path) -> None:
     """Remove the least recently used entries past ``MAX_PICTURES``."""
-    entries = []
-    for path in folder.glob("*.json"):
-        with contextlib.suppress(OSError):
-            entries.append((path.stat().st_mtime_ns, path))
-    for _, path in sorted(entries)[: max(0, len(entries) - MAX_PICTURES)]:
-        with contextlib.suppress(OSError):
-            path.unlink()
+    prune_least_recently_used(folder, "*.json", MAX_PICTURES)
 
 
 @functools.cache

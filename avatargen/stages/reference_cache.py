@@ -29,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from avatargen.face.hog_cache import cache_folder
+from avatargen.face.hog_cache import cache_folder, prune_least_recently_used
 from avatargen.modules import Module
 
 FORMAT = 1
@@ -94,7 +94,8 @@ def _content_digest(tensors: dict[str, Tensor]) -> str:
 
 
 def _read(path: Path, key: str) -> dict[str, Tensor] | None:
-    """The tensors kept in ``path`` when it is whole and was made under ``key``; marked as used (``_prune``)."""
+    """The tensors kept in ``path`` when it is whole and was made under ``key``; marked as used (its modification
+    time: the least recently used go first past ``MAX_ENTRIES``)."""
     try:
         with safe_open(str(path), framework="pt") as file:
             metadata = file.metadata() or {}
@@ -109,6 +110,8 @@ def _read(path: Path, key: str) -> dict[str, Tensor] | None:
 
 
 def _write(path: Path, key: str, tensors: dict[str, Tensor]) -> None:
+    """Keep ``tensors`` in ``path`` under ``key`` (atomically), then drop the least recently used past
+    ``MAX_ENTRIES``. A folder that cannot be written is skipped."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -122,17 +125,6 @@ def _write(path: Path, key: str, tensors: dict[str, Tensor]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-        _prune(folder)
+        prune_least_recently_used(folder, "*.safetensors", MAX_ENTRIES)
     except OSError:
         pass
-
-
-def _prune(folder: Path) -> None:
-    """Remove the least recently used entries past ``MAX_ENTRIES``."""
-    entries = []
-    for path in folder.glob("*.safetensors"):
-        with contextlib.suppress(OSError):
-            entries.append((path.stat().st_mtime_ns, path))
-    for _, path in sorted(entries)[: max(0, len(entries) - MAX_ENTRIES)]:
-        with contextlib.suppress(OSError):
-            path.unlink()

@@ -4,6 +4,8 @@ damaged or unwritable cache costs only the encode (avatargen/stages/reference_ca
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from avatargen.families.tiny.stages.context import ContextGenStage
 from avatargen.io.image import load_reference
 from avatargen.pipeline.build import place_models
 from avatargen.runtime.distributed import ParallelContext, world_info
+from avatargen.stages import reference_cache
 from avatargen.stages.reference_cache import references_folder
 from tests.pipeline.golden_frames import REPO, md5s, render_frames
 
@@ -96,6 +99,25 @@ def test_an_unwritable_cache_folder_only_costs_the_encode(tmp_path, context, mon
     blocked.write_text("a file where the cache folder would go")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     assert _same(stage.encode_reference(square, ""), stage._encode_reference(square, ""))
+
+
+def test_past_max_entries_the_least_recently_used_is_dropped(cache, context, monkeypatch):
+    stage, square = context
+    monkeypatch.setattr(reference_cache, "MAX_ENTRIES", 2)
+    stage.encode_reference(square, "first")
+    (first,) = cache.glob("*.safetensors")
+    stage.encode_reference(square, "second")
+    (second,) = set(cache.glob("*.safetensors")) - {first}
+    os.utime(first, ns=(10**9, 10**9))  # the first is the least recently used ...
+    os.utime(second, ns=(2 * 10**9, 2 * 10**9))
+    stage.encode_reference(square, "first")  # ... until it is read again
+    stage.encode_reference(square, "third")
+    assert first.exists() and not second.exists() and len(list(cache.glob("*.safetensors"))) == 2
+    encoded = _counted(stage, monkeypatch)
+    stage.encode_reference(square, "first")
+    stage.encode_reference(square, "third")
+    stage.encode_reference(square, "second")
+    assert encoded == ["second"]
 
 
 def test_a_render_from_the_cache_has_the_frames_of_one_that_encodes(cache):
