@@ -12,7 +12,7 @@ import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 from safetensors.torch import save_file
@@ -23,7 +23,7 @@ from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, buil
 from avatargen.runtime.precision import autocast_for
 from avatargen.runtime.tensor_source import StateDictSource, TensorSource, open_checkpoint
 
-__all__ = ["Module", "ModuleSpec", "PlacementPlan", "check_state_dict", "open_checkpoint", "read_checkpoint", "save_checkpoint"]
+__all__ = ["Module", "ModuleSpec", "PlacementPlan", "check_state_dict", "open_checkpoint", "read_checkpoint", "save_checkpoint", "tensors_digest"]
 
 
 @dataclass(frozen=True)
@@ -122,14 +122,18 @@ class Module:
         """SHA-256 of the weights the model holds (each tensor's name, dtype, shape and bytes), taken once per Module
         (~2 ms a MB): with the code and the compute settings, what its outputs depend on."""
         if self._weights_digest is None:
-            digest = hashlib.sha256()
-            for name, tensor in self.model.state_dict().items():
-                tensor = tensor.detach().cpu().contiguous()
-                digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
-                if tensor.numel():
-                    digest.update(tensor.view(torch.uint8).numpy().data)
-            self._weights_digest = digest.hexdigest()
+            self._weights_digest = tensors_digest(self.model.state_dict().items())
         return self._weights_digest
+
+
+def tensors_digest(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """SHA-256 of named tensors, in the order given: each one's name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name, tensor in named:
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    return digest.hexdigest()
 
 
 def save_checkpoint(modules: dict[str, nn.Module], path: Path) -> None:

@@ -247,6 +247,12 @@ def _cache_without_pictures(home: Path) -> Path:
     return home
 
 
+def _remove_outputs(out: Path) -> None:
+    """What a run left of ``out``: the video, or the partial video and its resume folder."""
+    for leftover in out.parent.glob(f"{out.stem}*"):
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+
+
 def _copy_of_cache(home: Path) -> Path:
     """An XDG_CACHE_HOME holding a copy of this machine's cache folder."""
     from avatargen.face.hog_cache import cache_folder
@@ -296,8 +302,7 @@ def main() -> None:
                 for t, tree in enumerate(trees):
                     out = folder / f"tree{t}_image{i}_warm-up.mp4"
                     one_run(tree, image, args.audio.resolve(), out, args.overrides, True, homes[t])
-                    for leftover in folder.glob(f"{out.stem}*"):
-                        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+                    _remove_outputs(out)
         for run in range(args.runs):
             for i, image in enumerate(images):
                 for t, tree in enumerate(trees):
@@ -307,8 +312,7 @@ def main() -> None:
                                                  args.first_frame_only, cache_home))  # fmt: skip
                     if args.digest and not args.first_frame_only:
                         digests[t, i].add(frames_digest(out))
-                    for leftover in folder.glob(f"{out.stem}*"):  # the video, or the partial video and its resume folder
-                        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+                    _remove_outputs(out)
     for i, image in enumerate(images):
         print(f"\n## {image.name}  (audio {args.audio.name}; {' '.join(args.overrides) or 'default config'}; "
               f"median of {args.runs} runs; seconds)")  # fmt: skip

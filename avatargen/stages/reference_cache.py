@@ -30,7 +30,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from avatargen.face.hog_cache import cache_folder, prune_least_recently_used
-from avatargen.modules import Module
+from avatargen.modules import Module, tensors_digest
 
 FORMAT = 1
 MAX_ENTRIES = 200  # ~50 kB each for the bundled model
@@ -84,15 +84,6 @@ def cached(key: dict[str, Any] | None, compute: Callable[[], dict[str, Tensor]])
     return tensors
 
 
-def _content_digest(tensors: dict[str, Tensor]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().cpu().contiguous()
-        digest.update(f"{name}{tensor.dtype}{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
-
-
 def _read(path: Path, key: str) -> dict[str, Tensor] | None:
     """The tensors kept in ``path`` when it is whole and was made under ``key``; marked as used (its modification
     time: the least recently used go first past ``MAX_ENTRIES``)."""
@@ -102,7 +93,7 @@ def _read(path: Path, key: str) -> dict[str, Tensor] | None:
             tensors = {name: file.get_tensor(name) for name in file.keys()}
     except Exception:  # noqa: BLE001 - missing, cut short or not a safetensors file: computed again
         return None
-    if metadata.get("key") != key or metadata.get("sha256") != _content_digest(tensors):
+    if metadata.get("key") != key or metadata.get("sha256") != tensors_digest(sorted(tensors.items())):
         return None
     with contextlib.suppress(OSError):
         os.utime(path)
@@ -119,7 +110,7 @@ def _write(path: Path, key: str, tensors: dict[str, Tensor]) -> None:
         os.close(handle)
         try:
             contiguous = {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
-            save_file(contiguous, temporary, metadata={"key": key, "sha256": _content_digest(contiguous)})
+            save_file(contiguous, temporary, metadata={"key": key, "sha256": tensors_digest(sorted(contiguous.items()))})
             os.replace(temporary, path)
         except BaseException:
             with contextlib.suppress(OSError):
