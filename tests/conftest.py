@@ -13,6 +13,8 @@ import pytest
 import soundfile as sf
 from PIL import Image, ImageDraw
 
+from tests import cli_fork
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Keep the test CLI runs small and single-threaded on the 2-core CI machine.
@@ -95,7 +97,11 @@ def kill_tree(pid: int) -> None:
 
 def run_cli(*args: str, timeout: float = 300, env_extra: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
     """Run ``python -m avatargen ARGS`` as a user would (``env``: the whole environment instead of this one's;
-    ``env_extra`` added to it); returns the completed process (text mode)."""
+    ``env_extra`` added to it); returns the completed process (text mode). The process is a fork of one that has
+    imported torch and the CLI (tests/cli_fork.py) wherever that cannot change what it does; ``AVATARGEN_TEST_FRESH=1``
+    starts a fresh interpreter for every run."""
     env = {**(kwargs.pop("env", None) or {**os.environ, "PYTHONPATH": str(REPO)}), **(env_extra or {})}
     kwargs.setdefault("text", True)
+    if os.environ.get("AVATARGEN_TEST_FRESH") != "1" and cli_fork.forkable(env, kwargs):
+        return cli_fork.run(list(args), env, timeout=timeout, **kwargs)
     return subprocess.run([sys.executable, "-m", "avatargen", *args], capture_output=True, timeout=timeout, env=env, **kwargs)
