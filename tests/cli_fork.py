@@ -20,6 +20,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -140,6 +141,7 @@ class _Server:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _server: _Server | None = None
@@ -210,11 +212,14 @@ def _read_all(fd: int, into: dict[int, bytes]) -> None:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    with os.fdopen(fd, "wb") as stream:
-        try:
-            stream.write(data)
-        except BrokenPipeError:  # the CLI stopped reading: as subprocess.run ignores it
-            pass
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:  # the CLI stopped reading: as subprocess.run ignores it
+        pass
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":
