@@ -15,6 +15,7 @@ the server's in anything read at import time (only ``CALL_TIME_VARIABLES`` may d
 from __future__ import annotations
 
 import atexit
+import functools
 import io
 import json
 import os
@@ -144,15 +145,10 @@ class _Server:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-_server: _Server | None = None
-
-
+@functools.cache
 def server() -> _Server:
     """This worker's server (started here on first use)."""
-    global _server
-    if _server is None:
-        _server = _Server()
-    return _server
+    return _Server()
 
 
 def forkable(env: dict[str, str], options: dict[str, Any]) -> bool:
