@@ -25,7 +25,8 @@ printed, then the median and range of each configuration.
 ``--seconds`` of speech: the example sentences repeated (benchmarks/overlap_speed.py). ``process_rtf`` is the whole
 process's wall time (Python, imports, models, encoder) over the audio's duration; ``rtf`` and ``ttff_s`` are the
 render's own (from the start of the render, as ``--json`` reports them); ``cpu_s`` the CPU seconds of the process
-and its ffmpeg encoder (the work done: less sensitive to other jobs on the machine than wall time). ``--eval`` also
+and its ffmpeg encoder (the work done: less sensitive to other jobs on the machine than wall time), ``sys_s`` the
+part of it in the kernel and ``faults_k`` their page faults in thousands (memory faulted in afresh). ``--eval`` also
 renders with ``--eval`` and prints its lip sync confidence, identity distance, sharpness and seam ratio (quality of
 the same render, so a faster configuration is checked against the other's quality in one run).
 """
@@ -97,6 +98,8 @@ def render(tree: Path, env: dict[str, str], image: Path, audio: Path, out: Path,
     report = json.loads(result.stdout)
     report["process_s"] = process_s
     report["cpu_s"] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    report["sys_s"] = after.ru_stime - before.ru_stime
+    report["faults_k"] = (after.ru_minflt - before.ru_minflt) / 1000
     return report
 
 
@@ -130,7 +133,7 @@ def main() -> None:
               f"{' '.join(f'{k}={v}' for k, v in CLASSES[name][0].items()) or '-'}")  # fmt: skip
     print(f"# {args.seconds:g} s of speech on {args.image.name}, {args.rounds} rounds\n")
     quality = QUALITY if args.eval else ()
-    header = ["config", "rtf", "ttff_s", "process_rtf", "cpu_s", *STAGES, *quality]
+    header = ["config", "rtf", "ttff_s", "process_rtf", "cpu_s", "sys_s", "faults_k", *STAGES, *quality]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     results: dict[str, list[dict]] = {label: [] for label, *_ in configs}
@@ -145,11 +148,12 @@ def main() -> None:
                 results[label].append(report)
                 stages = report.get("stage_s", {})
                 cells = [f"{report['rtf']:.3f}", f"{report['ttff_s']:.2f}", f"{report['process_rtf']:.3f}", f"{report['cpu_s']:.1f}",
+                         f"{report['sys_s']:.2f}", f"{report['faults_k']:.0f}",
                          *(f"{stages.get(s, 0.0):.2f}" for s in STAGES), *(f"{report.get(q, float('nan')):.3f}" for q in quality)]  # fmt: skip
                 print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
     print("\nmedian (min-max) over the rounds:\n")
-    print("| config | rtf | ttff_s | process_rtf | cpu_s | a2v | sr | decode | dtype |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| config | rtf | ttff_s | process_rtf | cpu_s | sys_s | faults_k | a2v | sr | decode | dtype |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, reports in results.items():
 
         def cell(values: list[float], digits: int) -> str:
@@ -158,6 +162,7 @@ def main() -> None:
         stages = [cell([r.get("stage_s", {}).get(s, 0.0) for r in reports], 2) for s in ("a2v", "sr", "decode")]
         print(f"| {label} | {cell([r['rtf'] for r in reports], 3)} | {cell([r['ttff_s'] for r in reports], 2)} | "
               f"{cell([r['process_rtf'] for r in reports], 3)} | {cell([r['cpu_s'] for r in reports], 1)} | "
+              f"{cell([r['sys_s'] for r in reports], 2)} | {cell([r['faults_k'] for r in reports], 0)} | "
               f"{' | '.join(stages)} | {reports[0]['dtype']} |")  # fmt: skip
 
 

@@ -7,6 +7,8 @@ import functools
 import gc
 import os
 import resource
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -61,15 +63,44 @@ def trim_host_memory() -> None:
 
     glibc keeps freed heap memory for reuse, and the CPU tensors of a render (many sizes, several threads' arenas)
     fragment it: without trimming, a render's resident memory crept up about 25 MB per 6000 frames (measured:
-    docs/performance.md); trimmed after every emitted segment it stays flat, for ~1-3 % more wall time.
+    docs/performance.md). A render trims every few seconds (:class:`HeapTrimmer`).
     """
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
 
 
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+TRIM_INTERVAL_S = 5.0  # a render gives freed heap memory back at most this often
+
+
+class HeapTrimmer:
+    """``trim_host_memory`` at most once per ``interval_s`` of wall time: the pipeline calls it after each segment.
+
+    A trim gives every free page back, so the next segment's tensors fault their memory in afresh: trimmed after
+    every 16-frame segment, the bundled model's render spent about 10 % of its CPU time in page faults (1.1 million
+    in 30 s of video, AVX2 emulated); once per 5 s, about 0.3 % (docs/performance.md, "Memory over duration"). The
+    resident size still stays flat: the heap creeps by well under 1 MB between two trims."""
+
+    def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last = clock()
+
+    def __call__(self) -> bool:
+        """Trim if ``interval_s`` has passed since the last trim (or since this trimmer was made); True if it did."""
+        if self._clock() - self._last < self.interval_s:
+            return False
+        trim_host_memory()
+        self._last = self._clock()
+        return True
+
+
+_M_TRIM_THRESHOLD = -1  # mallopt's parameter numbers (malloc.h)
+_M_MMAP_THRESHOLD = -3
 MAPPED_ALLOCATION_BYTES = 1 << 20  # every allocation of 1 MiB or more gets its own mapping
+HEAP_ALLOCATION_BYTES = 32 << 20  # glibc's ceiling for its mapping threshold (64-bit): smaller ones from its heap
+KEPT_FREE_BYTES = 1 << 30  # free heap memory glibc may keep at its top before free() gives it back
+DEFAULT_TRIM_THRESHOLD_BYTES = 128 << 10  # glibc's own
 
 
 def map_large_allocations() -> bool:
@@ -87,7 +118,27 @@ def map_large_allocations() -> bool:
     anyway.
     Process-wide, from the call on.
     """
+    return _set_heap_thresholds(MAPPED_ALLOCATION_BYTES, DEFAULT_TRIM_THRESHOLD_BYTES)
+
+
+def keep_freed_heap() -> bool:
+    """Make glibc keep freed memory for reuse: allocations under ``HEAP_ALLOCATION_BYTES`` from its heap, and what
+    is freed kept there (up to ``KEPT_FREE_BYTES`` at its top) until ``trim_host_memory``, which a render calls every
+    few seconds (:class:`HeapTrimmer`); False where nothing was changed (as ``map_large_allocations``).
+
+    glibc's default adapts both thresholds to the blocks freed so far, and a render of the bundled model still gave
+    memory back and faulted it in again segment after segment: 520,000 page faults in 30 s of video without any
+    trim, 150,000 with these (the process's peak the same, 394-398 MB: docs/performance.md). For the bundled model:
+    the Wan family maps its large tensors instead (``map_large_allocations``). Process-wide, from the call on."""
+    return _set_heap_thresholds(HEAP_ALLOCATION_BYTES, KEPT_FREE_BYTES)
+
+
+def _set_heap_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:
+    """glibc's mapping and trim thresholds (which also stops it adapting them); False where nothing was changed: not
+    glibc, or the environment sets ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or a ``glibc.malloc``
+    tunable, which win."""
     libc = _glibc()
-    if libc is None or "MALLOC_MMAP_THRESHOLD_" in os.environ or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+    environment = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    if libc is None or any(name in os.environ for name in environment) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MAPPED_ALLOCATION_BYTES))
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_bytes)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_bytes))

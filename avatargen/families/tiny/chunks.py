@@ -33,6 +33,7 @@ from avatargen.pipeline.family import ChunkRun
 from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.pipeline.stats import RenderStats, check_finite
+from avatargen.runtime.memory import keep_freed_heap
 
 
 @dataclass
@@ -75,6 +76,7 @@ class TinyChunks:
 
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
               read_box: tuple[int, int, int, int] | None, inputs: Any = None) -> "TinyRun":  # fmt: skip
+        keep_freed_heap()  # the next segment reuses this one's freed tensors' memory: no page faults between trims
         reference = self.context.encode_reference(reference_rgb, prompt)
         check_finite(reference.ref_high, "VAE", "encoding the reference image")
         check_finite(reference.ref_low, "VAE", "encoding the reference image")
