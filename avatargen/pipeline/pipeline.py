@@ -26,7 +26,7 @@ from avatargen.pipeline.overlap import EmitThread, split_threads
 from avatargen.pipeline.schedule import CheckpointGrid, Emit, IChunk, NChunk, Step
 from avatargen.pipeline.state import RollingState
 from avatargen.pipeline.stats import Progress, RenderStats, check_finite
-from avatargen.runtime.memory import HeapTrimmer
+from avatargen.runtime.memory import process_trimmer
 
 __all__ = ["Pipeline", "Progress", "RenderStats", "check_finite"]
 
@@ -149,7 +149,7 @@ class _Emission:
                  on_checkpoint: Callable[[RenderCheckpoint], None] | None):  # fmt: skip
         self.run, self.stats, self.sinks, self.started = run, stats, list(sinks), started
         self.on_progress, self.on_checkpoint = on_progress, on_checkpoint
-        self.trim = HeapTrimmer()  # freed tensor memory goes back to the OS every few seconds: RSS stays flat over hours
+        self.trim = process_trimmer()  # freed memory goes back to the OS every few seconds: RSS stays flat over hours
 
     def __call__(self, step: Emit, segment: Any, checkpoint_at: tuple[int, int, int, RollingState] | None,
                  total_frames: int | None) -> None:  # fmt: skip

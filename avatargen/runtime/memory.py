@@ -95,6 +95,13 @@ class HeapTrimmer:
         return True
 
 
+@functools.cache
+def process_trimmer() -> HeapTrimmer:
+    """This process's :class:`HeapTrimmer`: renders one after another in one process (``avatargen batch``) share its
+    clock, so a run of renders shorter than its interval still trims every few seconds."""
+    return HeapTrimmer()
+
+
 _M_TRIM_THRESHOLD = -1  # mallopt's parameter numbers (malloc.h)
 _M_MMAP_THRESHOLD = -3
 MAPPED_ALLOCATION_BYTES = 1 << 20  # every allocation of 1 MiB or more gets its own mapping
