@@ -63,25 +63,26 @@ def trim_host_memory() -> None:
 
     glibc keeps freed heap memory for reuse, and the CPU tensors of a render (many sizes, several threads' arenas)
     fragment it: without trimming, a render's resident memory crept up about 25 MB per 6000 frames (measured:
-    docs/performance.md). A render trims every few seconds (:class:`HeapTrimmer`).
+    docs/performance.md). A render trims after its segments (``process_trimmer``).
     """
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
 
 
-TRIM_INTERVAL_S = 5.0  # a render gives freed heap memory back at most this often
+TRIM_INTERVAL_S = 5.0  # with the heap kept (``keep_freed_heap``), a render gives freed memory back at most this often
 
 
 class HeapTrimmer:
-    """``trim_host_memory`` at most once per ``interval_s`` of wall time: the pipeline calls it after each segment.
+    """``trim_host_memory`` at most once per ``interval_s`` of wall time (0: at every call): the pipeline calls it
+    after each segment.
 
     A trim gives every free page back, so the next segment's tensors fault their memory in afresh: trimmed after
     every 16-frame segment, the bundled model's render spent about 10 % of its CPU time in page faults (1.1 million
-    in 30 s of video, AVX2 emulated); once per 5 s, about 0.3 % (docs/performance.md, "Memory over duration"). The
-    resident size still stays flat: the heap creeps by well under 1 MB between two trims."""
+    in 30 s of video, AVX2 emulated); once per 5 s with the heap kept, about 0.3 % (docs/performance.md, "Memory over
+    duration"). The resident size still stays flat: the heap creeps by well under 1 MB between two trims."""
 
-    def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, interval_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
         self._clock = clock
         self._last = clock()
@@ -97,8 +98,9 @@ class HeapTrimmer:
 
 @functools.cache
 def process_trimmer() -> HeapTrimmer:
-    """This process's :class:`HeapTrimmer`: renders one after another in one process (``avatargen batch``) share its
-    clock, so a run of renders shorter than its interval still trims every few seconds."""
+    """This process's :class:`HeapTrimmer`, its interval set by how the heap is used (``keep_freed_heap``: every
+    ``TRIM_INTERVAL_S``; otherwise after every segment). Renders one after another in one process (``avatargen
+    batch``) share its clock, so a run of renders shorter than its interval still trims every few seconds."""
     return HeapTrimmer()
 
 
@@ -125,19 +127,25 @@ def map_large_allocations() -> bool:
     anyway.
     Process-wide, from the call on.
     """
+    process_trimmer().interval_s = 0.0  # a heap of small blocks: trimming it after every segment costs nothing
     return _set_heap_thresholds(MAPPED_ALLOCATION_BYTES, DEFAULT_TRIM_THRESHOLD_BYTES)
 
 
 def keep_freed_heap() -> bool:
     """Make glibc keep freed memory for reuse: allocations under ``HEAP_ALLOCATION_BYTES`` from its heap, and what
-    is freed kept there (up to ``KEPT_FREE_BYTES`` at its top) until ``trim_host_memory``, which a render calls every
-    few seconds (:class:`HeapTrimmer`); False where nothing was changed (as ``map_large_allocations``).
+    is freed kept there (up to ``KEPT_FREE_BYTES`` at its top) until ``trim_host_memory``, which a render then calls
+    every ``TRIM_INTERVAL_S`` (``process_trimmer``); False where nothing was changed (as ``map_large_allocations``;
+    the render then trims after every segment).
 
     glibc's default adapts both thresholds to the blocks freed so far, and a render of the bundled model still gave
     memory back and faulted it in again segment after segment: 520,000 page faults in 30 s of video without any
     trim, 150,000 with these (the process's peak the same, 394-398 MB: docs/performance.md). For the bundled model:
-    the Wan family maps its large tensors instead (``map_large_allocations``). Process-wide, from the call on."""
-    return _set_heap_thresholds(HEAP_ALLOCATION_BYTES, KEPT_FREE_BYTES)
+    the Wan family maps its large tensors instead (``map_large_allocations``) and trims after every segment (trimmed
+    only every 5 s, a wan_tiny render's peak rose 1.3 % from 120 s to 300 s of audio, against 0.3 %). Process-wide,
+    from the call on."""
+    kept = _set_heap_thresholds(HEAP_ALLOCATION_BYTES, KEPT_FREE_BYTES)
+    process_trimmer().interval_s = TRIM_INTERVAL_S if kept else 0.0
+    return kept
 
 
 def _set_heap_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:

@@ -32,9 +32,9 @@ def _resident_left_by_freed_tensors(mapped: bool) -> float:
     script = textwrap.dedent(
         f"""
         import torch
-        from avatargen.runtime.memory import current_rss_mb, map_large_allocations
+        from avatargen.runtime.memory import current_rss_mb, map_large_allocations, process_trimmer
         if {mapped}:
-            assert map_large_allocations()
+            assert map_large_allocations() and process_trimmer().interval_s == 0  # and trimmed after every segment
         torch.ones(4 << 20)  # 16 MiB, freed at once: glibc's default threshold rises, what follows is from its heap
         kept, before = [], current_rss_mb()
         for i in range(30):
@@ -64,8 +64,8 @@ def test_the_bundled_models_freed_tensors_are_reused_until_the_trimmer_gives_the
     script = textwrap.dedent(
         """
         import resource, torch
-        from avatargen.runtime.memory import HeapTrimmer, current_rss_mb, keep_freed_heap
-        assert keep_freed_heap()
+        from avatargen.runtime.memory import TRIM_INTERVAL_S, HeapTrimmer, current_rss_mb, keep_freed_heap, process_trimmer
+        assert keep_freed_heap() and process_trimmer().interval_s == TRIM_INTERVAL_S
         now = [0.0]
         trim = HeapTrimmer(interval_s=5.0, clock=lambda: now[0])
         before = current_rss_mb()
