@@ -149,7 +149,7 @@ class _Emission:
                  on_checkpoint: Callable[[RenderCheckpoint], None] | None):  # fmt: skip
         self.run, self.stats, self.sinks, self.started = run, stats, list(sinks), started
         self.on_progress, self.on_checkpoint = on_progress, on_checkpoint
-        self.trim = process_trimmer()  # freed memory goes back to the OS every few seconds: RSS stays flat over hours
+        self.trim = process_trimmer()  # freed memory back to the OS after segments: RSS stays flat over hours
 
     def __call__(self, step: Emit, segment: Any, checkpoint_at: tuple[int, int, int, RollingState] | None,
                  total_frames: int | None) -> None:  # fmt: skip

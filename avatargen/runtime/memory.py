@@ -79,8 +79,9 @@ class HeapTrimmer:
 
     A trim gives every free page back, so the next segment's tensors fault their memory in afresh: trimmed after
     every 16-frame segment, the bundled model's render spent about 10 % of its CPU time in page faults (1.1 million
-    in 30 s of video, AVX2 emulated); once per 5 s with the heap kept, about 0.3 % (docs/performance.md, "Memory over
-    duration"). The resident size still stays flat: the heap creeps by well under 1 MB between two trims."""
+    in 30 s of video, AVX2 emulated); once per 5 s with the heap kept, the ~60 MB a trim gives back cost ~40 ms to
+    fault in again, under 1 % of those 5 s (docs/performance.md, "Memory over duration"). The resident size still stays flat: untrimmed, the heap creeps by ~25 MB per 6000 frames, about 1 MB
+    per 5 s of a render."""
 
     def __init__(self, interval_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
@@ -139,8 +140,8 @@ def keep_freed_heap() -> bool:
 
     glibc's default adapts both thresholds to the blocks freed so far, and a render of the bundled model still gave
     memory back and faulted it in again segment after segment: 520,000 page faults in 30 s of video without any
-    trim, 150,000 with these (the process's peak the same, 394-398 MB: docs/performance.md). For the bundled model:
-    the Wan family maps its large tensors instead (``map_large_allocations``) and trims after every segment (trimmed
+    trim, 150,000 with these (the process's peak the same, 394-398 MB: docs/performance.md). The bundled model's; the
+    Wan family maps its large tensors instead (``map_large_allocations``) and trims after every segment (trimmed
     only every 5 s, a wan_tiny render's peak rose 1.3 % from 120 s to 300 s of audio, against 0.3 %). Process-wide,
     from the call on."""
     kept = _set_heap_thresholds(HEAP_ALLOCATION_BYTES, KEPT_FREE_BYTES)

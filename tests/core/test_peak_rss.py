@@ -78,7 +78,7 @@ def test_the_bundled_models_freed_tensors_are_reused_until_the_trimmer_gives_the
         kept = current_rss_mb() - before
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         segment()
-        refaulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * 4096 / 2**20
+        refaulted = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) * resource.getpagesize() / 2**20
         now[0] = 4.9
         early = trim()
         now[0] = 5.0
