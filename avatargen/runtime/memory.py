@@ -80,8 +80,8 @@ class HeapTrimmer:
     A trim gives every free page back, so the next segment's tensors fault their memory in afresh: trimmed after
     every 16-frame segment, the bundled model's render spent about 10 % of its CPU time in page faults (1.1 million
     in 30 s of video, AVX2 emulated); once per 5 s with the heap kept, the ~60 MB a trim gives back cost ~40 ms to
-    fault in again, under 1 % of those 5 s (docs/performance.md, "Memory over duration"). The resident size still stays flat: untrimmed, the heap creeps by ~25 MB per 6000 frames, about 1 MB
-    per 5 s of a render."""
+    fault in again, under 1 % of those 5 s (docs/performance.md, "Memory over duration"). The resident size still
+    stays flat: untrimmed, the heap creeps by ~25 MB per 6000 frames, about 1 MB per 5 s of a render."""
 
     def __init__(self, interval_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
@@ -115,8 +115,8 @@ DEFAULT_TRIM_THRESHOLD_BYTES = 128 << 10  # glibc's own
 
 def map_large_allocations() -> bool:
     """Make glibc serve every allocation of ``MAPPED_ALLOCATION_BYTES`` or more (tensor buffers) from its own
-    mapping, returned to the OS when freed; False where nothing was changed (not glibc, or the environment already
-    sets ``MALLOC_MMAP_THRESHOLD_`` or a ``glibc.malloc`` tunable, which win).
+    mapping, returned to the OS when freed, and the heap trimmed after every segment (``process_trimmer``); False
+    where nothing was changed (``_set_heap_thresholds``: not glibc, or the environment sets glibc's thresholds).
 
     By default glibc raises its mapping threshold to the largest block freed so far (up to 32 MiB), so after the
     first few frees a toy-sized model's activations all come from the heap, whose holes are only given back by
@@ -140,10 +140,10 @@ def keep_freed_heap() -> bool:
 
     glibc's default adapts both thresholds to the blocks freed so far, and a render of the bundled model still gave
     memory back and faulted it in again segment after segment: 520,000 page faults in 30 s of video without any
-    trim, 150,000 with these (the process's peak the same, 394-398 MB: docs/performance.md). The bundled model's; the
-    Wan family maps its large tensors instead (``map_large_allocations``) and trims after every segment (trimmed
-    only every 5 s, a wan_tiny render's peak rose 1.3 % from 120 s to 300 s of audio, against 0.3 %). Process-wide,
-    from the call on."""
+    trim, 150,000 with these (the process's peak the same, 394-398 MB: docs/performance.md). Called by the bundled
+    model's renders; the Wan family maps its large tensors instead (``map_large_allocations``) and trims after every
+    segment (trimmed only every 5 s, a wan_tiny render's peak rose 1.3 % from 120 s to 300 s of audio, against
+    0.3 %). Process-wide, from the call on."""
     kept = _set_heap_thresholds(HEAP_ALLOCATION_BYTES, KEPT_FREE_BYTES)
     process_trimmer().interval_s = TRIM_INTERVAL_S if kept else 0.0
     return kept
@@ -154,7 +154,7 @@ def _set_heap_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:
     glibc, or the environment sets ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or a ``glibc.malloc``
     tunable, which win."""
     libc = _glibc()
-    environment = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-    if libc is None or any(name in os.environ for name in environment) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+    user_set = any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
+    if libc is None or user_set or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_bytes)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_bytes))
