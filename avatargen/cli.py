@@ -108,7 +108,14 @@ def render(
     that resumes the render.
     """
 
+    from avatargen.face import prefetch
+
     def action() -> None:
+        # The picture's face search starts now, in a process of its own, while this one imports torch.
+        with prefetch.beside(image if video is None else None):
+            render_action()
+
+    def render_action() -> None:
         from avatargen.config.loader import load_config
         from avatargen.progress import RenderProgress
         from avatargen.render import RenderRequest, render as run_render
@@ -122,6 +129,8 @@ def render(
             cfg.output.realtime = True
         if face is not None:
             cfg.pipeline.face = face
+        if image is not None and cfg.pipeline.image_fit.value == "face":
+            prefetch.frame(image, cfg.model.image_size, cfg.pipeline.face)  # the search's second step, under way
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
         raw = RawPcm(audio_rate, audio_channels or 1) if audio_rate is not None else None

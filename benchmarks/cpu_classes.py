@@ -25,8 +25,9 @@ printed, then the median and range of each configuration.
 ``--seconds`` of speech: the example sentences repeated (benchmarks/overlap_speed.py). ``process_rtf`` is the whole
 process's wall time (Python, imports, models, encoder) over the audio's duration; ``rtf`` and ``ttff_s`` are the
 render's own (from the start of the render, as ``--json`` reports them); ``cpu_s`` the CPU seconds of the process
-and its ffmpeg encoder (the work done: less sensitive to other jobs on the machine than wall time), ``sys_s`` the
-part of it in the kernel and ``faults_k`` their page faults in thousands (memory faulted in afresh). ``--eval`` also
+and its children (ffmpeg's, a new picture's face search: the work done, less sensitive to other jobs on the machine
+than wall time), ``sys_s`` the part of it in the kernel and ``faults_k`` their page faults in thousands (memory
+faulted in afresh). ``--eval`` also
 renders with ``--eval`` and prints its lip sync confidence, identity distance, sharpness and seam ratio (quality of
 the same render, so a faster configuration is checked against the other's quality in one run).
 """

@@ -75,12 +75,17 @@ def load_reference(
         raise ValueError(f"fit must be one of {FITS}, got {fit!r}")
     if size <= 0:
         raise ValueError(f"size must be positive, got {size}")
+    return reference_from_rgb(read_picture(path, fit), size, fit, warn, f"image '{path}'", face)
+
+
+def read_picture(path: str | Path, fit: str = "crop") -> np.ndarray:
+    """The image file's first frame as (H, W, 3) uint8 RGB, upright, as ``load_reference`` frames it (``fit``: the
+    size limits it is checked against). Raises ``BadInputError`` as ``load_reference`` does."""
     path = Path(path)
     try:
-        rgb = _to_rgb(_open(path, fit), path)
+        return _to_rgb(_open(path, fit), path)
     except ValueError as err:  # a mode Pillow cannot convert to RGB (e.g. LAB without a color profile)
         raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {_FIX}") from None
-    return reference_from_rgb(rgb, size, fit, warn, f"image '{path}'", face)
 
 
 def reference_from_rgb(

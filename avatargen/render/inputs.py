@@ -16,6 +16,7 @@ import numpy as np
 from avatargen.config.families import family_of
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError
+from avatargen.face import prefetch
 from avatargen.face.framing import SquareFraming
 from avatargen.face.speakers import speaker_boxes
 from avatargen.io.audio import AudioFileSource
@@ -88,6 +89,10 @@ def open_picture(image: Path | None, video: Path | None, config: Config, warn: C
             first = source.frame(0)
             source.close()  # no decoder waits while the models load; the render reads the source again
             return reference_from_rgb(first, size, fit, warn, f"the first frame of video '{video}'", face)
+        if fit == "face":  # what the search beside the start found is in the picture cache once it ends
+            prefetch.finish(image, size, face)
+        else:
+            prefetch.stop(image)
         return load_reference(image, size, fit, warn, face=face)
 
     # a family that frames the picture itself needs no face search for a square it does not use
