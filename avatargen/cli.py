@@ -108,7 +108,7 @@ def render(
     that resumes the render.
     """
 
-    from avatargen.face import prefetch
+    from avatargen.io import image_prefetch as prefetch
 
     def action() -> None:
         # The picture's face search starts now, in a process of its own, while this one imports torch.

@@ -16,7 +16,7 @@ import numpy as np
 from avatargen.config.families import family_of
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError
-from avatargen.face import prefetch
+from avatargen.io import image_prefetch as prefetch
 from avatargen.face.framing import SquareFraming
 from avatargen.face.speakers import speaker_boxes
 from avatargen.io.audio import AudioFileSource

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("dlib", reason="the face search needs avatargen[eval]")
 pytest.importorskip("mediapipe", reason="the lip finder needs avatargen[eval]")
 
-from avatargen.face import prefetch  # noqa: E402
+from avatargen.io import image_prefetch as prefetch  # noqa: E402
 from avatargen.face.choice import reference_lips  # noqa: E402
 from avatargen.face.domain import square_is_photo  # noqa: E402
 from avatargen.io.image import load_reference  # noqa: E402
@@ -42,7 +42,7 @@ def _searches_of(image: Path) -> list[int]:
             words = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"avatargen.face.prefetch" in words and os.fsencode(os.path.abspath(image)) in words:
+        if b"avatargen.io.image_prefetch" in words and os.fsencode(os.path.abspath(image)) in words:
             found.append(int(cmdline.parent.name))
     return found
 
@@ -66,7 +66,7 @@ def test_what_the_search_beside_the_start_found_frames_the_picture_without_netwo
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "searched_beside"))
     assert not prefetch.searched_before(path)
-    search = subprocess.Popen([sys.executable, "-m", "avatargen.face.prefetch", str(path), str(os.getpid())],
+    search = subprocess.Popen([sys.executable, "-m", "avatargen.io.image_prefetch", str(path), str(os.getpid())],
                               stdin=subprocess.PIPE, text=True, env=_env(tmp_path / "searched_beside"))  # fmt: skip
     search.communicate("256 0\n", timeout=120)
     assert search.returncode == 0
@@ -83,7 +83,7 @@ def test_a_search_told_nothing_more_keeps_the_faces_and_ends(tmp_path, monkeypat
     """A render that frames by its crop (or ends early) closes the search's input: it stops after its first step."""
     path = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    search = subprocess.Popen([sys.executable, "-m", "avatargen.face.prefetch", str(path), str(os.getpid())],
+    search = subprocess.Popen([sys.executable, "-m", "avatargen.io.image_prefetch", str(path), str(os.getpid())],
                               stdin=subprocess.PIPE, text=True, env=_env(tmp_path / "cache"))  # fmt: skip
     search.communicate("", timeout=120)
     assert search.returncode == 0 and prefetch.searched_before(path)

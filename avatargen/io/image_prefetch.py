@@ -3,7 +3,7 @@
 A fresh render process spends its first second or more importing torch and the models' code on one core, and only
 then searches the picture for its face (dlib's detector and landmarks, MediaPipe's face mesh, the photo verdict:
 0.13-0.17 s of a new picture's first frame on a 2-core CPU). ``start`` runs that search meanwhile on the other core
-in ``python -m avatargen.face.prefetch``, which imports neither torch nor the models; what it finds goes to the
+in ``python -m avatargen.io.image_prefetch``, which imports neither torch nor the models; what it finds goes to the
 picture cache (avatargen/face/picture_cache.py), where the render reads it as for a picture rendered before: the
 same faces, the same frames.
 
@@ -90,7 +90,7 @@ def start(image: Path | None) -> None:
     """Start the face search of ``image`` where it pays (``should_start``); nothing otherwise."""
     if not should_start(image) or _key(image) in _running:
         return
-    command = [sys.executable, "-m", "avatargen.face.prefetch", _key(image), str(os.getpid())]
+    command = [sys.executable, "-m", "avatargen.io.image_prefetch", _key(image), str(os.getpid())]
     try:
         _running[_key(image)] = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                  stderr=subprocess.DEVNULL, text=True)  # fmt: skip
@@ -156,7 +156,7 @@ def _die_with_parent(parent: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m avatargen.face.prefetch IMAGE PARENT_PID``: the two steps (module docstring), the second on the
+    """``python -m avatargen.io.image_prefetch IMAGE PARENT_PID``: the two steps (module docstring), the second on the
     line ``SIZE FACE`` (FACE 0: the largest) read from standard input; an empty input ends it after the first."""
     if len(argv) != 2 or not _die_with_parent(int(argv[1])):
         return 2
