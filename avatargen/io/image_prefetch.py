@@ -90,7 +90,8 @@ def start(image: Path | None) -> None:
     """Start the face search of ``image`` where it pays (``should_start``); nothing otherwise."""
     if not should_start(image) or _key(image) in _running:
         return
-    command = [sys.executable, "-m", "avatargen.io.image_prefetch", _key(image), str(os.getpid())]
+    # -P: the working folder is not searched for modules (a folder named avatargen there is not this package)
+    command = [sys.executable, "-P", "-m", "avatargen.io.image_prefetch", _key(image), str(os.getpid())]
     try:
         _running[_key(image)] = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                  stderr=subprocess.DEVNULL, text=True)  # fmt: skip
