@@ -47,7 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 PHASES: list[tuple[str, list[tuple[str, str]]]] = [
     ("config + request checks", [("avatargen.render.session", "to_config"), ("avatargen.render.session", "check_request"),
                                  ("avatargen.render.session", "check_outputs_spare_inputs")]),
-    ("load reference", [("avatargen.render.inputs", "load_reference")]),
+    ("load reference", [("avatargen.render.inputs", "load_reference"), ("avatargen.render.inputs", "read_picture"),
+                        ("avatargen.render.inputs", "reference_from_rgb")]),
     ("  face detector built", [("avatargen.face.detector", "FaceDetector.__init__")]),
     ("  face networks loaded", [("avatargen.face.detector", "FaceDetector._networks")]),
     ("  face mesh built (LipFinder)", [("avatargen.face.lips", "LipFinder.__init__")]),
@@ -183,8 +184,11 @@ def _child(record: Path, argv: list[str]) -> None:
             collections.append((info["generation"], marks.pop("gc_start"), time.perf_counter()))
 
     gc.callbacks.append(gc_timer)
+    import avatargen.cli
     from avatargen.cli import main
 
+    if hasattr(avatargen.cli, "_exit_without_teardown"):  # the record below is written after the CLI's end
+        avatargen.cli._exit_without_teardown = lambda code: None
     sys.argv = ["avatargen", *argv]
     code = 0
     try:

@@ -22,7 +22,7 @@ from avatargen.face.speakers import speaker_boxes
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.audio_tracks import ARRANGEMENTS, AudioTracksSource, track_statistics
-from avatargen.io.image import Reference, load_reference, reference_from_rgb
+from avatargen.io.image import Reference, load_reference, read_picture, reference_from_rgb
 from avatargen.io.video_in import VideoFrames
 from avatargen.pipeline.inputs import Box, Framing, RenderInputs
 
@@ -89,11 +89,12 @@ def open_picture(image: Path | None, video: Path | None, config: Config, warn: C
             first = source.frame(0)
             source.close()  # no decoder waits while the models load; the render reads the source again
             return reference_from_rgb(first, size, fit, warn, f"the first frame of video '{video}'", face)
-        if fit == "face":  # what the search beside the start found is in the picture cache once it ends
-            prefetch.finish(image, size, face)
-        else:
+        if fit != "face":
             prefetch.stop(image)
-        return load_reference(image, size, fit, warn, face=face)
+            return load_reference(image, size, fit, warn, face=face)
+        rgb = read_picture(image, fit)  # while the face search beside the start ends (a large picture's takes longer)
+        prefetch.finish(image, size, face)  # what it found is in the picture cache now
+        return reference_from_rgb(rgb, size, fit, warn, f"image '{image}'", face)
 
     # a family that frames the picture itself needs no face search for a square it does not use
     loaded = load("crop" if family.framing is not None else fit)
