@@ -508,8 +508,9 @@ def _exit_without_teardown(code: object) -> None:
 
 def _flushed() -> bool:
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: the process started with that descriptor closed
+                stream.flush()
     except (OSError, ValueError):
         return False
     return True
