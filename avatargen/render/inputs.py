@@ -16,9 +16,9 @@ import numpy as np
 from avatargen.config.families import family_of
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError
-from avatargen.io import image_prefetch as prefetch
 from avatargen.face.framing import SquareFraming
 from avatargen.face.speakers import speaker_boxes
+from avatargen.io import image_prefetch as prefetch
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.audio_tracks import ARRANGEMENTS, AudioTracksSource, track_statistics
