@@ -65,7 +65,7 @@ PHASES: list[tuple[str, list[tuple[str, str]]]] = [
                                         ("avatargen.render.session", "OutputLock.acquire")]),
     ("build pipeline", [("avatargen.render.session", "build_pipeline")]),
     ("  precision (runtime.dtype=auto probe)", [("avatargen.pipeline.build", "choose_precision")]),
-    ("  models built and loaded", [("avatargen.pipeline.build", "place_models")]),
+    ("  models built and loaded", [("avatargen.pipeline.build", "place_models"), ("avatargen.render.session", "place_models")]),
     ("resume fingerprint + store", [("avatargen.render.session", "fingerprint"),
                                     ("avatargen.render.session", "ResumeStore.reset"),
                                     ("avatargen.render.session", "ResumeStore.begin_run")]),
