@@ -75,6 +75,7 @@ def load_reference(
         raise ValueError(f"fit must be one of {FITS}, got {fit!r}")
     if size <= 0:
         raise ValueError(f"size must be positive, got {size}")
+    path = Path(path)
     return reference_from_rgb(read_picture(path, fit), size, fit, warn, f"image '{path}'", face)
 
 
