@@ -170,13 +170,15 @@ def main(argv: list[str]) -> int:
 
     try:
         rgb = read_picture(argv[0], "face")
-        reference_from_rgb(rgb, _FIRST_SIZE, "face", quiet)
+        first = reference_from_rgb(rgb, _FIRST_SIZE, "face", quiet)
         _mark_searched(Path(argv[0]))
         words = sys.stdin.readline().split()
         if len(words) != 2:
             return 0
         size, face = int(words[0]), int(words[1]) or None
-        reference = reference_from_rgb(rgb, size, "face", quiet, face=face)
+        # the first step's framing where the render frames the same square (the bundled model's, the largest face)
+        same_square = (size, face) == (_FIRST_SIZE, None)
+        reference = first if same_square else reference_from_rgb(rgb, size, "face", quiet, face=face)
         square_is_photo(reference.square, reference.square_face)
         reference_lips(reference.picture, reference.face)
     except Exception:  # noqa: BLE001 - the render meets the same problem and reports it itself
