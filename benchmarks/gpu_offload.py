@@ -60,7 +60,7 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without an install, as on the GPU machine
 
-from avatargen.config.schema import Config, Device, ModelConfig, Offload, RuntimeConfig, WeightsSource  # noqa: E402
+from avatargen.config.schema import Config, Device, Offload, RuntimeConfig, WeightsSource  # noqa: E402
 from avatargen.config.validate import validate_config  # noqa: E402
 from avatargen.io.null_sink import NullSink  # noqa: E402
 from avatargen.families.tiny.models.a2v_dit import A2VDiTParams  # noqa: E402
@@ -68,8 +68,9 @@ from avatargen.families.tiny.models.audio_encoder import AudioEncoderParams  # n
 from avatargen.families.tiny.models.sr_dit import SRDiTParams  # noqa: E402
 from avatargen.families.tiny.models.text_encoder import TextEncoderParams  # noqa: E402
 from avatargen.families.tiny.models.vae import VAEParams  # noqa: E402
-from avatargen.modules import Module, ModuleSpec, PlacementPlan  # noqa: E402
-from avatargen.families.tiny.build import TinyModelSet, module_specs
+from avatargen.modules import Module, ModuleSpec, PlacementPlan, tensors_digest  # noqa: E402
+from avatargen.families.tiny.build import TinyModelSet, module_specs  # noqa: E402
+from avatargen.families.tiny.config import TinyModelConfig  # noqa: E402
 from avatargen.pipeline.build import pipeline_for  # noqa: E402
 from avatargen.pipeline.pipeline import Pipeline, Progress  # noqa: E402
 from avatargen.runtime.offload import OffloadMonitor  # noqa: E402
@@ -81,9 +82,9 @@ GiB = 2**30
 # --------------------------------------------------------------------------------------------------------------
 
 
-def base_model() -> ModelConfig:
+def base_model() -> TinyModelConfig:
     """The base-size model set at 960x960 (see the module docstring)."""
-    return ModelConfig(
+    return TinyModelConfig(
         weights=WeightsSource.random,
         image_size=960,
         audio_encoder=AudioEncoderParams(n_mels=80, dim=768, layers=8, out_dim=768),
@@ -94,9 +95,9 @@ def base_model() -> ModelConfig:
     )
 
 
-def smoke_model() -> ModelConfig:
+def smoke_model() -> TinyModelConfig:
     """Tiny sizes for ``--smoke``: the same code path in seconds on a CPU."""
-    return ModelConfig(
+    return TinyModelConfig(
         weights=WeightsSource.random,
         image_size=64,
         audio_encoder=AudioEncoderParams(dim=32, layers=1, out_dim=32),
@@ -212,6 +213,14 @@ class StageProbe:
         self._enter, self._clock = enter, clock
         for block in first_blocks(name, model):
             block.register_forward_hook(lambda *_: clock.first_block_done(name))
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def weights_digest(self) -> str:
+        """As ``Module.weights_digest`` (the CPU smoke run keys its reference cache on it)."""
+        return tensors_digest(self.model.state_dict().items())
 
     @contextmanager
     def active(self) -> Iterator[nn.Module]:

@@ -8,11 +8,16 @@ in flight and pinned host memory for the rest).
 
     python benchmarks/gpu_wan.py --policies none block --clips 2 --steps 4 --json-out out/gpu_wan.json
     python benchmarks/gpu_wan.py --model wan_tiny --device cpu --policies none   # the script itself, on a CPU
+
+Each policy's render runs in a child process under ``--timeout-s``; a child that runs out of time prints every
+thread's stack to its stderr first (faulthandler), and that stack is kept in its row of the JSON, which is
+rewritten after every policy, so a run cut short still says how far each policy got and where it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import subprocess
 import sys
@@ -68,9 +73,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--image", default=str(REPO / "examples" / "avatar_1.png"))
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--timeout-s", type=float, default=None, help="each policy's render at most this long")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        if args.timeout_s:  # the stacks of a render about to be cut short: where its time went
+            faulthandler.dump_traceback_later(max(1.0, args.timeout_s - 5), exit=False)
         print(json.dumps(run_one(args.model, args.device, args.child, args.clips, args.steps, args.image)))
         return
     rows = []
@@ -78,19 +86,33 @@ def main() -> None:
     for policy in args.policies:
         cmd = [sys.executable, __file__, "--child", policy, "--model", args.model, "--device", args.device,
                "--clips", str(args.clips), "--steps", str(args.steps), "--image", args.image]  # fmt: skip
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        if result.returncode != 0:
-            print(f"{policy:>7} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
-            rows.append({"policy": policy, "error": result.stderr[-2000:]})
-            continue
-        row = json.loads(result.stdout.strip().splitlines()[-1])
-        rows.append(row)
-        print(f"{policy:>7} {row['clips']:>5} {row['s_per_step']:>7.2f} {row['peak_device_gib'] or 0:>10.2f} "
-              f"{row['peak_rss_mb']:>8.0f} {row['ttff_s']:>7.1f} {row['wall_s']:>7.1f}", flush=True)  # fmt: skip
-    if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(rows, indent=2))
+        cmd += ["--timeout-s", str(args.timeout_s)] if args.timeout_s else []
+        rows.append(run_child(policy, cmd, args.timeout_s))
+        write_rows(rows, args.json_out)
     sys.exit(0 if all("error" not in r for r in rows) else 1)
+
+
+def run_child(policy: str, cmd: list[str], timeout_s: float | None) -> dict:
+    """One policy's row: its measurements, or its error (the end of its stderr: the stacks, when it timed out)."""
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=timeout_s)
+    except subprocess.TimeoutExpired as stopped:
+        stderr = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
+        print(f"{policy:>7} timed out after {timeout_s:.0f} s (its stacks are in the JSON row)", flush=True)
+        return {"policy": policy, "error": f"timed out after {timeout_s:.0f} s", "stderr": stderr[-6000:]}
+    if result.returncode != 0:
+        print(f"{policy:>7} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
+        return {"policy": policy, "error": result.stderr[-2000:]}
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    print(f"{policy:>7} {row['clips']:>5} {row['s_per_step']:>7.2f} {row['peak_device_gib'] or 0:>10.2f} "
+          f"{row['peak_rss_mb']:>8.0f} {row['ttff_s']:>7.1f} {row['wall_s']:>7.1f}", flush=True)  # fmt: skip
+    return row
+
+
+def write_rows(rows: list[dict], path: str | None) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def choose_quantization(setting: str, device: torch.device, dtype: torch.dtype, 
     engine = engine_for_this_cpu() if device.type == "cpu" else None
     blocker = None
     if device.type != "cpu":
-        blocker = f"int8 linears run on a CPU only (the device is {device.type})"
+        blocker = f"the device is {device.type}: int8 linears run on a CPU only"
     elif dtype != torch.float32:
         blocker = f"{str(dtype).removeprefix('torch.')} compute"
     elif not single_process or not resident:

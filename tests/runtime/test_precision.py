@@ -133,7 +133,7 @@ def test_float32_renders_in_float32_only_and_bf16_stays_within_tolerance(one_sec
 def test_a_bfloat16_render_writes_a_valid_video_and_reports_its_dtype(one_second, tmp_path):
     out = tmp_path / "bf16.mp4"
     result = run_cli("render", "-i", str(REPO / "examples" / "avatar_1.png"), "-a", str(one_second), "-o", str(out),
-                     "--json", "--quiet", "runtime.threads=1", "runtime.dtype=bfloat16")  # fmt: skip
+                     "--json", "--quiet", "runtime.device=cpu", "runtime.threads=1", "runtime.dtype=bfloat16")  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["dtype"], report["dtype_choice"]) == ("bfloat16", "bfloat16 (forced)")

@@ -91,9 +91,10 @@ def test_an_int8_render_stays_within_tolerance_of_float_linear_layers(tmp_path) 
 
 def test_int8_on_a_bfloat16_render_is_refused_in_one_line(tmp_path) -> None:
     result = run_cli("render", "-i", str(REPO / "examples" / "avatar_1.png"), "-a", str(REPO / "examples" / "speech_1.flac"),
-                     "-o", str(tmp_path / "out.mp4"), "model.weights=random", "runtime.dtype=bfloat16",
+                     "-o", str(tmp_path / "out.mp4"), "model.weights=random", "runtime.device=cpu", "runtime.dtype=bfloat16",
                      "runtime.quantize=int8")  # fmt: skip
     assert result.returncode == 2, result.stderr
-    errors = [line for line in result.stderr.splitlines() if not line.startswith("note:")]  # random weights' note
+    # the random weights' note, and on a machine without dlib the centre-crop warning, are not errors
+    errors = [line for line in result.stderr.splitlines() if not line.startswith(("note:", "warning:"))]
     assert len(errors) == 1 and "runtime.quantize=int8" in errors[0] and "Traceback" not in result.stderr
     assert not list(tmp_path.iterdir())  # nothing left under the output's name
