@@ -40,15 +40,19 @@ from tests.models.wan.reference_code import (  # noqa: E402
 CHECKS = ("dit", "colour", "dubbing", "audio")
 
 
+COMMIT: list[str] = []  # --commit, or the checkout's HEAD
+
+
 def _provenance(root: Path) -> dict[str, str]:
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        commit = os.environ.get("AVATARGEN_REFERENCE_COMMIT", "unknown")
+    if not COMMIT:
+        try:
+            COMMIT.append(subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                         text=True, check=True).stdout.strip())  # fmt: skip
+        except (OSError, subprocess.CalledProcessError):
+            COMMIT.append("unknown")
     import transformers
 
-    return {"reference": "MeiGen-AI/InfiniteTalk", "commit": commit, "torch": torch.__version__,
+    return {"reference": "MeiGen-AI/InfiniteTalk", "commit": COMMIT[0], "torch": torch.__version__,
             "transformers": transformers.__version__}  # fmt: skip
 
 
@@ -164,7 +168,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, help="a checkout of MeiGen-AI/InfiniteTalk")
     parser.add_argument("--only", nargs="+", choices=CHECKS, default=list(CHECKS))
+    parser.add_argument("--commit", help="the reference's commit, stored in the fixtures (default: the checkout's HEAD)")
     args = parser.parse_args()
+    COMMIT.extend([args.commit] if args.commit else [])
     os.environ["AVATARGEN_REFERENCE"] = args.reference
     from tests.models.wan.reference_code import reference_root
 
