@@ -99,13 +99,14 @@ def record_dubbing(root: Path) -> dict[str, object]:
     clips read (``audio_start_idx += frame_num - motion_frame``: 81-frame clips, 9 motion frames)."""
     import torchvision.transforms as transforms
 
-    from avatargen.families.wan.framing import cover_crop
     from avatargen.families.wan.models.vae import vae_params
 
     resize_and_centercrop = function_from(root / "wan" / "multitalk.py", "resize_and_centercrop", {
         "math": math, "torch": torch, "nn": torch.nn, "Image": Image, "np": np, "transforms": transforms})  # fmt: skip
     frame = cases.dubbing_source_frame()
-    bucket = list(cover_crop(*cases.DUBBING_SOURCE, 640, 16).target)  # the reference's 480p bucket for 16:9
+    buckets = multitalk_utils(root).ASPECT_RATIO_627  # 'infinitetalk-480', chosen as in its generate()
+    ratio = frame.shape[0] / frame.shape[1]
+    bucket = list(buckets[sorted(buckets, key=lambda x: abs(float(x) - ratio))[0]][0])
     framed = resize_and_centercrop(Image.fromarray(frame), bucket)  # uint8 (1, 3, 1, H, W)
     image = (framed / 255 - 0.5) * 2
     stride = cases.FRAMED_STRIDE

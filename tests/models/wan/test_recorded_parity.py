@@ -5,6 +5,8 @@ torchvision, and any transformers: the reference's outputs are in the fixtures."
 
 from __future__ import annotations
 
+import pytest
+
 from tests.models.wan import recorded_parity
 
 
@@ -27,6 +29,18 @@ def test_colour_correction_is_the_recorded_match_and_blend_colors():
 
 
 def test_whole_file_audio_features_of_a_30_s_clip_are_the_references_recording():
+    pytest.importorskip("transformers")  # ours runs wav2vec2 through transformers (the wan extra)
     measured = recorded_parity.audio_features()
     assert measured["frames"] == 750 and measured["scale"] > 0.5
     assert measured["features"] <= 1e-4 and measured["tail_mirrored"] <= 1e-4
+
+
+def test_weights_rebuilt_otherwise_than_recorded_are_named_not_measured():
+    from avatargen.families.wan.models.vae import WanVAE, vae_params
+
+    _, meta = recorded_parity.read_fixture("infinitetalk_dubbing")
+    with pytest.raises(recorded_parity.StaleFixture, match="seeded weights differs from the recording"):
+        recorded_parity._load_seeded(WanVAE(vae_params("wan_tiny")), meta, meta["vae_seed"] + 1, prefix="vae_")
+    _, dit_meta = recorded_parity.read_fixture("infinitetalk_dit")
+    with pytest.raises(recorded_parity.StaleFixture, match="layout differs from the recording"):
+        recorded_parity._load_seeded(WanVAE(vae_params("wan_tiny")), dit_meta, dit_meta["seed"])  # not the DiT's
