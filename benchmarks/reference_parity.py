@@ -12,6 +12,9 @@ transformers 4.x (the reference's wav2vec2 forward sets ``output_attentions``, w
 
 (diffusers, which the DiT's module imports, needs a newer huggingface-hub: run ``--only dit colour dubbing`` with
 torchvision alone on the path, and ``--only audio`` with the folder above.)
+
+``--recorded`` needs no checkout: ours against the reference's outputs recorded in tests/models/wan/fixtures/
+(tests/models/wan/record_reference.py), the numbers tests/models/wan/test_recorded_parity.py asserts.
 """
 
 from __future__ import annotations
@@ -30,10 +33,19 @@ CHECKS = ("dit", "colour", "dubbing", "audio")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", required=True, help="a checkout of MeiGen-AI/InfiniteTalk")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--reference", help="a checkout of MeiGen-AI/InfiniteTalk")
+    source.add_argument("--recorded", action="store_true", help="the reference's recorded outputs (no checkout)")
     parser.add_argument("--only", nargs="+", choices=CHECKS, default=list(CHECKS))
     parser.add_argument("--audio-seconds", type=float, default=30.0)
     args = parser.parse_args()
+    if args.recorded:
+        from tests.models.wan import recorded_parity as recorded
+
+        run = {"dit": recorded.dit_two_speakers, "colour": recorded.colour_correction,
+               "dubbing": recorded.dubbing_conditioning, "audio": recorded.audio_features}  # fmt: skip
+        print(json.dumps({check: run[check]() for check in args.only}, indent=1))
+        return
     os.environ["AVATARGEN_REFERENCE"] = args.reference
     from tests.models.wan import reference_parity as parity
     from tests.models.wan.reference_code import reference_root

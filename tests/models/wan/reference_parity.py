@@ -13,11 +13,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from tests.models.wan.recorded_parity import TOY_DIT
 from tests.models.wan.reference_code import function_from, load_module, multitalk_model, multitalk_utils, prepare
-
-TOY_DIT = dict(model_type="i2v", patch_size=(1, 2, 2), text_len=16, in_dim=36, dim=64, ffn_dim=128, freq_dim=32,
-               text_dim=32, out_dim=16, num_heads=2, num_layers=2, audio_window=5, intermediate_dim=32, output_dim=32,
-               context_tokens=4, vae_scale=4, norm_input_visual=True, norm_output_audio=True)  # fmt: skip
 
 
 def _randomised(module: torch.nn.Module, seed: int) -> torch.nn.Module:
