@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import subprocess
 import sys
 import time
 
+import numpy as np
+import pytest
 import yaml
 
 from tests.conftest import FAST, REPO, kill_tree, run_cli, write_speechlike_wav
@@ -51,8 +51,11 @@ def test_frames_differ_over_time_and_chunks_follow_the_schedule(tmp_path, face_p
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["frames"], report["chunks"], report["i_chunks"]) == (50, 5, 4)
-    frames = decode_frames(out)
+    frames = decode_frames(out).astype(np.int16)
     assert frames.shape == (50, 300, 300, 3)  # face_png's size
+    change = np.abs(np.diff(frames, axis=0)).mean(axis=(1, 2, 3))  # (49,) mean change from each frame to the next
+    assert (change > 0.05).sum() >= 40, change  # a moving picture, not a still repeated
+    assert np.abs(frames[25] - frames[0]).max() > 20  # and it goes somewhere: not a flicker around one frame
 
 
 def test_missing_inputs_exit_2_without_traceback_or_output(tmp_path, face_png):
@@ -80,6 +83,10 @@ def test_render_runs_unchanged_under_torchrun(tmp_path, face_png, speech_wav):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     assert probe(out)["frames"] == 75
+    plain = tmp_path / "plain.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(plain), "-q", *FAST)
+    assert result.returncode == 0, result.stderr
+    assert np.array_equal(decode_frames(out), decode_frames(plain))  # unchanged: the same frames as a plain render
 
 
 def test_sigkill_mid_render_leaves_a_playable_partial_file(tmp_path, face_png):

@@ -125,6 +125,10 @@ def test_a_worker_killed_mid_job_is_resumed_by_another_from_its_last_checkpoint(
     done = {m.group(1): m.group(2) for m in _lines(stderr, _DONE)}
     assert set(done) == {"0", "1"} and int(done["0"] or 0) > 0, stderr  # job 0 resumed, not rendered again from zero
     assert probe(out / "v0.mp4")["frames"] == 100 and not (out / "v0.resume").exists()
+    alone = tmp_path / "alone"  # the same job rendered by one worker, never stopped
+    single = run_cli("batch", str(jobs), "--out-dir", str(alone), *FAST)
+    assert single.returncode == 0, single.stderr
+    assert np.array_equal(decode_frames(out / "v0.mp4"), decode_frames(alone / "v0.mp4"))  # resumed: the same frames
 
 
 def _slurm_answers() -> bool:

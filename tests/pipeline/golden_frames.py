@@ -2,9 +2,10 @@
 ``model=wan_tiny`` with and without I chunks: a change to the engine or a family that is meant to keep the frames
 must keep these. ``python -m tests.pipeline.golden_frames`` rewrites the golden file after a deliberate change.
 
-Exact frames (an md5 per frame) are kept per CPU kernel family (``torch.backends.cpu.get_cpu_capability()``: float
-sums round differently with AVX2 and AVX-512 kernels), for the runs recorded on one; on any CPU the frames must also
-match small thumbnails within a few grey levels. Rewriting on one family drops the other families' md5s of the runs
+Exact frames (an md5 per frame) are kept per kind of CPU (:func:`cpu_kind`: torch's kernel family, AVX2 or AVX-512,
+with the vendor and AMX: float sums round differently with AVX2 and AVX-512 kernels, and MKL and oneDNN take other
+paths on an AMD EPYC than on an AMX Xeon of the same family), for the runs recorded on one; on any CPU the frames must
+also match small thumbnails within a few grey levels. Rewriting on one kind drops the other kinds' md5s of the runs
 whose thumbnails moved (a deliberate change to those frames): rewrite there too to keep them exact.
 """
 
@@ -73,8 +74,19 @@ def thumbnails(frames: list[np.ndarray]) -> np.ndarray:
     return video.reshape(t, THUMBNAIL, h // THUMBNAIL, THUMBNAIL, w // THUMBNAIL, c).mean(axis=(2, 4))
 
 
-def capability() -> str:
-    return torch.backends.cpu.get_cpu_capability()
+def cpu_kind() -> str:
+    """torch's CPU kernel family, the vendor and whether AMX is there: e.g. 'AVX512 AuthenticAMD', 'AVX512 GenuineIntel
+    amx', 'AVX2 AuthenticAMD'."""
+    vendor, flags = "unknown", set()
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            vendor = value.strip()
+        elif key.strip() == "flags":
+            flags = set(value.split())
+            break
+    return f"{torch.backends.cpu.get_cpu_capability()} {vendor}" + (" amx" if "amx_tile" in flags else "")
 
 
 def main() -> None:
@@ -86,13 +98,13 @@ def main() -> None:
         print(f"{run}: {len(frames)} frames")
     recorded = dict(np.load(THUMBNAILS)) if THUMBNAILS.exists() else {}
     moved = [run for run in RUNS if run not in recorded or np.abs(thumbs[run] - recorded[run]).max() > 0.5]
-    for other in golden.values():  # another kernel family's md5s of frames that moved are stale: dropped
+    for other in golden.values():  # another kind of CPU's md5s of frames that moved are stale: dropped
         for run in moved:
             other.pop(run, None)
-    golden[capability()] = exact
+    golden[cpu_kind()] = exact
     GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")
     np.savez_compressed(THUMBNAILS, **thumbs)
-    print(f"moved (other CPU kernel families' md5s dropped): {', '.join(moved) or 'none'}")
+    print(f"moved (other kinds of CPU's md5s dropped): {', '.join(moved) or 'none'}")
 
 
 if __name__ == "__main__":

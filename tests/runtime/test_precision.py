@@ -16,16 +16,17 @@ from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
 from avatargen.families.tiny.build import build_modules
 from avatargen.pipeline.build import pipeline_for, shipped_checkpoint
-from avatargen.runtime.precision import choose_precision
+from avatargen.runtime.precision import MIN_SPEEDUP, NATIVE_BF16_FLAGS, choose_precision, cpu_flags
 from tests.conftest import FrameList, REPO, run_cli
 from tests.ffmpeg_probe import count_frames, decode_frames
 
 CPU = torch.device("cpu")
 NATIVE = frozenset({"avx512f", "avx512_bf16"})
 
-# bf16 vs fp32 frames of the shipped model (docs/performance.md): PSNR ~57 dB, mean |diff| ~0.1 grey levels.
-MIN_PSNR_DB = 40.0
-MAX_MEAN_ABS_GREY = 1.0
+# bf16 vs fp32 frames of the shipped model: 54.9 dB and 0.21 grey levels mean |diff| for this test's 1 s on the AMX
+# Xeon (57 dB over 8 s, docs/performance.md); a bf16 path gone wrong lands far below.
+MIN_PSNR_DB = 50.0
+MAX_MEAN_ABS_GREY = 0.4
 
 
 def never_probed() -> float:
@@ -57,9 +58,12 @@ def test_a_forced_dtype_is_used_whatever_the_probe_says(setting, dtype):
 
 
 def test_the_real_probe_answers_for_this_cpu():
-    chosen = choose_precision("auto", CPU)  # whatever this machine is: one of the two, with its reason
-    assert chosen.dtype in (torch.float32, torch.bfloat16)
-    assert chosen.reason.startswith(("probe: bf16", "no native bf16"))
+    chosen = choose_precision("auto", CPU)  # this machine's flags, and the timed probe where they allow bf16
+    if any(flag in cpu_flags() for flag in NATIVE_BF16_FLAGS):
+        ratio = float(chosen.reason.removeprefix("probe: bf16 ").split("x")[0])
+        assert ratio > 0 and (chosen.dtype == torch.bfloat16) == (ratio >= MIN_SPEEDUP), chosen
+    else:
+        assert (chosen.dtype, chosen.reason.split(" (")[0]) == (torch.float32, "no native bf16"), chosen
 
 
 def test_an_unknown_dtype_is_refused_with_the_valid_ones(face_png, speech_wav, tmp_path):
