@@ -305,15 +305,18 @@ class StdoutLostError(AvatarGenError):
 def train(
     out: Path = typer.Option(..., "--out", help="Folder for the trained checkpoint (five .safetensors + model.yaml)."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Recipe overrides key=value (see avatargen/train/config.py).", show_default=False),
+    family: str = typer.Option("tiny", "--family", help="The model family whose recipe runs (the bundled one: tiny)."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Recipe overrides key=value (see avatargen/families/tiny/train/config.py).", show_default=False),
 ) -> None:
-    """Train the five models on generated talking-avatar data (deterministic for a seed; CPU or GPU)."""
+    """Train a family's models on generated talking-avatar data (the bundled family: deterministic for a seed; CPU or GPU)."""
 
     def action() -> None:
-        from avatargen.train.recipe import load_recipe, run_recipe
+        from avatargen.config.families import family_named
 
-        summary = run_recipe(load_recipe(overrides or []), out)
-        print(json.dumps(summary))
+        trainer = family_named(family).train
+        if trainer is None:
+            raise ConfigError(f"the '{family}' family has no training recipe here; train the bundled one: --family tiny")
+        print(json.dumps(trainer(overrides or [], out)))
 
     _run(action, debug)
 

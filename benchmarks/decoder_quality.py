@@ -21,8 +21,8 @@ from avatargen.config.loader import load_config, to_config
 from avatargen.families.tiny.config import trained_vae_params
 from avatargen.families.tiny.models.vae import VAE
 from avatargen.pipeline.build import shipped_checkpoint
-from avatargen.train.pixel_phases import FrameSampler, decode_with_past
-from avatargen.train.recipe import load_module
+from avatargen.families.tiny.train.pixel_phases import FrameSampler, decode_with_past
+from avatargen.families.tiny.train.recipe import load_module
 
 FRAME_SETS = {"pool": (100_000, 999), "any": (1_001_000, 7)}  # name: (identity seeds below, sampler seed)
 

@@ -11,7 +11,7 @@ this module (``family_of(config)``).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable
@@ -41,7 +41,8 @@ class Family:
     ``parallel_work(config) -> SplittableWork`` (optional, avatargen/runtime/layout.py) what of one render its ranks
     can split under torchrun (guidance passes, the DiT's tokens); without it the ranks split nothing;
     ``framing(config, height, width) -> Framing | None`` (optional) frames pictures of that size itself
-    (pipeline/inputs.py; None: the square of ``pipeline.image_fit``, the default).
+    (pipeline/inputs.py; None: the square of ``pipeline.image_fit``, the default);
+    ``train(overrides, out) -> summary`` (optional) its training recipe (``avatargen train --family NAME``).
     """
 
     name: str
@@ -59,6 +60,8 @@ class Family:
     framing: Callable[..., Any] | None = None
     follows_video: bool = False  # it can follow a source video (``--video``: dubbing)
     speakers: int = 1  # audio tracks it routes to as many speakers (``-a`` given that many times)
+    shipped_checkpoints: dict[str, Path] = field(default_factory=dict)  # model option -> checkpoint folder in the package
+    train: Callable[[list[str], Path], dict] | None = None  # ``avatargen train``: (recipe overrides, out folder) -> summary
 
 
 _loaded: dict[str, Family] = {}

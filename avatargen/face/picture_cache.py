@@ -148,11 +148,9 @@ def _made_with() -> dict[str, Any]:
     """The code of the searches and of the photo check (the SHA-256 of the modules that hold them and their
     settings) and the networks' files (name, size, modification time): another avatargen, dlib, MediaPipe or face
     model makes new entries. Once per process (~3 ms)."""
-    from avatargen.face import detector, domain, lips
-
     code = hashlib.sha256()
-    for module in (detector, domain, lips):
-        code.update(Path(module.__file__).read_bytes())
+    for searches in ("detector.py", "domain.py", "lips.py"):  # read beside this file, not imported: domain imports us
+        code.update(Path(__file__).with_name(searches).read_bytes())
     files = {}
     for name, path in _network_files().items():
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from avatargen.config.families import family_of
+from avatargen.config.families import family_named, family_of
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
 from avatargen.models.sequence import has_token_sequence
@@ -31,17 +30,18 @@ from avatargen.runtime.placement import PlacementPlan
 from avatargen.runtime.precision import Precision, choose_precision
 
 
-def shipped_checkpoint(name: str) -> Path:
-    """The checkpoint shipped in the package for model config ``name``."""
-    return Path(str(resources.files("avatargen"))) / "checkpoints" / name
+def shipped_checkpoint(name: str, family: str = "tiny") -> Path | None:
+    """The checkpoint folder shipped in the package for model option ``name`` of ``family`` (the family's
+    ``shipped_checkpoints``), or None where it ships none."""
+    return family_named(family).shipped_checkpoints.get(name)
 
 
 def resolve_checkpoint(config: Config) -> Path:
     """``model.checkpoint`` or the shipped one; fails with the fix when neither exists."""
     if config.model.checkpoint:
         return Path(config.model.checkpoint).expanduser()
-    path = shipped_checkpoint(config.model.name)
-    if not path.exists():
+    path = shipped_checkpoint(config.model.name, config.model.family)
+    if path is None or not path.exists():
         raise CheckpointError(
             f"no checkpoint is shipped for model '{config.model.name}'; set model.checkpoint=PATH, "
             "or model.weights=random for an untrained model (noise video, for tests)"

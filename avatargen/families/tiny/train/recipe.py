@@ -29,10 +29,10 @@ from avatargen.families.tiny.models.audio_encoder import AudioEncoder
 from avatargen.families.tiny.models.sr_dit import SRDiT
 from avatargen.families.tiny.models.text_encoder import TextEncoder
 from avatargen.families.tiny.models.vae import VAE
-from avatargen.train.config import RecipeConfig
-from avatargen.train.dit_phases import distill_a2v, train_a2v, train_sr
-from avatargen.train.latent_cache import build_cache
-from avatargen.train.pixel_phases import distill_decoder, train_audio_encoder, train_vae
+from avatargen.families.tiny.train.config import RecipeConfig
+from avatargen.families.tiny.train.dit_phases import distill_a2v, train_a2v, train_sr
+from avatargen.families.tiny.train.latent_cache import build_cache
+from avatargen.families.tiny.train.pixel_phases import distill_decoder, train_audio_encoder, train_vae
 
 
 def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:

@@ -13,9 +13,9 @@ from avatargen.families.tiny.models.a2v_dit import A2VDiT
 from avatargen.families.tiny.models.sr_dit import SRDiT
 from avatargen.families.tiny.models.text_encoder import TextEncoder, tokenize
 from avatargen.sampling import euler_sample, noisy_sample
-from avatargen.train.config import RecipeConfig
-from avatargen.train.optim import optimizer_step, warmup_cosine
-from avatargen.train.latent_cache import HIGH_EVERY, EncodedClip, mouth_weight
+from avatargen.families.tiny.train.config import RecipeConfig
+from avatargen.families.tiny.train.optim import optimizer_step, warmup_cosine
+from avatargen.families.tiny.train.latent_cache import HIGH_EVERY, EncodedClip, mouth_weight
 
 
 def sample_window_mask(rng: random.Random, length: int, motion: int, anchors: int) -> Tensor:

@@ -18,9 +18,9 @@ from avatargen.data.pose import FacePose
 from avatargen.data.render import FaceRenderer
 from avatargen.families.tiny.models.audio_encoder import AudioEncoder
 from avatargen.families.tiny.models.vae import VAE, DecoderCache
-from avatargen.train.config import RecipeConfig
-from avatargen.train.optim import optimizer_step, warmup_cosine
-from avatargen.train.latent_cache import images_to_tensor, mouth_weight
+from avatargen.families.tiny.train.config import RecipeConfig
+from avatargen.families.tiny.train.optim import optimizer_step, warmup_cosine
+from avatargen.families.tiny.train.latent_cache import images_to_tensor, mouth_weight
 
 
 def random_pose(rng: random.Random) -> FacePose:
