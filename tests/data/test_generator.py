@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -100,12 +99,3 @@ def test_procedural_speech_has_pauses_and_clip_frame_count_rule():
     clip = make_clip(1_000_001, 2, 1.37, size=64, prefer_espeak=False, prompt="smiling")
     assert len(clip.frames) == round(len(clip.audio) / clip.sample_rate * clip.fps) == len(clip.openness)
     assert clip.mouth_boxes.shape == (len(clip.frames), 4) and clip.reference.shape == (64, 64, 3)
-
-
-def test_render_speed_is_reported():
-    renderer = FaceRenderer(identity_from_seed(0), 256)
-    poses = motion_track(np.linspace(0, 1, 50), 25, Style(), np.random.default_rng(0))
-    start = time.perf_counter()
-    for p in poses:
-        renderer.render(p)
-    print(f"\nrender 256x256: {(time.perf_counter() - start) / len(poses) * 1000:.2f} ms/frame")

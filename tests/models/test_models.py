@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import torch
@@ -392,18 +391,8 @@ def test_sr_rejects_bad_face_box(box: list[float]) -> None:
 # ---------------------------------------------------------------------------------------------------- sizes
 
 
-def _best_ms(fn, repeats: int = 3) -> float:
-    fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1000
-
-
-def test_param_counts_and_timings_report() -> None:
-    """Prints sizes and CPU timings (run with -s); asserts only the broad size envelope."""
+def test_model_sizes_stay_in_their_envelope() -> None:
+    """The default architectures' sizes (what a 2-core CPU renders in real time; their speed: benchmarks/)."""
     models = {
         "audio_encoder": AudioEncoder(AudioEncoderParams()),
         "text_encoder": TextEncoder(TextEncoderParams()),
@@ -412,18 +401,6 @@ def test_param_counts_and_timings_report() -> None:
         "sr_dit": SRDiT(SRDiTParams()),
     }
     counts = {name: n_params(m) for name, m in models.items()}
-    for name, count in counts.items():
-        print(f"{name:14s} {count / 1e6:6.2f} M params")
-    assert 2e6 <= counts["a2v_dit"] <= 4.5e6
-    assert 0.5e6 <= counts["sr_dit"] <= 2e6
-    assert counts["vae"] <= 1.5e6
-
-    a2v, sr, vae = (models[k].eval() for k in ("a2v_dit", "sr_dit", "vae"))
-    inputs = _a2v_inputs(batch=1, frames=18)
-    low, ref = torch.randn(16, 8, 16, 16), torch.randn(16, 8, 32, 32)
-    latents = torch.randn(1, 8, 16, 32, 32)
-    with torch.no_grad():
-        print(f"A2V forward B=1 T=18 (1216 tokens): {_best_ms(lambda: a2v(**inputs)):7.1f} ms")
-        print(f"SR forward, 16 frames:              {_best_ms(lambda: sr(low, ref)):7.1f} ms")
-        decode_ms = _best_ms(lambda: vae.decode(latents), repeats=1)
-        print(f"VAE decode 16 frames 32x32->256x256: {decode_ms:7.1f} ms ({decode_ms / 16:.1f} ms/frame)")
+    assert 2e6 <= counts["a2v_dit"] <= 4.5e6, counts
+    assert 0.5e6 <= counts["sr_dit"] <= 2e6, counts
+    assert counts["vae"] <= 1.5e6, counts
