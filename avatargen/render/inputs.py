@@ -93,7 +93,7 @@ def open_picture(image: Path | None, video: Path | None, config: Config, warn: C
             prefetch.stop(image)
             return load_reference(image, size, fit, warn, face=face)
         rgb = read_picture(image, fit)  # while the face search beside the start ends (a large picture's takes longer)
-        prefetch.finish(image, size, face)  # what it found is in the picture cache now
+        prefetch.finish(image, size, face, warn)  # what it found is in the picture cache now
         return reference_from_rgb(rgb, size, fit, warn, f"image '{image}'", face)
 
     # a family that frames the picture itself needs no face search for a square it does not use
