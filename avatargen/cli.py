@@ -484,12 +484,12 @@ def _main() -> int:
     except click_errors.ClickException as error:
         _fail(error.format_message())
         return error.exit_code
-    except click_errors.Abort:
-        _fail("interrupted")
-        return EXIT_INTERRUPTED
     except AvatarGenError as error:  # raised outside a command's body (--version to a stdout that cannot take it)
         _fail(str(error))
         return error.exit_code
+    except typer.Abort:
+        _fail("interrupted")
+        return EXIT_INTERRUPTED
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_FAILURE)
     return result if isinstance(result, int) else 0
