@@ -143,7 +143,7 @@ def render(
             prefetch.frame(image, cfg.model.image_size, cfg.pipeline.face)  # the search's second step, under way
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
-        raw = RawPcm(audio_rate, audio_channels or 1) if audio_rate is not None else None
+        raw = RawPcm(audio_rate, audio_channels if audio_channels is not None else 1) if audio_rate is not None else None
         from avatargen.render.inputs import parse_box
 
         boxes = tuple(parse_box(box) for box in person_box or [])

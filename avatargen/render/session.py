@@ -476,6 +476,15 @@ class RenderSession:
             self.warn(f"warning: closing the partial video: {error}")
             partial = self.writer.abort()
         done = f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s)"
+        if self.writer.frames_written == 0 and self.partial is not None:  # stopped before this run's first frame
+            self.partial.unlink(missing_ok=True)  # an empty partial is nothing to keep
+            if store is None or not store.parts:
+                if store is not None:
+                    store.remove()
+                raise RenderInterrupted(f"interrupted by {stop.name} before the first frame; nothing was written",
+                                        stop.exit_code)  # fmt: skip
+            raise RenderInterrupted(f"{done}; the video so far is in the parts in '{store.folder}'; "
+                                    f"{self._resume_hint()}", stop.exit_code)  # fmt: skip
         if store is None:
             kept = f"the video is in '{partial}'" if partial else "the live outputs end here"
             raise RenderInterrupted(f"{done}; {kept}", stop.exit_code)
