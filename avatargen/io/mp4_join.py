@@ -15,7 +15,7 @@ from pathlib import Path
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, FINISHED_MOVFLAGS, copy_mp4
 from avatargen.io.ffmpeg import StderrTail, local_file, start_ffmpeg
-from avatargen.io.owned_names import remove_name
+from avatargen.io.owned_names import clear_link_folder, remove_name
 
 _FRAME_COUNT = re.compile(r"frame=\s*(\d+)")
 
@@ -76,7 +76,7 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path | AudioMix, output: Pa
     # The concat listing names the parts by links with plain names in a folder of their own: a path in the listing
     # would be read as a URL (a protocol prefix) or break the listing (a quote, a newline), whatever it holds.
     links = output.with_name(f".{output.name}.join")
-    remove_name(links)  # a hidden name of this render's: whatever is there (a link as a link) goes
+    clear_link_folder(links)  # what a killed join left there (a link at the name as a link)
     links.mkdir()
     lines = ["ffconcat version 1.0"]
     for number, (part, frames) in enumerate(parts):

@@ -102,6 +102,14 @@ def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> 
     avatargen's (a rerun may replace it)."""
     if not os.path.lexists(path):
         return None
+    if kind == "temp":  # a hidden temporary name: a file or link there is a killed render's, a folder is not
+        return "is a folder" if path.is_dir() and not path.is_symlink() else None
+    if kind == "join":
+        try:
+            clear_link_folder(path, dry_run=True)
+        except BadInputError:
+            return "is a folder avatargen did not make"
+        return None
     if os.path.islink(path):
         return "is a symbolic link"
     if kind == "resume":
@@ -135,9 +143,9 @@ def check_owned_names(names: list[tuple[Path, str]], overwrite: bool, resume_fol
         if reason is None:
             continue
         is_folder = path.is_dir() and not path.is_symlink()
-        if overwrite and (kind == "resume" or not is_folder):
+        if overwrite and (kind == "resume" or not is_folder) and kind not in ("temp", "join"):
             continue
-        if is_folder and kind != "resume":
+        if is_folder and kind != "resume" and kind != "join":
             raise BadInputError(f"'{path}' {reason}, where this render writes a file; move it away or choose another "
                                 "output name")  # fmt: skip
         raise BadInputError(f"'{path}' {reason}; this render would replace it: {OVERWRITE_FIX}")
@@ -160,10 +168,28 @@ def remove_name(path: Path) -> None:
 
 
 def create_fresh(path: Path) -> int:
-    """A new, empty file at ``path`` (what was there removed first, a link as a link), opened for writing; the
-    descriptor. ``O_EXCL | O_NOFOLLOW``: a link planted at the name in the meantime fails here, never written through."""
+    """A new, empty file at ``path`` (a file or link there removed first, a link as a link; a folder refused), opened
+    for writing; the descriptor. ``O_EXCL | O_NOFOLLOW``: a link planted at the name in the meantime fails here, never
+    written through."""
+    if path.is_dir() and not path.is_symlink():
+        raise BadInputError(f"'{path}' is a folder, where this render writes a file; move it away or choose another "
+                            "output name")  # fmt: skip
     remove_name(path)
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
+def clear_link_folder(folder: Path, dry_run: bool = False) -> None:
+    """Remove ``folder`` if it holds only what ``join_parts`` puts there (links ``N.mp4``, ``parts.ffconcat``: a
+    killed join leaves them); a link at its name is removed as a link; a folder holding anything else is refused."""
+    if folder.is_dir() and not folder.is_symlink():
+        def ours(entry: Path) -> bool:
+            return entry.name == "parts.ffconcat" or (entry.is_symlink() and entry.name.removesuffix(".mp4").isdigit())
+
+        if not all(ours(entry) for entry in folder.iterdir()):
+            raise BadInputError(f"'{folder}' is a folder avatargen did not make, at a name a render uses for its "
+                                "temporary files; move it away")  # fmt: skip
+    if not dry_run:
+        remove_name(folder)
 
 
 def fd_url(fd: int) -> str:

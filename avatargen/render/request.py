@@ -90,15 +90,19 @@ def check_request(request: RenderRequest, config: Config, resume: bool) -> None:
 def names_written_beside(output: Path) -> list[str]:
     """Every name a render of ``output`` writes in its folder, the temporary ones included."""
     partial, saved = partial_path_for(output).name, config_path_for(output).name
-    return [output.name, partial, f".{partial}.trim.mp4", f".{partial}.tmp", saved, f".{saved}.tmp", lock_path_for(output).name,
-            resume_folder_for(output).name, f".{output.stem}.joining.mp4", f".{output.name}.join"]  # fmt: skip
+    joining = f".{output.stem}.joining.mp4"
+    return [output.name, partial, f".{partial}.trim.mp4", saved, f".{saved}.tmp", lock_path_for(output).name,
+            resume_folder_for(output).name, joining, f".{joining}.join"]  # fmt: skip
 
 
 def owned_names(output: Path, save_config: bool) -> list[tuple[Path, str]]:
     """The names a render of ``output`` writes and replaces, each with its kind (``io.owned_names.foreign_reason``)."""
-    names = [(output, "mp4"), (partial_path_for(output), "partial"), (lock_path_for(output), "lock"),
-             (resume_folder_for(output), "resume")]  # fmt: skip
-    return names + ([(config_path_for(output), "yaml")] if save_config else [])
+    partial, saved, joining = partial_path_for(output), config_path_for(output), output.with_name(f".{output.stem}.joining.mp4")
+    names = [(output, "mp4"), (partial, "partial"), (lock_path_for(output), "lock"), (resume_folder_for(output), "resume")]
+    names += [(saved, "yaml")] if save_config else []
+    # the hidden temporary names: a killed render's files there are replaced, a folder is refused
+    temporary = [partial.with_name(f".{partial.name}.trim.mp4"), saved.with_name(f".{saved.name}.tmp"), joining]
+    return names + [(path, "temp") for path in temporary] + [(joining.with_name(f".{joining.name}.join"), "join")]
 
 
 def check_output_names(output: Path, save_config: bool, overwrite: bool) -> None:

@@ -84,7 +84,13 @@ def test_a_users_object_at_an_output_name_is_refused_before_the_first_frame_and_
     assert _snapshot(tmp_path) == before  # nothing deleted, truncated, written through or added
 
 
-@pytest.mark.parametrize("what", [w for w in PLANTED if not w.endswith(":folder") or w.startswith(".resume")])
+# each kind of object once in the default suite, every name with every kind in the slow run (each is a render)
+FAST_OVERWRITES = {".resume:folder", ".resume:link-folder", ".mp4:file", ".partial.mp4:link-file", ".lock:link-file",
+                   ".yaml:file", ".partial.mp4:dangling"}  # fmt: skip
+
+
+@pytest.mark.parametrize("what", [w if w in FAST_OVERWRITES else pytest.param(w, marks=pytest.mark.slow)
+                                  for w in PLANTED if not w.endswith(":folder") or w.startswith(".resume")])  # fmt: skip
 def test_overwrite_replaces_a_users_object_and_never_writes_through_a_link(tmp_path, inputs, what):
     _plant(tmp_path, what)
     result = _render(inputs, tmp_path / "mine.mp4", "--overwrite")
@@ -216,3 +222,13 @@ def test_batch_overwrite_replaces_a_users_file_and_without_it_the_row_fails(tmp_
     result = run_cli("batch", str(jobs), "--out-dir", str(out_dir), "--overwrite", "--retry-failed", *FAST)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (out_dir / "target.txt").read_text() == "keep\n" and probe(out_dir / "a.mp4")["frames"] == 10
+
+
+@pytest.mark.parametrize("name", [".mine.partial.mp4.trim.mp4", ".mine.yaml.tmp", ".mine.joining.mp4", "..mine.joining.mp4.join"])
+def test_a_users_folder_at_a_hidden_temporary_name_is_refused_even_with_overwrite(tmp_path, inputs, name):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "keep.txt").write_text("the user's\n")
+    result = _render(inputs, tmp_path / "mine.mp4", "--overwrite")
+    assert result.returncode == 2 and len(_error_lines(result.stderr)) == 1 and name in result.stderr, result.stderr
+    assert (folder / "keep.txt").read_text() == "the user's\n" and not (tmp_path / "mine.mp4").exists()
