@@ -16,7 +16,7 @@ from typing import Callable, List, Optional
 import typer
 from typer._click import exceptions as click_errors  # the Click that Typer parses with
 
-from avatargen.io.console import StdoutLostError, guard_standard_streams, say, write_stdout
+from avatargen.io.console import guard_standard_streams, say, write_stdout
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, ConfigError, PublishError,
                               RenderInterrupted)
 

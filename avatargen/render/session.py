@@ -10,7 +10,6 @@ generation and write nothing.
 
 from __future__ import annotations
 
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, Publi
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
+from avatargen.io.console import say
 from avatargen.io.encoder import Encoder, publish_finished
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.output_lock import OutputLock, lock_path_for
@@ -63,7 +63,7 @@ from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
 
 
 def _print_to_stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+    say(message)  # dropped when stderr cannot take it: a warning never stops a render (io.console)
 
 
 @dataclass
