@@ -69,3 +69,32 @@ def test_nan_in_a_resume_state_blames_the_state_not_a_checkpoint(tmp_path, input
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "holds NaN" in lines[0] and "without --resume" in lines[0] and "a2v" not in lines[0].lower(), lines
     assert folder.is_dir()  # nothing of the stopped render is deleted by the refusal
+
+
+def _wan_refusal(tmp_path: Path, image: Path, overrides: tuple[str, ...] = (), **request) -> str:
+    """The one-line refusal of a ``model=wan_tiny`` render (in-process), before a frame; nothing written."""
+    from avatargen.config.loader import load_config
+    from avatargen.errors import BadInputError
+    from avatargen.render import RenderRequest, render
+
+    speech = write_speechlike_wav(tmp_path / "speech.wav", 0.3)
+    fields = {"image": image, "audio": speech, "output": tmp_path / "out" / "o.mp4", **request}
+    with pytest.raises(BadInputError) as error:
+        render(RenderRequest(**fields), load_config(["model=wan_tiny", *overrides, *FAST]), warn=lambda _: None)
+    assert not (tmp_path / "out").exists()
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+def test_two_speaker_and_aspect_ratio_cases_are_refused_not_ignored(tmp_path, inputs):
+    from PIL import Image
+
+    face, _ = inputs
+    other = write_speechlike_wav(tmp_path / "other.wav", 0.3)
+    assert "give at most 2 -a" in _wan_refusal(tmp_path, face, extra_audio=(other, other))
+    assert "frames the whole picture" in _wan_refusal(tmp_path, face, ("pipeline.face=1",))
+    assert "two speakers are placed" in _wan_refusal(tmp_path, face, ("pipeline.face=2",), extra_audio=(other,))
+    tall = tmp_path / "tall.png"  # 300x400: the model frames its middle 300x300 square
+    Image.new("RGB", (300, 400), (70, 110, 160)).save(tall)
+    message = _wan_refusal(tmp_path, tall, extra_audio=(other,), person_boxes=((0, 0, 150, 40), (150, 0, 300, 400)))
+    assert "--person-box 0,0,150,40 lies outside the part of the picture the model frames" in message
