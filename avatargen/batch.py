@@ -34,7 +34,8 @@ from avatargen.batch_state import (MANIFEST_NAME, bad_row_claim, failed_record_f
                                    write_atomic, write_manifest)
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted,
                               ResumeMismatchError)
-from avatargen.io.output_lock import OutputLock
+from avatargen.io.output_lock import OutputLock, lock_path_for
+from avatargen.io.owned_names import foreign_reason, is_avatargen_resume_folder, remove_name
 from avatargen.io.resume_store import resume_folder_for
 from avatargen.io.targets import refuse_writing_inputs
 from avatargen.runtime.distributed import RankFailedError, ensure_process_group, full_world, solo_rank
@@ -60,6 +61,7 @@ class Job:
     audio_type: str = "para"
     problem: str | None = None  # a row that cannot run (reported as failed, the others still run)
     claim: Path | None = None  # what workers lock and mark failed for it: its output, or a bad row's hidden name
+    overwrite: bool = False  # --overwrite: replace a user's file at the output's names (io.owned_names)
 
     @property
     def claimed_as(self) -> Path:
@@ -111,7 +113,11 @@ def _row_to_job(index: int, row: dict[str, Any], base: Path, out_dir: Path, wher
     boxes = _person_boxes(row.get("person_boxes"), problems)
     overrides = row.get("overrides") or []
     if isinstance(overrides, str):
-        overrides = shlex.split(overrides)  # CSV: one space-separated string
+        try:
+            overrides = shlex.split(overrides)  # CSV: one space-separated string
+        except ValueError as err:  # an unclosed quote: this row fails, the others run
+            problems.append(f"overrides '{overrides}' cannot be split into key=value words ({err}); close the quote")
+            overrides = []
     elif not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         problems.append(f"overrides must be a list of key=value strings, not {json.dumps(overrides)}")
         overrides = []
@@ -257,7 +263,7 @@ def run_job(
             try:
                 with solo_rank() if solo else contextlib.nullcontext():
                     return render(request, cfg, warn=quiet, resume=resume, output_lock=output_lock,
-                                  resume_command=resume_command)  # fmt: skip
+                                  resume_command=resume_command, overwrite=job.overwrite)  # fmt: skip
             except ResumeMismatchError:
                 return attempt(False)  # the job changed since it was stopped: its old state is of no use
 
@@ -290,8 +296,12 @@ def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: 
     claim = job.claimed_as
     try:
         claim.parent.mkdir(parents=True, exist_ok=True)
+        if job.overwrite and foreign_reason(lock_path_for(claim), "lock") is not None:
+            remove_name(lock_path_for(claim))  # --overwrite: a user's file or a link at OUT.lock (a link as a link)
         lock = OutputLock(claim)
         claimed = lock.try_acquire()
+    except BadInputError as err:  # a user's file, folder or link at OUT.lock: this job fails, the others run
+        return _result(job, rank, "failed", started, error=str(err), exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True)
     except OSError as err:
         return _result(job, rank, "failed", started, error=f"cannot write to output folder '{claim.parent}' "
                        f"({err.strerror}); choose a writable --out-dir", exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True)  # fmt: skip
@@ -304,7 +314,8 @@ def _claim_and_run(job: Job, overrides: list[str], rank: int, solo: bool, warn: 
         if failed is not None:
             return failed
         failed_record_for(claim).unlink(missing_ok=True)  # a retry
-        resume = job.problem is None and resume_folder_for(job.output).is_dir()  # stopped or killed mid-job: continue it
+        # stopped or killed mid-job: continue it (a folder at that name that avatargen did not make is the render's to refuse)
+        resume = job.problem is None and is_avatargen_resume_folder(resume_folder_for(job.output))
         result = run_job(job, overrides, rank, solo, warn, confine_to, output_lock=lock, resume=resume,
                          resume_command=resume_command)  # fmt: skip
         if result.status == "failed":
@@ -405,14 +416,17 @@ def print_summary(results: list[JobResult], report_path: Path) -> None:
 
 def run_batch(
     jobs_file: Path, out_dir: Path, overrides: list[str], warn: Callable[[str], None], allow_outside: bool = False,
-    retry_failed: bool = False, resume_command: str = "",
+    retry_failed: bool = False, resume_command: str = "", overwrite: bool = False,
 ) -> int:  # fmt: skip
     """Work through the jobs of ``jobs_file`` into ``out_dir`` as one worker among any number; returns the exit code
     (see ``exit_code_of``). Every file a job writes stays inside ``out_dir`` unless ``allow_outside``; jobs failed for
     good are retried only with ``retry_failed``. ``resume_command``: the command that continues a batch stopped
-    mid-job (this one: a worker resumes a stopped job from its last checkpoint)."""
+    mid-job (this one: a worker resumes a stopped job from its last checkpoint). ``overwrite``: jobs replace what is at
+    their outputs' names even when avatargen did not write it (else such a job fails, exit 2)."""
     config = to_config(load_config(overrides))  # a bad base config fails the whole batch at once (exit 2)
     jobs = read_jobs(jobs_file, out_dir, allow_outside)
+    for job in jobs:
+        job.overwrite = overwrite
     world = full_world()
     spread = config.runtime.batch_mode == BatchMode.spread
     if world.world_size > 1:

@@ -28,6 +28,7 @@ from typing import Any
 
 from avatargen.errors import BadInputError
 from avatargen.io.output_lock import is_locked, lock_path_for, read_holder
+from avatargen.io.owned_names import is_avatargen_resume_folder
 from avatargen.io.resume_store import resume_folder_for
 
 MANIFEST_NAME = "batch_jobs.json"
@@ -101,11 +102,11 @@ def job_state(output: Path) -> JobState:
         return JobState(str(output), "done")
     if is_locked(output):
         holder = read_holder(lock_path_for(output))
-        return JobState(str(output), "running", holder.host, holder.pid, resumable=resume_folder_for(output).is_dir())
+        return JobState(str(output), "running", holder.host, holder.pid, resumable=is_avatargen_resume_folder(resume_folder_for(output)))
     failure = read_failure(output)
     if failure is not None:
         return JobState(str(output), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error")))
-    return JobState(str(output), "pending", resumable=resume_folder_for(output).is_dir())
+    return JobState(str(output), "pending", resumable=is_avatargen_resume_folder(resume_folder_for(output)))
 
 
 def write_manifest(out_dir: Path, outputs: list[Path]) -> None:

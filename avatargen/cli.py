@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 import typer
+from typer._click import exceptions as click_errors  # the Click that Typer parses with
 
+from avatargen.io.console import guard_standard_streams, say, write_stdout
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, ConfigError, PublishError,
                               RenderInterrupted)
 
 EXIT_CODES = (
-    "Exit codes: 0 ok; 2 bad input or bad config; 3 a live output failed (output.on_publish_failure=stop); "
+    "Exit codes: 0 ok; 2 bad input or bad config (a wrong option too), a file at the output's names that avatargen did "
+    "not write (--overwrite replaces it), or a stdout that cannot take the output; 3 a live output failed (output.on_publish_failure=stop); "
     "130 interrupted (SIGINT), 143 terminated (SIGTERM); 1 anything else (a bug: rerun with --debug)."
 )
 
@@ -31,6 +34,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+OVERWRITE_HELP = (
+    "Replace what is at OUTPUT's names (OUT.mp4, .yaml, .partial.mp4, .lock, .resume/) even if avatargen did not write "
+    "it; without it such a file, folder or link is refused (exit 2). avatargen's own earlier output is always replaced."
+)
 OVERRIDES_HELP = (
     "Hydra-style config overrides: group=option (model=tiny), key=value (pipeline.n_chunk_frames=32), "
     "+key=value adds a key. See `avatargen config` and docs/configuration.md."
@@ -41,7 +48,7 @@ def _print_version(value: bool) -> None:
     if value:
         from avatargen import __version__
 
-        print(f"avatargen {__version__}")
+        write_stdout(f"avatargen {__version__}\n", "the version")
         raise typer.Exit()
 
 
@@ -53,7 +60,7 @@ def _options(
 
 
 def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
+    say(f"error: {message}")  # dropped if stderr cannot take it: the exit code still says it
 
 
 def _run(action: Callable[[], None], debug: bool) -> None:
@@ -102,6 +109,7 @@ def render(
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
     resume: bool = typer.Option(False, "--resume/--no-resume", help="Continue a stopped or killed render of OUTPUT from its last checkpoint (same inputs and config).", show_default=True),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
 ) -> None:
     """Render IMAGE speaking AUDIO into OUTPUT, chunk by chunk, writing the MP4 while generating (or dub VIDEO).
@@ -135,7 +143,7 @@ def render(
             prefetch.frame(image, cfg.model.image_size, cfg.pipeline.face)  # the search's second step, under way
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
-        raw = RawPcm(audio_rate, audio_channels or 1) if audio_rate is not None else None
+        raw = RawPcm(audio_rate, audio_channels if audio_channels is not None else 1) if audio_rate is not None else None
         from avatargen.render.inputs import parse_box
 
         boxes = tuple(parse_box(box) for box in person_box or [])
@@ -160,7 +168,8 @@ def render(
             return RenderProgress(fps, total, enabled=not quiet and sys.stderr.isatty())
 
         report = run_render(
-            request, cfg, progress_factory=progress, record_seams=evaluate, resume=resume, resume_command=_resume_command()
+            request, cfg, progress_factory=progress, record_seams=evaluate, resume=resume, resume_command=_resume_command(),
+            overwrite=overwrite,
         )
         from avatargen.runtime.distributed import world_info
 
@@ -172,20 +181,17 @@ def render(
             metrics = evaluate_video(output, audio[0], reference=image, seams=report["seams"] or None)
             report.update({k: v for k, v in metrics.items() if k not in report and k != "video"})
             if not json_out and not quiet:
-                print(format_report(metrics), file=sys.stderr)
+                say(format_report(metrics))
         if json_out:
             if out is sys.stdout:
                 where = f"to '{report['output']}'" if report["output"] not in (None, "-") else "to its live outputs"
-                _write_stdout(json.dumps(report) + "\n", f"the video is written {where}, but its report")
+                write_stdout(json.dumps(report) + "\n", f"the video is written {where}, but its report")
             else:
-                print(json.dumps(report), file=out)
+                say(json.dumps(report))
         elif not quiet:
             where = {None: "the live outputs", "-": "MPEG-TS to stdout"}.get(report["output"], report["output"])
-            print(
-                f"wrote {where}: {report['frames']} frames, {report['duration_s']:.2f} s, "
-                f"{report['gen_fps']} fps generated, RTF {report['rtf']}",
-                file=sys.stderr,
-            )
+            say(f"wrote {where}: {report['frames']} frames, {report['duration_s']:.2f} s, "
+                f"{report['gen_fps']} fps generated, RTF {report['rtf']}")  # fmt: skip
 
     _run(action, debug)
 
@@ -206,7 +212,7 @@ def config(
     def action() -> None:
         from avatargen.config.loader import load_config, to_yaml
 
-        print(to_yaml(load_config(overrides or [])), end="")
+        write_stdout(to_yaml(load_config(overrides or [])), "the config")
 
     _run(action, debug)
 
@@ -255,7 +261,7 @@ def eval_command(
             write_mouth_sheet(mouth_sheet, video, result)
             result["mouth_sheet"] = str(mouth_sheet)
         result.pop("curves", None)
-        _write_stdout((json.dumps(result) if json_out else format_report(result)) + "\n", "the measurements")
+        write_stdout((json.dumps(result) if json_out else format_report(result)) + "\n", "the measurements")
 
     _run(action, debug)
 
@@ -274,31 +280,6 @@ def _check_sheets(sheets: dict[str, Path], inputs: list[Path]) -> None:
     refuse_writing_inputs(sheets.values(), inputs, fix="give the sheet another name")
     if len(sheets) == 2 and len({os.path.realpath(p) for p in sheets.values()}) == 1:
         raise BadInputError("--sheet and --mouth-sheet name the same file; give each its own name")
-
-
-def _write_stdout(text: str, what: str) -> None:
-    """Write ``text`` to stdout at once, unbuffered: a stdout that cannot take it (a full disk, ``> /dev/full``, a
-    closed pipe) is reported here as one line (``what`` it was), not by the interpreter at exit. Files the command
-    wrote before stay."""
-    sys.stdout.flush()
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):  # not a file (an embedding program's stream): its own buffering
-        print(text, end="", flush=True)
-        return
-    data = text.encode()
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    except OSError as err:
-        raise StdoutLostError(f"{what} could not be written to stdout ({err.strerror}); give stdout room or redirect it "
-                              "elsewhere") from None  # fmt: skip
-
-
-class StdoutLostError(AvatarGenError):
-    """stdout could not take a command's report (exit 2, as a full disk is); files already written are kept."""
-
-    exit_code = EXIT_BAD_INPUT
 
 
 @app.command(epilog=EXIT_CODES)
@@ -347,6 +328,7 @@ def batch(
     retry_failed: bool = typer.Option(False, "--retry-failed/--no-retry-failed", help="Try again the jobs that failed for good (OUT.failed.json) before this worker started.", show_default=True),
     allow_outside_out_dir: bool = typer.Option(False, "--allow-outside-out-dir/--no-allow-outside-out-dir", help="Let jobs write outside --out-dir (absolute or ../ outputs, output.publish elsewhere); refused by default.", show_default=True),
     json_out: bool = typer.Option(False, "--json/--no-json", help="With status: print one JSON object.", show_default=True),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP.replace("OUTPUT's", "each job's output's")),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP + " Applied to every job, before its own overrides.", show_default=False),
 ) -> None:
@@ -379,8 +361,8 @@ def batch(
 
         # A job stopped mid-render is resumed by the next worker that claims it: running this command again does it.
         again = shlex.join(["avatargen", *sys.argv[1:]])
-        code = run_batch(jobs, out_dir, overrides or [], warn=lambda message: print(message, file=sys.stderr),
-                         allow_outside=allow_outside_out_dir, retry_failed=retry_failed, resume_command=again)  # fmt: skip
+        code = run_batch(jobs, out_dir, overrides or [], warn=say, allow_outside=allow_outside_out_dir,
+                         retry_failed=retry_failed, resume_command=again, overwrite=overwrite)  # fmt: skip
 
     _run(action, debug)
     raise typer.Exit(code)
@@ -402,7 +384,7 @@ def doctor(
         from avatargen.doctor import diagnose, format_report
 
         report = diagnose(output_dir)
-        print(json.dumps(report.to_json(), indent=2) if as_json else format_report(report))
+        write_stdout((json.dumps(report.to_json(), indent=2) if as_json else format_report(report)) + "\n", "the report")
         for problem in report.problems:
             _fail(problem)
         result["ok"] = report.ok
@@ -471,9 +453,9 @@ def check(
                 dtypes = ", ".join(f"{dtype} x {count}" for dtype, count in sorted(module.dtypes.items())) or "no tensors"
                 print(f"{module.module}: {module.parameters:,} parameters, {_gib(module.stored_bytes)} stored ({dtypes})")
         for line in report.problems():
-            print(f"problem: {line}", file=sys.stderr)
+            say(f"problem: {line}")
         if not report.ok:
-            print(f"error: {len(report.problems())} problem(s) in '{folder}' for model={config.model.name}", file=sys.stderr)
+            say(f"error: {len(report.problems())} problem(s) in '{folder}' for model={config.model.name}")
 
     _run(action, debug)
     if not result.get("ok", False):
@@ -485,11 +467,35 @@ app.add_typer(weights_app)
 
 def main() -> None:
     _cover_closed_standard_fds()
+    guard_standard_streams()  # stdout that cannot take the output: exit 2, one line; stderr: dropped (io.console)
+    code = _main()
+    _exit_without_teardown(code)
+    sys.exit(code)
+
+
+def _main() -> int:
+    """Run the command line; its exit code. A mistake on the command line (an unknown option, a value of the wrong
+    type, a missing one) is one ``error:`` line and exit 2, like every other bad input."""
     try:
-        app()
+        result = app(standalone_mode=False)
+    except click_errors.NoArgsIsHelpError:  # the command alone: its help, printed as it was made
+        return EXIT_BAD_INPUT
+    except click_errors.UsageError as error:
+        command = error.ctx.command_path if error.ctx is not None else "avatargen"
+        _fail(f"{error.format_message().rstrip('.')}; see '{command} --help'")
+        return EXIT_BAD_INPUT
+    except click_errors.ClickException as error:
+        _fail(error.format_message())
+        return error.exit_code
+    except AvatarGenError as error:  # raised outside a command's body (--version to a stdout that cannot take it)
+        _fail(str(error))
+        return error.exit_code
+    except typer.Abort:
+        _fail("interrupted")
+        return EXIT_INTERRUPTED
     except SystemExit as done:
-        _exit_without_teardown(done.code)
-        raise
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_FAILURE)
+    return result if isinstance(result, int) else 0
 
 
 def _exit_without_teardown(code: object) -> None:

@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 
 from avatargen.config.families import family_of
 from avatargen.config.schema import Config, WeightsSource
-from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ResumeMismatchError
+from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, ResumeMismatchError
 from avatargen.io.mp4_join import salvage_part
 from avatargen.io.encoder import disk_full_error
 from avatargen.io.resume_store import OtherFormatError, ResumeStore, file_digest, text_digest
@@ -145,14 +145,23 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
             f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
             "resume with the same inputs and config, or render without --resume to start over"
         )
-    on_disk = salvage_part(partial) if partial.exists() else 0
+    on_disk = salvage_part(partial) if (partial.is_file() and not partial.is_symlink()) else 0
     chosen = store.choose(on_disk)
     if chosen is None:
         warn(f"note: --resume: no checkpoint of '{output_name}' is covered by its saved video; rendering from the start")
         return None
-    if partial.exists():
+    if (partial.is_file() and not partial.is_symlink()):
         store.add_part(partial, chosen["frames"])
-    return RenderCheckpoint.from_tensors(store.read_state(chosen), chosen["meta"])
+    tensors = store.read_state(chosen)
+    damaged = next((name for name, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())), None)
+    if damaged is not None:  # a model never wrote it so (a finite check guards every chunk): the file is damaged
+        raise BadInputError(f"resume state '{store.folder / chosen['file']}' holds NaN or infinite values (tensor "
+                            f"{damaged}): it is damaged; render without --resume to start over")  # fmt: skip
+    try:
+        return RenderCheckpoint.from_tensors(tensors, chosen["meta"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:  # a hand-edited resume.json
+        raise BadInputError(f"resume state '{store.folder}' is unreadable (checkpoint {chosen['frames']}: "
+                            f"{error.__class__.__name__} {error}); render without --resume to start over") from None
 
 
 def checkpoint_saver(store: ResumeStore) -> Callable[[RenderCheckpoint], None]:

@@ -76,3 +76,36 @@ def stream_start_times(path: str | Path) -> dict[str, float]:
         match = re.search(re.escape(tag) + r".*?pts_time:\s*(-?[\d.]+)", stderr)
         starts[name] = float(match.group(1)) if match else float("nan")
     return starts
+
+
+def png_frame_count(path: str | Path, folder: str | Path) -> int:
+    """How many PNGs a plain ``ffmpeg -i PATH FOLDER/%04d.png`` writes (its default frame-rate handling: a stream
+    that starts before another gets a duplicated first frame)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _ffmpeg("-i", str(path), str(folder / "%04d.png"))
+    return len(list(folder.glob("*.png")))
+
+
+def header_duration_s(path: str | Path) -> float:
+    """The duration the MP4's movie header (``moov/mvhd``) declares, in seconds (0 for a fragmented file's)."""
+    import struct
+
+    data = Path(path).read_bytes()
+    offset = 0
+    while offset + 8 <= len(data):
+        size, kind = struct.unpack(">I4s", data[offset : offset + 8])
+        if size == 1:
+            size = struct.unpack(">Q", data[offset + 8 : offset + 16])[0]
+        if kind == b"moov":
+            mvhd = data.index(b"mvhd", offset) - 4
+            version = data[mvhd + 8]
+            if version == 1:
+                timescale, duration = struct.unpack(">IQ", data[mvhd + 28 : mvhd + 40])
+            else:
+                timescale, duration = struct.unpack(">II", data[mvhd + 20 : mvhd + 28])
+            return duration / timescale
+        if size < 8:
+            break
+        offset += size
+    return 0.0

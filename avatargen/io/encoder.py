@@ -20,6 +20,7 @@ from avatargen.errors import BadInputError, DiskFullError, PublishError
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, local_file, start_ffmpeg
 from avatargen.io.outputs import MP4_MOVFLAGS, Output, mp4_output, tee_event, tee_target
+from avatargen.io.owned_names import create_fresh, fd_url, metadata_args, remove_name
 
 ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo s16le at this rate
 _NO_SPACE = "No space left on device"
@@ -103,24 +104,28 @@ class Encoder:
         for file in mix.paths if mix is not None else ():
             if not Path(file).is_file():
                 raise BadInputError(f"audio file '{file}' does not exist; check the path")
+        self._partial_fd: int | None = None
         if self.path is not None:
             if self.path.is_dir():
                 raise BadInputError(f"output path '{self.path}' is a folder; give a file name such as out.mp4")
             self._prepare_folder()
-        self.outputs = ([mp4_output(self.partial_path)] if self.path is not None else []) + list(outputs)
+        # ffmpeg writes the partial file this process created, by its descriptor: a link planted at its name after
+        # that is never written through.
+        partial = [mp4_output(self.partial_path, fd_url(self._partial_fd))] if self._partial_fd is not None else []
+        self.outputs = partial + list(outputs)
         self.dropped: dict[str, str] = {}  # label -> why, for live outputs dropped after a failure
         self._open_failure: str | None = None  # the last "error opening" reason ffmpeg gave
         self._aborted: tuple[Output, str | None] | None = None  # the output whose failure ended ffmpeg, and why
         self._drop_failed_live = drop_failed_live
         self._on_dropped = on_dropped
         self._audio_feed: AudioFeed | None = None
-        pass_fds: tuple[int, ...] = ()
+        pass_fds: tuple[int, ...] = (self._partial_fd,) if self._partial_fd is not None else ()
         audio_input: list[str] = []
         audio_map = ["-map", "1:a:0"]
         if audio_pipe:
             read_fd, write_fd = os.pipe()
             audio_input = ["-f", "s16le", "-ar", str(ENCODER_AUDIO_RATE), "-ac", "2", "-i", f"pipe:{read_fd}"]
-            pass_fds = (read_fd,)
+            pass_fds = (*pass_fds, read_fd)
             self._audio_feed = AudioFeed(os.fdopen(write_fd, "wb", buffering=0))  # owns (and closes) write_fd
         elif mix is not None:
             # 48 kHz keeps AAC's end padding (< 1024 samples, which a fragmented MP4 cannot trim) under one frame.
@@ -157,9 +162,10 @@ class Encoder:
         folder = self.partial_path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            # Opening the file now reports an unwritable folder here, not later as an ffmpeg failure mid-render.
-            with open(self.partial_path, "wb"):
-                pass
+            # Creating the file now reports an unwritable folder here, not later as an ffmpeg failure mid-render. A
+            # fresh file (O_EXCL | O_NOFOLLOW): what was at the name (checked to be avatargen's) is removed, a link
+            # as a link.
+            self._partial_fd = create_fresh(self.partial_path)
         except OSError as err:
             raise BadInputError(
                 f"cannot write to output folder '{folder}' ({err.strerror}); choose a writable folder"
@@ -184,6 +190,7 @@ class Encoder:
         if period > 0:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
+        args += metadata_args()  # avatargen's mark: a rerun knows the file as its own (io.owned_names)
         if len(self.outputs) == 1 and self.outputs[0].kind == "mp4":
             # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
             # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
@@ -246,11 +253,14 @@ class Encoder:
             raise self._failure from None
         self.frames_written += len(frames)
 
-    def close(self) -> Path | None:
-        """Finish every output and rename the MP4 to ``path`` (atomically); returns ``path`` (None: no file).
+    def close(self, before_publish: Callable[[], None] | None = None) -> Path | None:
+        """Finish every output and put the MP4 at ``path``; returns ``path`` (None: no file).
 
-        If ffmpeg failed, raises (``FfmpegError``, ``PublishError``, or ``BadInputError`` when the disk is full) and
-        leaves the partial file where it is.
+        The finished file is the partial one remuxed (stream copy) into a plain MP4 with its index first
+        (``finish_mp4``): its header carries the duration, and the AAC priming is cut by an edit list.
+        ``before_publish`` runs once that file is complete, just before it is renamed to ``path`` (the sidecar config
+        is written there: a kill never leaves ``path`` without it). If ffmpeg failed, raises (``FfmpegError``,
+        ``PublishError``, or ``BadInputError`` when the disk is full) and leaves the partial file where it is.
         """
         if self._failure is not None:
             self._stop()
@@ -263,7 +273,7 @@ class Encoder:
             self._result = self.partial_path if self.path is not None else None
             raise self._error(f"failed with exit code {returncode}")
         if self.path is not None:
-            os.replace(self.partial_path, self.path)
+            finish_mp4(self.partial_path, self.path, before_publish)
             self._result = self.path
         return self._result
 
@@ -447,17 +457,52 @@ def disk_full_error(path: Path | str, reason: str | None) -> DiskFullError:
 def trim_to_frames(path: Path, frames: int, fps: int) -> None:
     """Cut the tracks of fragmented MP4 ``path`` at ``frames / fps`` seconds by a stream copy, replacing it atomically."""
     tmp = path.with_name(f".{path.name}.trim.mp4")
-    proc = start_ffmpeg(
-        ["-v", "error", "-y", "-i", local_file(path), "-map", "0", "-c", "copy", "-t", f"{frames / fps:.6f}",
-         "-movflags", MP4_MOVFLAGS, "-f", "mp4", local_file(tmp)]
-    )  # fmt: skip
+    copy_mp4(["-i", local_file(path), "-map", "0", "-c", "copy", "-t", f"{frames / fps:.6f}", "-movflags", MP4_MOVFLAGS],
+             tmp, what=f"trim '{path}'", full_path=path)  # fmt: skip
+    os.replace(tmp, path)
+
+
+# The finished file: a plain MP4 with its index (moov) first, so players and tools read its duration from the header
+# and seek at once, and the AAC priming cut by an edit list (both streams start at 0).
+FINISHED_MOVFLAGS = "+faststart"
+
+
+def finish_mp4(partial: Path, path: Path, before_publish: Callable[[], None] | None = None) -> None:
+    """Remux fragmented ``partial`` into the finished ``path`` (stream copy: the frames keep their exact bits), through
+    a hidden temporary file renamed into place once complete (after ``before_publish``); ``partial`` is removed."""
+    tmp = path.with_name(f".{path.stem}.joining.mp4")
+    copy_mp4(["-i", local_file(partial), "-map", "0", "-c", "copy", "-movflags", FINISHED_MOVFLAGS], tmp,
+             what=f"finish '{path}'", full_path=partial)  # fmt: skip
+    publish_finished(tmp, path, before_publish)
+    partial.unlink(missing_ok=True)
+
+
+def publish_finished(tmp: Path, path: Path, before_publish: Callable[[], None] | None = None) -> None:
+    """Rename the complete ``tmp`` to ``path`` (atomically; a link at ``path`` is replaced, not followed), after
+    ``before_publish``; ``tmp`` is removed if that fails."""
+    try:
+        if before_publish is not None:
+            before_publish()
+        os.replace(tmp, path)
+    except BaseException:
+        remove_name(tmp)
+        raise
+
+
+def copy_mp4(args: list[str], tmp: Path, what: str, full_path: Path) -> None:
+    """Run ffmpeg ``args`` writing MP4 ``tmp`` (a fresh file this process creates: never a link's target), tagged as
+    avatargen's; ``tmp`` is removed on failure (``DiskFullError`` naming ``full_path``, else ``FfmpegError``)."""
+    fd = create_fresh(tmp)
+    try:
+        proc = start_ffmpeg(["-v", "error", "-y", *args, *metadata_args(), "-f", "mp4", fd_url(fd)], pass_fds=(fd,))
+    finally:
+        os.close(fd)
     stderr = StderrTail(proc)
     returncode = proc.wait()
     stderr.join()
     if returncode != 0:
-        tmp.unlink(missing_ok=True)
+        remove_name(tmp)
         reason = stderr.reason()
         if _NO_SPACE in reason or _TOO_LARGE in reason or returncode == -signal.SIGXFSZ:
-            raise disk_full_error(path, reason)
-        raise FfmpegError(f"ffmpeg could not trim '{path}' ({reason})")
-    os.replace(tmp, path)
+            raise disk_full_error(full_path, reason)
+        raise FfmpegError(f"ffmpeg could not {what} ({reason})")

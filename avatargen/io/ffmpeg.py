@@ -23,6 +23,7 @@ from typing import Callable
 from avatargen.errors import AvatarGenError, BadInputError
 
 STDERR_TAIL_LINES = 50
+ANSWER_TIMEOUT_S = 15.0  # reading a file's header takes ffmpeg milliseconds; past this it is not going to answer
 
 
 class FfmpegError(AvatarGenError):
@@ -205,21 +206,33 @@ _STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+): ?(\w*)")
 
 
 def read_input_info(path: str | Path) -> InputInfo:
-    """Open ``path`` with ``ffmpeg -i`` (no output) and parse its stream list and duration from stderr."""
-    proc = subprocess.run(
-        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", local_file(path)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        timeout=60,
-        preexec_fn=die_with_parent(),
-    )
+    """Open ``path`` with ``ffmpeg -i`` (no output) and parse its stream list and duration from stderr. An ffmpeg that
+    does not answer within ``ANSWER_TIMEOUT_S``, or answers without reading the file (a broken binary), is
+    ``FfmpegUnusable`` (exit 2): the input is not blamed for it."""
+    exe = ffmpeg_exe()
+    try:
+        proc = subprocess.run(
+            [exe, "-hide_banner", "-nostdin", "-i", local_file(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=ANSWER_TIMEOUT_S,
+            preexec_fn=die_with_parent(),
+        )
+    except subprocess.TimeoutExpired:
+        raise FfmpegUnusable(f"ffmpeg '{exe}' did not answer in {ANSWER_TIMEOUT_S:g} s reading the header of '{path}'; "
+                             "check that it runs (avatargen doctor)") from None  # fmt: skip
     lines = proc.stderr.decode("utf-8", errors="replace").splitlines()
     info = InputInfo()
     # Without an output ffmpeg always exits non-zero; a failed open is told apart by its message.
     if any("Error opening input" in line for line in lines):
         info.error = ffmpeg_reason(lines)
         return info
+    if not any(line.startswith("Input #0") for line in lines):  # it never read the file: the binary is broken
+        said = ffmpeg_reason(lines) if lines else "no output"
+        raise FfmpegUnusable(f"ffmpeg '{exe}' did not read '{path}' (exit code {proc.returncode}: {said}); point "
+                             "IMAGEIO_FFMPEG_EXE at a working ffmpeg or reinstall imageio-ffmpeg (avatargen doctor "
+                             "checks it)")  # fmt: skip
     for line in lines:
         duration = _DURATION.search(line)
         if duration and info.duration_s is None:

@@ -32,12 +32,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from avatargen.face.hog_cache import cache_folder, prune_least_recently_used
 
-WAIT_S = 30.0  # the longest a render waits for the search (a 4000x4000 photograph's takes ~2 s) before its own
+WAIT_S = 15.0  # the longest a render waits for the search (a 4000x4000 photograph's takes ~2 s) before its own
 _FIRST_SIZE = 256  # the square size of the first step's framing: only its faces and meshes are kept, not the square
 MAX_MARKERS = 1000  # files searched so before (the picture cache keeps as many pictures)
 
@@ -110,16 +111,37 @@ def frame(image: Path, size: int, face: int | None) -> None:
             process.stdin.close()
 
 
-def finish(image: Path, size: int, face: int | None, timeout_s: float = WAIT_S) -> None:
-    """``frame`` (where not done yet), then wait for the search of ``image`` to end (stopped past ``timeout_s``):
-    what it found is then in the picture cache. Nothing where none runs for ``image``."""
+def finish(image: Path, size: int, face: int | None, warn: Callable[[str], None] | None = None,
+           timeout_s: float = WAIT_S) -> None:  # fmt: skip
+    """``frame`` (where not done yet), then wait for the search of ``image`` to end: what it found is then in the
+    picture cache. A search that is stopped (SIGSTOP, a debugger) or runs past ``timeout_s`` is ended at once with a
+    note to ``warn``: the render searches the picture itself. Nothing where none runs for ``image``."""
     frame(image, size, face)
     process = _running.pop(_key(image), None)
     if process is None:
         return
-    with contextlib.suppress(subprocess.TimeoutExpired):  # it hangs: the render searches itself
-        process.wait(timeout_s)
+    deadline, pause = time.monotonic() + timeout_s, 0.002
+    while process.poll() is None:
+        why = "is stopped" if _is_stopped(process.pid) else None
+        if why is None and time.monotonic() > deadline:
+            why = f"took over {timeout_s:g} s"
+        if why is not None:
+            if warn is not None:
+                warn(f"note: the face search beside the start (pid {process.pid}) {why}; ended it, the render "
+                     "searches the picture itself")  # fmt: skip
+            break
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
     _end(process)
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T or t in /proc): it would never end by itself."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :][:1] in ("T", "t")
 
 
 def stop(image: Path | None = None) -> None:

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import signal
 import struct
 from pathlib import Path
 
 from avatargen.io.audio_mix import AudioMix
-from avatargen.io.ffmpeg import FfmpegError, StderrTail, local_file, start_ffmpeg
-from avatargen.io.encoder import ENCODER_AUDIO_RATE, disk_full_error
-from avatargen.io.outputs import MP4_MOVFLAGS
+from avatargen.io.encoder import ENCODER_AUDIO_RATE, FINISHED_MOVFLAGS, copy_mp4
+from avatargen.io.ffmpeg import StderrTail, local_file, start_ffmpeg
+from avatargen.io.owned_names import clear_link_folder, remove_name
 
 _FRAME_COUNT = re.compile(r"frame=\s*(\d+)")
 
@@ -78,7 +76,7 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path | AudioMix, output: Pa
     # The concat listing names the parts by links with plain names in a folder of their own: a path in the listing
     # would be read as a URL (a protocol prefix) or break the listing (a quote, a newline), whatever it holds.
     links = output.with_name(f".{output.name}.join")
-    shutil.rmtree(links, ignore_errors=True)
+    clear_link_folder(links)  # what a killed join left there (a link at the name as a link)
     links.mkdir()
     lines = ["ffconcat version 1.0"]
     for number, (part, frames) in enumerate(parts):
@@ -92,21 +90,12 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path | AudioMix, output: Pa
     total_s = sum(frames for _, frames in parts) / fps
     audio_input, audio_map = (audio if isinstance(audio, AudioMix) else AudioMix((Path(audio),))).ffmpeg_args(1)
     try:
-        proc = start_ffmpeg(
-            # -copyts: the concat demuxer shifts its timestamps by the first part's start time, which the AAC priming of
-            # its audio makes -21 ms; copied as they are, the video starts at 0 as an uninterrupted render's does.
-            ["-v", "error", "-y", "-copyts", "-f", "concat", "-i", local_file(listing), *audio_input,
-             "-map", "0:v:0", *audio_map, "-c:v", "copy", "-c:a", "aac", "-b:a", "128k", "-ar", str(ENCODER_AUDIO_RATE),
-             "-t", f"{total_s:.6f}", "-movflags", MP4_MOVFLAGS, "-f", "mp4", local_file(output)]
-        )  # fmt: skip
-        stderr = StderrTail(proc)
-        returncode = proc.wait()
-        stderr.join()
+        # -copyts: the concat demuxer shifts its timestamps by the first part's start time, which the AAC priming of
+        # its audio makes -21 ms; copied as they are, the video starts at 0 as an uninterrupted render's does, and the
+        # finished file's edit list cuts the priming (FINISHED_MOVFLAGS: a plain MP4, its index first).
+        copy_mp4(["-copyts", "-f", "concat", "-i", local_file(listing), *audio_input,
+                  "-map", "0:v:0", *audio_map, "-c:v", "copy", "-c:a", "aac", "-b:a", "128k",
+                  "-ar", str(ENCODER_AUDIO_RATE), "-t", f"{total_s:.6f}", "-movflags", FINISHED_MOVFLAGS],
+                 output, what=f"join the parts of '{output}'", full_path=output)  # fmt: skip
     finally:
-        shutil.rmtree(links, ignore_errors=True)
-    if returncode != 0:
-        output.unlink(missing_ok=True)
-        reason = stderr.reason()
-        if "No space left" in reason or "File too large" in reason or returncode == -signal.SIGXFSZ:
-            raise disk_full_error(output, reason)
-        raise FfmpegError(f"ffmpeg could not join the parts of '{output}' ({reason})")
+        remove_name(links)

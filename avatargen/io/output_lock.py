@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from avatargen.errors import BadInputError
+from avatargen.io.owned_names import OVERWRITE_FIX, open_no_follow
 
 
 class OutputLockedError(BadInputError):
@@ -83,7 +84,7 @@ class OutputLock:
         if self._fd is not None:
             return True
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a link there is refused, never written through
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
@@ -94,6 +95,10 @@ class OutputLock:
             if _same_file(fd, self.path):
                 break
             os.close(fd)  # the holder removed the file as we opened it: lock the one the path names now
+        if not _holds_lock_json(fd):
+            os.close(fd)
+            raise BadInputError(f"'{self.path}' is a file avatargen did not write; this render would replace it: "
+                                f"{OVERWRITE_FIX}")  # fmt: skip
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)
@@ -131,9 +136,9 @@ def is_locked(output: Path) -> bool:
     """Whether a live process holds ``output``'s lock now (a moment later it may not)."""
     path = lock_path_for(output)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (FileNotFoundError, OSError):
+        return False  # none, or a link or folder: nobody's lock
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as err:
@@ -143,6 +148,18 @@ def is_locked(output: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def _holds_lock_json(fd: int) -> bool:
+    """Whether the file of ``fd`` is empty or holds a lock holder's JSON (what ``try_acquire`` may truncate)."""
+    data = os.pread(fd, 4096, 0)
+    if not data:
+        return True
+    try:
+        holder = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(holder, dict) and {"pid", "host", "started"} <= set(holder)
 
 
 def _same_file(fd: int, path: Path) -> bool:

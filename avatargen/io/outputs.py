@@ -30,6 +30,7 @@ class Output:
     muxer: str
     options: dict[str, str] = field(default_factory=dict)
     live: bool = False  # a publish target (may be dropped on failure), not the user's primary output
+    opened_as: str | None = None  # the URL ffmpeg opens instead of the target (a file avatargen created: fd_url)
 
     @property
     def label(self) -> str:
@@ -39,6 +40,8 @@ class Output:
     @property
     def url(self) -> str:
         """What ffmpeg is given: a file output as an explicit local file (``file:``), never a protocol."""
+        if self.opened_as is not None:
+            return self.opened_as
         return local_file(self.target) if self.kind in FILE_KINDS else self.target
 
     def args(self) -> list[str]:
@@ -70,8 +73,9 @@ def tee_target(outputs: list[Output], drop_failed_live: bool) -> str:
     return "|".join(o.tee_slave(ignore_failure=o.live and drop_failed_live) for o in outputs)
 
 
-def mp4_output(path: Path) -> Output:
-    return Output("mp4", str(path), "mp4", {"movflags": MP4_MOVFLAGS, "flush_packets": "1"})
+def mp4_output(path: Path, opened_as: str | None = None) -> Output:
+    """The fragmented MP4 at ``path`` (``opened_as``: the URL ffmpeg opens it by, a descriptor it inherits)."""
+    return Output("mp4", str(path), "mp4", {"movflags": MP4_MOVFLAGS, "flush_packets": "1"}, opened_as=opened_as)
 
 
 def stdout_output() -> Output:

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from avatargen.errors import BadInputError
+from avatargen.io.owned_names import RESUME_MARKER, is_avatargen_resume_folder, remove_name
 
 # The format of resume.json and of the checkpoints it lists. A folder of another version is never read: the render
 # starts over (2: the engine's and the family's parts of a checkpoint stored apart).
@@ -64,6 +65,23 @@ def resume_folder_for(output: Path) -> Path:
     return output.with_name(f"{output.stem}.resume")
 
 
+def _plain_name(name: object) -> str:
+    """A file name inside the folder, as ``resume.json`` lists it (no folder part: nothing outside is read)."""
+    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+        raise ValueError(f"'{name}' is not a file name of the folder")
+    return name
+
+
+def _checked_checkpoint(checkpoint: object) -> dict[str, Any]:
+    """One checkpoint of ``resume.json`` with its frame count an integer and its file a plain name."""
+    if not isinstance(checkpoint, dict) or isinstance(checkpoint.get("frames"), bool):
+        raise ValueError(f"checkpoint {json.dumps(checkpoint)[:80]} is not {{'frames': N, 'file': NAME, 'meta': {{...}}}}")
+    if not isinstance(checkpoint.get("frames"), int) or not isinstance(checkpoint.get("meta", {}), dict):
+        raise ValueError(f"checkpoint frames {json.dumps(checkpoint.get('frames'))} is not a frame number")
+    _plain_name(checkpoint.get("file"))
+    return checkpoint
+
+
 class ResumeStore:
     """The resume folder of output ``OUT.mp4``: ``OUT.resume/``."""
 
@@ -78,7 +96,7 @@ class ResumeStore:
     # --- reading --------------------------------------------------------------------------------------------------
 
     def exists(self) -> bool:
-        return self.index.is_file()
+        return not self.folder.is_symlink() and self.index.is_file()
 
     def load(self) -> None:
         """Read ``resume.json``; a folder that cannot be read is reported, never silently ignored; one of another
@@ -93,9 +111,9 @@ class ResumeStore:
             raise OtherFormatError(f"format {data.get('version') if isinstance(data, dict) else '?'}")
         try:
             self.fingerprint = dict(data["fingerprint"])
-            self.parts = [Part(self.folder / p["file"], int(p["start"]), int(p["end"])) for p in data["parts"]]
-            self.checkpoints = list(data["checkpoints"])
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            self.parts = [Part(self.folder / _plain_name(p["file"]), int(p["start"]), int(p["end"])) for p in data["parts"]]
+            self.checkpoints = [_checked_checkpoint(c) for c in data["checkpoints"]]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise BadInputError(
                 f"resume state '{self.folder}' is unreadable ({error}); render without --resume to start over"
             ) from None
@@ -126,10 +144,12 @@ class ResumeStore:
     # --- writing --------------------------------------------------------------------------------------------------
 
     def reset(self, fingerprint: dict[str, str]) -> None:
-        """Start a fresh render: forget any earlier state."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Start a fresh render: forget any earlier state (what is at the folder's name, a link as a link: the render
+        checked before that it is avatargen's, or was told to replace it) and mark the new folder as avatargen's."""
+        remove_name(self.folder)
         self.fingerprint, self.parts, self.checkpoints, self.run_start = dict(fingerprint), [], [], 0
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True)
+        (self.folder / RESUME_MARKER).write_text("made by avatargen: removed with the render it resumes\n")
         self._write_index()
 
     def add_part(self, partial: Path, end: int) -> None:
@@ -165,7 +185,9 @@ class ResumeStore:
         self._remove_unlisted()
 
     def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Remove the folder once its render is done, if it is avatargen's (never a link, never a user's folder)."""
+        if is_avatargen_resume_folder(self.folder):
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def _write_index(self) -> None:
         data = {

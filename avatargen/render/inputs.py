@@ -40,6 +40,21 @@ def parse_box(text: str) -> Box:
     return x0, y0, x1, y1
 
 
+def _check_face_number(face: int | None, video: Path | None, audio: list[Path], fit: str) -> None:
+    """``--face N`` where it chooses nothing is refused, never ignored: N below 1, a dubbed video, two speakers, a
+    picture framed without a face (``pipeline.image_fit=crop|pad``). A number past the faces is refused once the
+    faces are found (face/choice.py)."""
+    if face is None:
+        return
+    if face < 1:
+        raise BadInputError(f"--face {face}: faces are numbered from 1, left to right; give --face 1 or more")
+    unused = ("--video follows the dubbed video's own face" if video is not None
+              else "two speakers are placed by --person-box (or found in the picture)" if len(audio) > 1
+              else f"pipeline.image_fit={fit} frames the picture without choosing a face" if fit != "face" else None)  # fmt: skip
+    if unused is not None:
+        raise BadInputError(f"--face {face} chooses the face an image is framed around, but {unused}; leave out --face")
+
+
 def check_request_inputs(image: Path | None, video: Path | None, audio: list[Path], boxes: list[Box],
                          audio_type: str, config: Config) -> None:  # fmt: skip
     """Refuse, before anything is opened, what the request cannot mean or the model cannot do."""
@@ -49,12 +64,14 @@ def check_request_inputs(image: Path | None, video: Path | None, audio: list[Pat
     if video is not None and not family.follows_video:
         raise BadInputError(f"--video (dubbing) needs a model that follows a source video; model={config.model.name} "
                             "renders from an image: see docs/models.md (model=infinitetalk)")  # fmt: skip
+    _check_face_number(config.pipeline.face, video, audio, config.pipeline.image_fit.value)
     if len(audio) > 1 and STREAM in audio:
         raise BadInputError("-a - (stdin) carries one speaker; give two files for two speakers")
     if len(audio) > family.speakers:
         raise BadInputError(f"{len(audio)} audio files (-a) but model={config.model.name} renders "
                             f"{'one speaker' if family.speakers == 1 else f'at most {family.speakers} speakers'}; "
-                            "give one -a (two speakers: see docs/models.md, model=multitalk)")  # fmt: skip
+                            + ("give one -a (two speakers: see docs/models.md, model=multitalk)" if family.speakers == 1
+                               else f"give at most {family.speakers} -a, one per speaker"))  # fmt: skip
     if boxes and len(boxes) != len(audio):
         raise BadInputError(f"{len(boxes)} --person-box for {len(audio)} audio file(s) (-a); give one box per speaker, "
                             "in the order of the -a files, or none (found in the picture)")  # fmt: skip
@@ -63,6 +80,9 @@ def check_request_inputs(image: Path | None, video: Path | None, audio: list[Pat
     if audio_type not in ARRANGEMENTS:
         raise BadInputError(f"--audio-type '{audio_type}' is not one of {', '.join(ARRANGEMENTS)} (para: at once, "
                             "add: one after the other)")  # fmt: skip
+    if audio_type != "para" and len(audio) == 1:  # add: the first speaker's file, then the second's
+        raise BadInputError(f"--audio-type {audio_type} arranges two speakers' audio; with one -a leave it out (or give "
+                            "a second -a)")  # fmt: skip
 
 
 @dataclass
@@ -93,12 +113,15 @@ def open_picture(image: Path | None, video: Path | None, config: Config, warn: C
             prefetch.stop(image)
             return load_reference(image, size, fit, warn, face=face)
         rgb = read_picture(image, fit)  # while the face search beside the start ends (a large picture's takes longer)
-        prefetch.finish(image, size, face)  # what it found is in the picture cache now
+        prefetch.finish(image, size, face, warn)  # what it found is in the picture cache now
         return reference_from_rgb(rgb, size, fit, warn, f"image '{image}'", face)
 
     # a family that frames the picture itself needs no face search for a square it does not use
     loaded = load("crop" if family.framing is not None else fit)
     own = family.framing(config, *loaded.picture.shape[:2]) if family.framing is not None else None
+    if own is not None and face is not None:  # the model frames the whole picture: no face is chosen
+        raise BadInputError(f"--face {face}: model={config.model.name} frames the whole picture by its aspect ratio, "
+                            "not around a face; leave out --face (or crop the picture to the face you want)")  # fmt: skip
     if own is not None:
         return OpenedPicture(loaded, own.picture(loaded.picture), own, source)
     if family.framing is not None and fit != "crop":
@@ -132,7 +155,13 @@ def speaker_regions(picture: np.ndarray, boxes: list[Box], tracks: int, framing:
             raise BadInputError(f"--person-box {x0:g},{y0:g},{x1:g},{y1:g} reaches outside the picture ({width}x{height}); "
                                 f"give X0,Y0,X1,Y1 within 0..{width} and 0..{height}")  # fmt: skip
     found = boxes or speaker_boxes(picture, warn)
-    return tuple(framing.box(box) for box in found)
+    framed = tuple(framing.box(box) for box in found)
+    for given, (x0, y0, x1, y1) in zip(boxes, framed):
+        if x1 - x0 < 1 or y1 - y0 < 1:  # the framing (the aspect-ratio crop) cut the speaker off
+            raise BadInputError(f"--person-box {','.join(f'{v:g}' for v in given)} lies outside the part of the "
+                                "picture the model frames (its aspect-ratio crop); give a box over the speaker's "
+                                "face, nearer the picture's centre")  # fmt: skip
+    return framed
 
 
 def open_audio(audio: list[Path], audio_type: str, config: Config, block: int, warn: Callable[[str], None]) -> Any:

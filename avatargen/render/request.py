@@ -13,12 +13,13 @@ from avatargen.errors import BadInputError, CheckpointError
 from avatargen.io.audio_stream import RawPcm
 from avatargen.io.output_lock import lock_path_for
 from avatargen.io.outputs import Output, folder_write_problem
+from avatargen.io.owned_names import check_owned_names
 from avatargen.io.resume_store import resume_folder_for
 from avatargen.io.targets import make_folders, name_max, nearest_existing, refuse_writing_inputs, symlink_loop
 from avatargen.render.inputs import STREAM, check_request_inputs
 
-__all__ = ["STREAM", "RenderRequest", "check_outputs_spare_inputs", "check_request", "config_path_for",
-           "make_output_folder", "names_written_beside", "partial_path_for"]  # fmt: skip
+__all__ = ["STREAM", "RenderRequest", "check_outputs_spare_inputs", "check_output_names", "check_request",
+           "config_path_for", "make_output_folder", "names_written_beside", "partial_path_for"]  # fmt: skip
 
 
 
@@ -89,8 +90,25 @@ def check_request(request: RenderRequest, config: Config, resume: bool) -> None:
 def names_written_beside(output: Path) -> list[str]:
     """Every name a render of ``output`` writes in its folder, the temporary ones included."""
     partial, saved = partial_path_for(output).name, config_path_for(output).name
+    joining = f".{output.stem}.joining.mp4"
     return [output.name, partial, f".{partial}.trim.mp4", saved, f".{saved}.tmp", lock_path_for(output).name,
-            resume_folder_for(output).name, f".{output.stem}.joining.mp4", f".{output.name}.join"]  # fmt: skip
+            resume_folder_for(output).name, joining, f".{joining}.join"]  # fmt: skip
+
+
+def owned_names(output: Path, save_config: bool) -> list[tuple[Path, str]]:
+    """The names a render of ``output`` writes and replaces, each with its kind (``io.owned_names.foreign_reason``)."""
+    partial, saved, joining = partial_path_for(output), config_path_for(output), output.with_name(f".{output.stem}.joining.mp4")
+    names = [(output, "mp4"), (partial, "partial"), (lock_path_for(output), "lock"), (resume_folder_for(output), "resume")]
+    names += [(saved, "yaml")] if save_config else []
+    # the hidden temporary names: a killed render's files there are replaced, a folder is refused
+    temporary = [partial.with_name(f".{partial.name}.trim.mp4"), saved.with_name(f".{saved.name}.tmp"), joining]
+    return names + [(path, "temp") for path in temporary] + [(joining.with_name(f".{joining.name}.join"), "join")]
+
+
+def check_output_names(output: Path, save_config: bool, overwrite: bool) -> None:
+    """Refuse, before anything is written, a render whose names hold a user's file or folder or a link (exit 2,
+    naming ``--overwrite``); avatargen's own files from an earlier render are replaced (docs/reliability.md)."""
+    check_owned_names(owned_names(output, save_config), overwrite, resume_folder_for(output))
 
 
 def _check_output(output: Path) -> None:

@@ -10,8 +10,6 @@ generation and write nothing.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -31,9 +29,11 @@ from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, Publi
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
-from avatargen.io.encoder import Encoder
+from avatargen.io.console import say
+from avatargen.io.encoder import Encoder, publish_finished
 from avatargen.io.mp4_join import join_parts
-from avatargen.io.output_lock import OutputLock
+from avatargen.io.output_lock import OutputLock, lock_path_for
+from avatargen.io.owned_names import YAML_HEADER, foreign_reason, remove_name, write_text_atomic
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
 from avatargen.io.pacing import RealtimePacer
 from avatargen.io.resume_store import ResumeStore, file_digest
@@ -50,6 +50,7 @@ from avatargen.render.inputs import input_digests, open_audio, open_picture, out
 from avatargen.render.request import (
     STREAM,
     RenderRequest,
+    check_output_names,
     check_outputs_spare_inputs,
     check_request,
     config_path_for,
@@ -62,7 +63,7 @@ from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
 
 
 def _print_to_stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+    say(message)  # dropped when stderr cannot take it: a warning never stops a render (io.console)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class RenderOptions:
     resume: bool = False
     resume_command: str = ""
     output_lock: OutputLock | None = None
+    overwrite: bool = False  # replace what is at the output's names even when avatargen did not write it
 
 
 @dataclass
@@ -107,6 +109,7 @@ def render(
     resume: bool = False,
     resume_command: str = "",
     output_lock: OutputLock | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Render ``request`` with config ``cfg``; returns the report printed by ``--json`` (``RenderOptions`` says what
     the other arguments do).
@@ -115,7 +118,7 @@ def render(
     names the partial MP4 and ``resume_command``. The output file is written under its lock (``OUT.lock``): a second
     render of it fails at once (``OutputLockedError``).
     """
-    options = RenderOptions(progress_factory, warn, record_seams, resume, resume_command, output_lock)
+    options = RenderOptions(progress_factory, warn, record_seams, resume, resume_command, output_lock, overwrite)
     with StopRequests() as stop, rank_failures():
         return RenderSession(request, cfg, options, stop).run()
 
@@ -186,6 +189,8 @@ class RenderSession:
         check_request(self.request, config, self.options.resume)
         self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
         check_outputs_spare_inputs(self.request, config, self.live)
+        if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
+            check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
 
     def open_inputs(self) -> None:
         """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the
@@ -256,6 +261,8 @@ class RenderSession:
                     if output.kind == "hls":
                         created += make_output_folder(Path(output.target))
             if file is not None and self.lock is None:
+                if self.options.overwrite and foreign_reason(lock_path_for(file), "lock") is not None:
+                    remove_name(lock_path_for(file))  # --overwrite: a user's file or link there goes (a link as a link)
                 self.lock = OutputLock(file)
                 self.lock.acquire()
             try:
@@ -447,14 +454,18 @@ class RenderSession:
             joined = file.with_name(f".{file.stem}.joining.mp4")
             parts = [(p.file, p.end - p.start) for p in store.parts] + [(self.partial, self.writer.frames_written)]
             join_parts(parts, output_audio(request.audio_files, request.audio_type), joined, fps)
-            os.replace(joined, file)
+            publish_finished(joined, file, self._save_config)
             self.partial.unlink(missing_ok=True)
         else:
-            self.writer.close()
+            self.writer.close(before_publish=self._save_config)  # the config first: OUT.mp4 never comes without it
         if store is not None:
             store.remove()
+
+    def _save_config(self) -> None:
+        """``OUT.yaml``, written atomically under avatargen's header (a rerun knows it as its own)."""
+        file = self.request.output_file
         if self.config.output.save_config and file is not None:
-            _write_text_atomic(config_path_for(file), to_yaml(self.cfg))
+            write_text_atomic(config_path_for(file), f"{YAML_HEADER}\n{to_yaml(self.cfg)}")
 
     def _close_stopped(self, stats: RenderStats) -> None:
         stop, store, fps = self.stop, self.store, self.config.model.fps
@@ -465,6 +476,15 @@ class RenderSession:
             self.warn(f"warning: closing the partial video: {error}")
             partial = self.writer.abort()
         done = f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s)"
+        if self.writer.frames_written == 0 and self.partial is not None:  # stopped before this run's first frame
+            self.partial.unlink(missing_ok=True)  # an empty partial is nothing to keep
+            if store is None or not store.parts:
+                if store is not None:
+                    store.remove()
+                raise RenderInterrupted(f"interrupted by {stop.name} before the first frame; nothing was written",
+                                        stop.exit_code)  # fmt: skip
+            raise RenderInterrupted(f"{done}; the video so far is in the parts in '{store.folder}'; "
+                                    f"{self._resume_hint()}", stop.exit_code)  # fmt: skip
         if store is None:
             kept = f"the video is in '{partial}'" if partial else "the live outputs end here"
             raise RenderInterrupted(f"{done}; {kept}", stop.exit_code)
@@ -513,8 +533,3 @@ class RenderSession:
             "offload": models.monitor.report(),
         }
 
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -128,6 +129,13 @@ def load_pth(file: Path) -> dict[str, Tensor]:
     no object beyond tensors is ever unpickled. ``CheckpointError`` (one line) for a pickle that needs Python objects,
     a legacy (non-zip) pickle, a file that cannot be read, one that is not a flat state dict, and one whose tensors
     reach past the bytes stored for them (a truncated or re-zipped file: they would read other tensors' bytes)."""
+    try:
+        size = os.stat(file).st_size
+    except OSError as error:
+        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from None
+    if size == 0:  # torch would call it a legacy pickle
+        raise CheckpointError(f"checkpoint file '{file}' is empty (0 bytes): a download or copy that did not finish; "
+                              "download or copy it again")  # fmt: skip
     try:
         loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:

@@ -53,8 +53,8 @@ def test_a_report_stdout_cannot_take_is_exit_2_and_the_video_stays(tmp_path, inp
     result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", "--json", *FAST, preexec_fn=to_full)
     assert result.returncode == 2, result.stderr
     assert _error_lines(result.stderr) == [f"error: the video is written to '{out}', but its report could not be "
-                                           "written to stdout (No space left on device); give stdout room or redirect "
-                                           "it elsewhere"]  # fmt: skip
+                                           "written to stdout (No space left on device); give stdout room, keep its "
+                                           "reader open, or redirect it elsewhere"]  # fmt: skip
     assert probe(out)["frames"] == 10
 
 

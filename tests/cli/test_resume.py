@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import FAST, REPO, kill_tree, run_cli, write_speechlike_wav
-from tests.ffmpeg_probe import decode_frames, probe
+from tests.ffmpeg_probe import decode_frames, header_duration_s, png_frame_count, probe, stream_start_times
 
 SECONDS = 5.0
 FRAMES = 125
@@ -70,6 +70,12 @@ def _assert_same_video(out: Path, reference: Path) -> None:
     assert (info["video_codec"], info["audio_codec"], info["frames"]) == ("h264", "aac", FRAMES)
     assert abs(info["video_duration_s"] - info["audio_duration_s"]) <= 1 / 25 + 1e-3
     assert np.array_equal(decode_frames(out), decode_frames(reference)), "resumed frames differ from an uninterrupted render"
+    # A plain `ffmpeg -i OUT.mp4 d/%04d.png` gives exactly the frames rendered (no stream starts before 0), and the
+    # finished file's header carries its duration, for the uninterrupted render and the resumed one.
+    for video in (out, reference):
+        assert png_frame_count(video, video.with_name(f"{video.stem}-png")) == FRAMES
+        assert stream_start_times(video) == {"video": 0.0, "audio": 0.0}
+        assert abs(header_duration_s(video) - FRAMES / 25) <= 0.05
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)])

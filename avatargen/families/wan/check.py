@@ -108,8 +108,12 @@ def _stored(root: Path, patterns: list[str], prefix: str = "") -> tuple[dict[str
         if not paths:
             missing.append(pattern)
         for path in paths:
-            shown = str(Path(path).relative_to(root))
+            # a key may name a file outside the folder (an absolute path, ../): shown as given then
+            shown = os.path.relpath(path, root) if Path(path).is_relative_to(root) else str(path)
             found.append(shown)
+            if not Path(path).is_file():  # a FIFO, a device, a folder: never opened (a FIFO would block for ever)
+                unreadable.append(f"file {shown} is not a regular file; give the downloaded weights file")
+                continue
             try:
                 specs = file_specs(Path(path), shown)
             except CheckpointError as error:

@@ -1,0 +1,226 @@
+"""The names a render of ``OUT.mp4`` owns, and how it tells its own files from a user's.
+
+A render writes ``OUT.mp4``, ``OUT.yaml``, ``OUT.partial.mp4``, ``OUT.lock`` and ``OUT.resume/`` (and hidden
+temporary names, ``.OUT.*``). Each carries a mark of avatargen: the MP4s a ``comment`` tag in their header
+(``MP4_TAG``), the YAML a first comment line (``YAML_HEADER``), the lock its holder's JSON, the resume folder a
+marker file (``RESUME_MARKER``). A rerun replaces what carries the mark (and empty files: nothing in them to lose);
+anything else at those names -- a user's file or folder, a symbolic link -- is refused before the first frame
+(``check_owned_names``, exit 2 naming ``--overwrite``), unless ``--overwrite`` says to replace it. Links are never
+followed: they are replaced as links, their targets untouched. The policy: docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import struct
+from pathlib import Path
+
+from avatargen.errors import BadInputError
+
+MP4_TAG = "made with avatargen"  # the MP4 'comment' tag of every file avatargen writes
+YAML_HEADER = "# avatargen: the config this video was rendered with (avatargen config prints the defaults)"
+RESUME_MARKER = ".avatargen-resume"  # inside OUT.resume/: avatargen made this folder
+OVERWRITE_FIX = "move it away, choose another output name, or pass --overwrite to replace it"
+_MOOV_LIMIT = 64 << 20  # a header larger than this is no header avatargen wrote
+
+
+def metadata_args() -> list[str]:
+    """ffmpeg output options that mark an MP4 as avatargen's."""
+    return ["-metadata", f"comment={MP4_TAG}"]
+
+
+def is_avatargen_mp4(path: Path) -> bool:
+    """Whether MP4 ``path`` (not followed if a link) carries avatargen's tag in its header (``moov`` box)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        size, offset = os.fstat(fd).st_size, 0
+        while offset + 8 <= size:
+            file.seek(offset)
+            header = file.read(16)
+            box_size, kind = struct.unpack(">I4s", header[:8])
+            if box_size == 1 and len(header) == 16:
+                box_size = struct.unpack(">Q", header[8:16])[0]
+            elif box_size == 0:
+                box_size = size - offset
+            if box_size < 8:
+                return False
+            if kind == b"moov":
+                if box_size > _MOOV_LIMIT:
+                    return False
+                file.seek(offset)
+                return MP4_TAG.encode() in file.read(box_size)
+            offset += box_size
+    return False
+
+
+def _regular_size(path: Path) -> int | None:
+    """Size of ``path`` if it is a regular file (links not followed), else None."""
+    info = os.lstat(path)
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _is_avatargen_yaml(path: Path) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(YAML_HEADER)).decode(errors="replace") == YAML_HEADER
+    except OSError:
+        return False
+
+
+def _is_lock_file(path: Path) -> bool:
+    try:
+        data = json.loads(Path(path).read_bytes()[:4096])
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"pid", "host", "started"} <= set(data)
+
+
+def is_avatargen_resume_folder(folder: Path) -> bool:
+    """A real folder (not a link) that avatargen made: its marker, or (earlier versions) a ``resume.json``."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    if (folder / RESUME_MARKER).is_file():
+        return True
+    try:
+        data = json.loads((folder / "resume.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "fingerprint" in data
+
+
+def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> str | None:
+    """Why ``path`` (of ``kind`` mp4, partial, yaml, lock, resume) is not avatargen's own, or None when it is free or
+    avatargen's (a rerun may replace it)."""
+    if not os.path.lexists(path):
+        return None
+    if kind == "temp":  # a hidden temporary name: a file or link there is a killed render's, a folder is not
+        return "is a folder" if path.is_dir() and not path.is_symlink() else None
+    if kind == "join":
+        try:
+            clear_link_folder(path, dry_run=True)
+        except BadInputError:
+            return "is a folder avatargen did not make"
+        return None
+    if os.path.islink(path):
+        return "is a symbolic link"
+    if kind == "resume":
+        if path.is_dir():
+            if not any(path.iterdir()):
+                return None  # an empty folder: nothing in it to lose
+            return None if is_avatargen_resume_folder(path) else "is a folder avatargen did not make"
+        return "is a file, not avatargen's resume folder"
+    size = _regular_size(path)
+    if size is None:
+        return "is a folder" if path.is_dir() else "is not a regular file"
+    if size == 0:
+        return None
+    if kind == "mp4" and is_avatargen_mp4(path):
+        return None
+    if kind == "partial" and (is_avatargen_mp4(path) or (resume_folder is not None and is_avatargen_resume_folder(resume_folder))):
+        return None  # killed before its header was written: the resume folder beside it says it is avatargen's
+    if kind == "yaml" and _is_avatargen_yaml(path):
+        return None
+    if kind == "lock" and _is_lock_file(path):
+        return None
+    return "is a file avatargen did not write"
+
+
+def check_owned_names(names: list[tuple[Path, str]], overwrite: bool, resume_folder: Path | None = None) -> None:
+    """Refuse (``BadInputError``, exit 2) a render whose names hold something that is not avatargen's, before anything
+    is written. With ``overwrite`` files and links are replaced (a link as a link), folders still refused at file
+    names (a folder at the resume folder's name is replaced)."""
+    for path, kind in names:
+        reason = foreign_reason(path, kind, resume_folder)
+        if reason is None:
+            continue
+        is_folder = path.is_dir() and not path.is_symlink()
+        if overwrite and (kind == "resume" or not is_folder) and kind not in ("temp", "join"):
+            continue
+        if is_folder and kind != "resume" and kind != "join":
+            raise BadInputError(f"'{path}' {reason}, where this render writes a file; move it away or choose another "
+                                "output name")  # fmt: skip
+        raise BadInputError(f"'{path}' {reason}; this render would replace it: {OVERWRITE_FIX}")
+
+
+def remove_name(path: Path) -> None:
+    """Remove what is at ``path`` without following a link: a link or file is unlinked, a folder removed with its
+    contents (callers only remove what ``check_owned_names`` let through, or their own temporary names)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(path)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def create_fresh(path: Path) -> int:
+    """A new, empty file at ``path`` (a file or link there removed first, a link as a link; a folder refused), opened
+    for writing; the descriptor. ``O_EXCL | O_NOFOLLOW``: a link planted at the name in the meantime fails here, never
+    written through."""
+    if path.is_dir() and not path.is_symlink():
+        raise BadInputError(f"'{path}' is a folder, where this render writes a file; move it away or choose another "
+                            "output name")  # fmt: skip
+    remove_name(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
+def clear_link_folder(folder: Path, dry_run: bool = False) -> None:
+    """Remove ``folder`` if it holds only what ``join_parts`` puts there (links ``N.mp4``, ``parts.ffconcat``: a
+    killed join leaves them); a link at its name is removed as a link; a folder holding anything else is refused."""
+    if folder.is_dir() and not folder.is_symlink():
+        def ours(entry: Path) -> bool:
+            return entry.name == "parts.ffconcat" or (entry.is_symlink() and entry.name.removesuffix(".mp4").isdigit())
+
+        if not all(ours(entry) for entry in folder.iterdir()):
+            raise BadInputError(f"'{folder}' is a folder avatargen did not make, at a name a render uses for its "
+                                "temporary files; move it away")  # fmt: skip
+    if not dry_run:
+        remove_name(folder)
+
+
+def fd_url(fd: int) -> str:
+    """How a child process that inherits ``fd`` (same number) opens that very file, whatever its name names now."""
+    return f"file:/proc/self/fd/{fd}"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a fresh hidden temporary file (never a link's target), synced, then
+    renamed over ``path`` (a link there is replaced, not followed)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = create_fresh(tmp)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(text.encode())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        remove_name(tmp)
+        raise
+
+
+def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a link at ``path`` and a folder: one line (``BadInputError``) instead of ``OSError``."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise BadInputError(f"'{path}' is a symbolic link; this render would replace it: {OVERWRITE_FIX}") from None
+        if err.errno == errno.EISDIR:
+            raise BadInputError(f"'{path}' is a folder, where this render writes a file; move it away or choose "
+                                "another output name") from None  # fmt: skip
+        raise

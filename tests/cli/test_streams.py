@@ -1,0 +1,171 @@
+"""stdout and stderr that cannot be written, command-line mistakes, and waits that must end with a word
+(docs/reliability.md, "What a render owns"): real /dev/full, real pipes whose reader left, real FIFOs, a real stopped
+process and real scripts standing in for a broken ffmpeg."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
+from tests.ffmpeg_probe import probe
+from tests.models.wan.wan_tiny_folder import write_wan_tiny_folder
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("streams")
+    return write_face_png(folder / "face.png"), write_speechlike_wav(folder / "a.wav", 0.4)
+
+
+def _cli(*args: str, stdout=None, stderr=None, env_extra: dict[str, str] | None = None, timeout: float = 120):
+    """``python -m avatargen ARGS`` with the given stdout/stderr (files, pipes), fresh (not forked)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "avatargen", *args], stdout=stdout or subprocess.PIPE,
+                          stderr=stderr or subprocess.PIPE, env=env, timeout=timeout)  # fmt: skip
+
+
+def _closed_pipe() -> int:
+    """The write end of a pipe whose reader has left (a write gets EPIPE: Python ignores SIGPIPE)."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+def _error_lines(stderr: bytes | str) -> list[str]:
+    text = stderr.decode() if isinstance(stderr, bytes) else stderr
+    return [line for line in text.strip().splitlines() if not line.startswith(("note:", "warning:"))]
+
+
+@pytest.mark.parametrize("where, args", [("/dev/full", ["--version"]), ("/dev/full", ["render", "--help"]),
+                                         ("/dev/full", ["config"]), ("/dev/full", ["doctor", "--json"]),
+                                         ("closed pipe", ["--version"]), ("closed pipe", ["config"])])  # fmt: skip
+def test_stdout_that_cannot_take_the_output_is_one_line_and_exit_2(where, args):
+    if where == "/dev/full":
+        with open("/dev/full", "wb") as full:
+            done = _cli(*args, stdout=full)
+    else:
+        fd = _closed_pipe()
+        try:
+            done = _cli(*args, stdout=fd)
+        finally:
+            os.close(fd)
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    lines = [line for line in _error_lines(stderr) if not line.startswith("error: ") or "stdout" in line]
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert any("could not be written to stdout" in line for line in lines), stderr
+
+
+def test_a_warning_stderr_cannot_take_is_dropped_and_the_render_goes_on(tmp_path, inputs):
+    face, audio = inputs
+    out = tmp_path / "o.mp4"
+    with open("/dev/full", "wb") as full:  # model.weights=random: a note is printed at once
+        done = _cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), *FAST, stderr=full)
+    assert done.returncode == 0 and probe(out)["frames"] == 10
+    fd = _closed_pipe()  # `|& grep -m1 note`: the reader left after the first line
+    try:
+        done = _cli("render", "-i", str(face), "-a", str(audio), "-o", str(tmp_path / "p.mp4"), *FAST, stderr=fd)
+    finally:
+        os.close(fd)
+    assert done.returncode == 0 and probe(tmp_path / "p.mp4")["frames"] == 10
+
+
+@pytest.mark.parametrize("args, says", [
+    (["render", "--face", "two"], "--face"),
+    (["render", "--audio-rate", "x", "-a", "-", "-o", "-"], "--audio-rate"),
+    (["render", "-i", "face.png"], "'--audio'"),
+    (["render", "--no-such-option"], "--no-such-option"),
+    (["no-such-command"], "no-such-command"),
+])  # fmt: skip
+def test_a_command_line_mistake_is_one_error_line_and_exit_2(args, says):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0] and "--help" in lines[0], lines
+
+
+def _fake_ffmpeg(folder: Path, body: str) -> Path:
+    script = folder / "ffmpeg"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("body, says", [
+    pytest.param("exec sleep 600", "did not answer in 15 s", marks=pytest.mark.slow),  # waits the 15 s out
+    ("echo 'Segmentation fault' >&2; exit 139", "did not read"),
+])  # fmt: skip
+def test_an_ffmpeg_that_never_answers_or_reads_nothing_is_one_line_not_the_inputs_fault(tmp_path, inputs, body, says):
+    face, audio = inputs
+    fake = _fake_ffmpeg(tmp_path, body)
+    started = time.monotonic()
+    done = _cli("render", "-i", str(face), "-a", str(audio), "-o", str(tmp_path / "o.mp4"), *FAST,
+                env_extra={"IMAGEIO_FFMPEG_EXE": str(fake)})  # fmt: skip
+    assert time.monotonic() - started < 60
+    lines = _error_lines(done.stderr)
+    assert done.returncode == 2 and len(lines) == 1 and says in lines[0] and "has no audio" not in lines[0], lines
+    assert not (tmp_path / "o.mp4").exists() and not (tmp_path / "o.partial.mp4").exists()
+
+
+def test_a_stopped_face_search_is_ended_with_a_note_and_the_render_goes_on(tmp_path, inputs):
+    """The search beside the start stopped (SIGSTOP) as soon as it runs: the render says so and goes on."""
+    face, audio = inputs
+    picture = tmp_path / "fresh.png"  # a file never searched before: the search starts
+    picture.write_bytes(face.read_bytes())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(picture), "-a", str(audio), "-o",
+                                str(tmp_path / "o.mp4"), "-q", *FAST], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    stopped = None
+    deadline = time.monotonic() + 60
+    while stopped is None and process.poll() is None and time.monotonic() < deadline:
+        for pid in _children(process.pid):
+            if b"image_prefetch" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGSTOP)
+                stopped = pid
+        time.sleep(0.005)
+    started = time.monotonic()
+    _, stderr = process.communicate(timeout=120)
+    if stopped is None:
+        pytest.skip("the face search beside the start did not run here (no face networks, or it ended at once)")
+    assert process.returncode == 0, stderr
+    assert time.monotonic() - started < 20
+    assert f"note: the face search beside the start (pid {stopped}) is stopped" in stderr, stderr
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def test_weights_check_skips_a_fifo_calls_an_empty_pth_empty_and_checks_a_file_outside_the_folder(tmp_path):
+    from avatargen.families.wan.config import WAN_DIR
+
+    root = write_wan_tiny_folder(tmp_path / "weights")
+    vae, clip = root / WAN_DIR / "Wan2.1_VAE.pth", root / WAN_DIR / "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"
+    elsewhere = tmp_path / "elsewhere" / "vae.pth"
+    elsewhere.parent.mkdir()
+    vae.rename(elsewhere)
+    os.mkfifo(vae)  # a FIFO where the file was: opening it would wait for a writer for ever
+    kept = clip.read_bytes()
+    clip.write_bytes(b"")  # a download that did not finish
+    started = time.monotonic()
+    result = run_cli("weights", "check", str(root), "model=wan_tiny", timeout=120)
+    assert time.monotonic() - started < 60 and result.returncode == 2 and "Traceback" not in result.stderr
+    problems = result.stderr.splitlines()
+    assert any("Wan2.1_VAE.pth is not a regular file" in line for line in problems), result.stderr
+    empty = [line for line in problems if "models_clip" in line]
+    assert empty and "empty (0 bytes)" in empty[0] and "legacy" not in empty[0], result.stderr
+    vae.unlink()
+    clip.write_bytes(kept)
+    result = run_cli("weights", "check", str(root), "model=wan_tiny", f"model.wan.vae={elsewhere}")  # as troubleshooting.md says
+    assert result.returncode == 0, result.stderr
