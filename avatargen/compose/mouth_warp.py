@@ -178,7 +178,8 @@ class MouthWarp:
     """
 
     def __init__(self, background: np.ndarray, lips: Lips, to_model: ModelMapping,
-                 cue: MouthCue = MouthCue.dark, still: np.ndarray | None = None):  # fmt: skip
+                 cue: MouthCue = MouthCue.dark, still: np.ndarray | None = None,
+                 teeth_from: tuple[np.ndarray, Lips] | None = None):  # fmt: skip
         self.to_model = to_model
         self.cue = cue
         self.lips = lips
@@ -222,7 +223,7 @@ class MouthWarp:
         lips_colour = patch[band]  # (n, 3)
         lip_colour = lips_colour.median(dim=0).values if len(lips_colour) else patch.reshape(-1, 3).median(dim=0).values
         self._cavity_tone = lip_colour * CAVITY_SHADE  # (3,)
-        self._teeth_colour = _own_teeth(background, lips)  # (3,)
+        self._teeth_colour = _own_teeth(*(teeth_from or (background, lips)))  # (3,)
         self._edge = max(1.0, EDGE_HALF_WIDTHS * half)  # output pixels
         self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
