@@ -18,7 +18,7 @@ from avatargen.face.lips import LipSearch
 class StillMouth:
     """The reference's mouth as it is in the picture (``MouthPaste``): for lips that cannot be found reliably."""
 
-    def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
         return frames
 
     def model_box(self, side: int) -> tuple[int, int, int, int]:

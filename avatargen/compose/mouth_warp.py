@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 
 from avatargen.compose.layout import FaceLayout
+from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.face.lips import Lips
 from avatargen.numeric import column_median
 
@@ -93,6 +94,10 @@ OWN_TEETH_PIXELS = 12  # ... or the reference's own teeth colour, where its open
 # pixels brighter than the model's skin by this share of the way from its grey to white: none .. all (a share,
 # not a ratio to the skin's grey: on dark skin the lips' soft highlights pass 1.2x it and were drawn as teeth)
 TEETH_LEVEL = (0.10, 0.40)
+# With a ``SpeechDrive`` (photographs), the opening at the speech level before the saturation: 0.6 half-widths
+# opens 0.23-0.27 mouth widths in speech (dlib's inner-lip gap, 90th percentile; benchmarks/portrait_judge.py), as
+# the model's reading did on the frontal test photos.
+DRIVE_OPENING_HALF_WIDTHS = 0.6
 MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the reference as it is
 _GREY = torch.tensor([0.299, 0.587, 0.114])
 
@@ -183,6 +188,7 @@ class MouthWarp:
         self.to_model = to_model
         self.cue = cue
         self.lips = lips
+        self.drive: SpeechDrive | None = None  # set: the opening follows the speech (a photograph), not the model
         self._shut = None if still is None else shut_mouth(still)  # (h, w) over the model's mouth box
         height, width = background.shape[:2]
         u, v = lips.along, lips.down
@@ -228,19 +234,23 @@ class MouthWarp:
         self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
 
-    def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
-        """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them."""
+    def openings(self, generated: np.ndarray, first: int | None = None) -> tuple[np.ndarray, MouthReading]:
+        """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them;
+        with a ``drive`` and ``first`` (the absolute index of the first frame), how far the speech opens them."""
         reading = mouth_opening(generated, self.cue, self._shut if self.cue == MouthCue.dark else None)
-        linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
+        if self.drive is not None and first is not None:
+            linear = self.drive.levels(first, generated.shape[0]) * DRIVE_OPENING_HALF_WIDTHS * self.half
+        else:
+            linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
         return self._max_opening * np.tanh(linear / self._max_opening), reading
 
-    def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
         """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
-        reference, each) and return them."""
+        reference, each) and return them; ``first``: the absolute index of the first (for the ``drive``)."""
         if self.box is None:
             return frames
         top, bottom, left, right = self.box
-        openings, reading = self.openings(generated)
+        openings, reading = self.openings(generated, first)
         for i in np.nonzero(openings >= MIN_OPENING_PX)[0]:
             levels = (float(reading.skin[i]), float(reading.cavity[i]))
             frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), reading.centre[i],

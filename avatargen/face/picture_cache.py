@@ -36,7 +36,7 @@ import numpy as np
 from avatargen.face.detector import Face
 from avatargen.face.hog_cache import cache_folder, prune_least_recently_used
 
-FORMAT = 1
+FORMAT = 2  # 2: the photo verdicts of the flat-pixel test (domain.py); entries of another format are searched again
 MAX_PICTURES = 1000  # a few kB each (a face mesh is 478 points)
 Points = np.ndarray  # (N, 2) float64, (x, y) pixels
 
@@ -85,7 +85,7 @@ class KnownPicture:
     def photo(self, face: Face, judge: Callable[[], bool]) -> bool:
         """Whether ``face`` in the picture looks like a photograph, as ``judge`` (``looks_like_photo`` of its chip)
         says: kept, so a render of a picture seen before does not import dlib for its chip."""
-        verdicts = self.entry.setdefault("photo_by_flat_pixels", {})  # the test's name: a new test judges again
+        verdicts = self.entry.setdefault("photo", {})
         key = json.dumps(_face_entry(face))
         if key not in verdicts:
             verdicts[key] = bool(judge())
