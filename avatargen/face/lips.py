@@ -46,7 +46,9 @@ NOSE_TIP, FACE_SIDES = 1, (234, 454)
 SQUARE_PER_FACE = 2.0  # the mesh looks at a square this many detector-box widths wide around the face ...
 MESH_SIDE = 384  # ... at most this many pixels on a side (the network itself reads 192 px)
 EYE_AGREEMENT = 0.3  # the mesh's eye centres within this many eye spans of the detector's: the same face
-YAW_NOSE_SHARE = (0.25, 0.75)  # nose tip between the face's sides: past these the face is turned too far
+# nose tip between the face's sides: past these the face is turned too far (0.5 facing the camera; a face turned
+# 25-35 degrees reads 0.75-0.84: its lips are still seen whole and the warp moves them in their own frame)
+YAW_NOSE_SHARE = (0.14, 0.86)
 LIP_CONTRAST = 15.0  # grey levels between the lips' mean colour and the skin's around them: below, the lips are hidden
 LIT_SKIN_GREY = 150.0  # skin darker than this grey has its contrast scaled up by this over its grey (exposure)
 RING = (0.12, 0.30)  # the skin around the mouth: this far outside the outer contour, in mouth widths
