@@ -60,7 +60,7 @@ _SKIN_ABOVE = 0.60  # the skin stretched over the eye starts this far above (bel
 _SKIN_BELOW = 0.62  # the lower lid's skin reaches this far below
 # A photograph's eye: the lids' edges above and below the centre line (a real eye opens less than a drawn one), the
 # sliding lid's band above its edge and the skin above that stretched to follow (below the brow).
-_PHOTO_LIDS = (0.28, 0.20)
+_PHOTO_LIDS = (0.20, 0.16)
 _LID_BAND, _LID_REACH = 0.16, 0.30
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
