@@ -98,6 +98,9 @@ TEETH_LEVEL = (0.10, 0.40)
 # opens 0.23-0.27 mouth widths in speech (dlib's inner-lip gap, 90th percentile; benchmarks/portrait_judge.py), as
 # the model's reading did on the frontal test photos.
 DRIVE_OPENING_HALF_WIDTHS = 0.6
+# A photo whose own smile showed its teeth (closed before it is driven): its upper teeth under the upper lip, this
+# share of the opening deep, at most this many half-widths.
+UPPER_TEETH = (0.4, 0.22)
 MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the reference as it is
 _GREY = torch.tensor([0.299, 0.587, 0.114])
 
@@ -230,6 +233,8 @@ class MouthWarp:
         lip_colour = lips_colour.median(dim=0).values if len(lips_colour) else patch.reshape(-1, 3).median(dim=0).values
         self._cavity_tone = lip_colour * CAVITY_SHADE  # (3,)
         self._teeth_colour = _own_teeth(*(teeth_from or (background, lips)))  # (3,)
+        # a mouth closed before it is driven that showed its teeth shows them again under the upper lip as it opens
+        self._upper_teeth = teeth_from is not None and not torch.equal(self._teeth_colour, torch.tensor(TEETH_COLOUR))
         self._edge = max(1.0, EDGE_HALF_WIDTHS * half)  # output pixels
         self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
@@ -275,6 +280,10 @@ class MouthWarp:
             return _to_uint8(warped)
         gap = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))  # the gap's bounding box
         interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)  # (3, gh, gw)
+        if self._upper_teeth:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
+            reach = min(UPPER_TEETH[0] * opening, UPPER_TEETH[1] * self.half)
+            band = (~lower[gap]) * _bump(depth[gap] / max(reach, 1.0)) * self._lip_profile[gap]  # (gh, gw)
+            interior += _smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)
         warped[:, gap[0], gap[1]] += inside[gap] * (interior - warped[:, gap[0], gap[1]])
         return _to_uint8(warped)
 
