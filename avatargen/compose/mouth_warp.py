@@ -10,6 +10,9 @@ photograph it is a smear of colours unlike the skin, seldom dark (pixels whose c
 the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
 pure function of the frame (no smoothing, no state: sync keeps offset 0 and a resumed render the same pixels).
 
+On a photograph with its audio file at hand, how far the lips part comes from the speech instead (``drive``, a
+``SpeechDrive``: avatargen/compose/speech_drive.py); the model's frame still gives the interior.
+
 ``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed on the reference's
 own lips (``avatargen.face.lips``: inner and outer contours in output pixels; without the lip finder,
 ``estimated_lips`` from the five landmarks). Everything is measured in the mouth's half-width, along the line
