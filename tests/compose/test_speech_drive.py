@@ -63,3 +63,27 @@ def test_a_smile_is_closed_and_the_rest_of_the_picture_kept():
     grace = photos.grace_hopper()
     still = reference_lips(grace, shared_detector().find(grace)).lips
     assert inner_gap(still) < OPEN_GAP and close_mouth(grace, still)[0] is grace  # closed lips: the picture as it is
+
+
+def test_a_photo_driven_by_the_speech_gives_the_same_frames_however_they_are_batched(tmp_path):
+    """Resume and chunking: frame t's opening is a function of t and the audio, not of the batch it came in."""
+    import soundfile as sf
+
+    from avatargen.compose.mouth_warp import MouthWarp
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.io.image import load_reference, save_png
+    from avatargen.render import compositor_for
+
+    wave, _ = _bursts()
+    sf.write(tmp_path / "speech.wav", wave, RATE)
+    save_png(tmp_path / "astronaut.png", photos.astronaut())
+    config = to_config(load_config(["pipeline.idle_motion.head_motion=false", "pipeline.idle_motion.blinks_per_minute=0"]))
+    loaded = load_reference(tmp_path / "astronaut.png", 256, "face", lambda line: None)
+    compositor = compositor_for(loaded, config, warn=lambda line: None, speech=tmp_path / "speech.wav")
+    assert isinstance(compositor.mouth, MouthWarp) and compositor.mouth.drive is not None
+    generated = np.repeat(loaded.square[None], 12, axis=0)  # the model's frames: what they draw is not read for it
+    whole = compositor.compose(generated, 6)  # frames 6-17: silence, then the burst from frame 10
+    parts = np.concatenate([compositor.compose(generated[:5], 6), compositor.compose(generated[5:], 11)])
+    np.testing.assert_array_equal(whole, parts)
+    changed = np.abs(whole.astype(int) - compositor.background).max(axis=(1, 2, 3))  # (12,)
+    assert changed[:3].max() == 0 and changed[4:].min() > 40  # shut in the silence, open from the burst's frame
