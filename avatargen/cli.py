@@ -178,7 +178,8 @@ def render(
         if evaluate:
             from avatargen.eval import evaluate_video, format_report
 
-            metrics = evaluate_video(output, audio[0], reference=image, seams=report["seams"] or None)
+            metrics = evaluate_video(output, audio[0], reference=image, seams=report["seams"] or None,
+                                     face=cfg.pipeline.face)  # the face the render animated
             report.update({k: v for k, v in metrics.items() if k not in report and k != "video"})
             if not json_out and not quiet:
                 say(format_report(metrics))

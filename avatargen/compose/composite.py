@@ -39,8 +39,9 @@ Warp = Callable[[np.ndarray, int], np.ndarray]  # frame (H', W', 3) uint8, absol
 class MouthPaste(Protocol):
     """What puts the mouth in instead of the blend (``MouthWarp``)."""
 
-    def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
-        """(t, S, S, 3) model frames, (t, H', W', 3) reference frames -> those frames with the mouth written in."""
+    def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
+        """(t, S, S, 3) model frames, (t, H', W', 3) reference frames -> those frames with the mouth written in;
+        ``first``: the absolute index of the first frame (None: unknown)."""
         ...
 
     def model_box(self, side: int) -> tuple[int, int, int, int]:
@@ -174,14 +175,15 @@ class ReferenceCompositor:
 
     def compose(self, generated: np.ndarray, first_frame_index: int) -> np.ndarray:
         """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth and jaw."""
-        return self.move(self.paste(generated), first_frame_index)
+        return self.move(self.paste(generated, first_frame_index), first_frame_index)
 
-    def paste(self, generated: np.ndarray) -> np.ndarray:
-        """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth, before ``warp``."""
+    def paste(self, generated: np.ndarray, first_frame_index: int | None = None) -> np.ndarray:
+        """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth, before ``warp``
+        (``first_frame_index``: the absolute index of the first, which a speech-driven mouth needs)."""
         count = generated.shape[0]
         frames = np.repeat(self.background[None], count, axis=0)  # (t, H', W', 3)
         if self.mouth is not None:
-            return self.mouth.paste(generated, frames)
+            return self.mouth.paste(generated, frames, first_frame_index)
         if self._box is not None:
             y0, y1, x0, x1 = self._box
             frames[:, y0:y1, x0:x1] = self._blend(generated)
@@ -241,7 +243,7 @@ class CompositingSink:
 
     def write(self, frames: np.ndarray) -> None:
         started = time.perf_counter()
-        composed = self.compositor.paste(frames)
+        composed = self.compositor.paste(frames, self.next_frame)
         pasted = time.perf_counter()
         composed = self.compositor.move(composed, self.next_frame)
         self.paste_s += pasted - started

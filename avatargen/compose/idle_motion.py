@@ -58,6 +58,10 @@ _UPPER_LID = 0.50  # the upper lid's edge above the centre line
 _LOWER_LID = 0.34  # the lower lid's edge below it
 _SKIN_ABOVE = 0.60  # the skin stretched over the eye starts this far above (below the brow)
 _SKIN_BELOW = 0.62  # the lower lid's skin reaches this far below
+# A photograph's eye: the lids' edges above and below the centre line (a real eye opens less than a drawn one), the
+# sliding lid's band above its edge and the skin above that stretched to follow (below the brow).
+_PHOTO_LIDS = (0.20, 0.16)
+_LID_BAND, _LID_REACH = 0.16, 0.30
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
 _SKIN_TOLERANCE = 16.0  # grey levels from it a lid's pixel may differ in full; twice that: the cheek's colour
@@ -123,8 +127,9 @@ class IdleMotion:
     """
 
     def __init__(self, layout: FaceLayout, frame_size: tuple[int, int], fps: int, seed: int,
-                 settings: IdleMotionSettings = IdleMotionSettings()) -> None:  # fmt: skip
+                 settings: IdleMotionSettings = IdleMotionSettings(), textured_lids: bool = False) -> None:  # fmt: skip
         self.layout = layout
+        self.textured_lids = textured_lids  # a photograph: the lid slides down with its own texture (``_eyelids``)
         self.frame_size = (int(frame_size[0]), int(frame_size[1]))
         self.fps = int(fps)
         self.seed = int(seed)
@@ -285,7 +290,7 @@ class IdleMotion:
         eyelids move points of the unmoved face, at most the sway's full reach from where they are drawn)."""
         centre, _, _, width = eye
         sway = self._amplitude * (_SWAY_X + _SWAY_Y + _ROLL_AT_EYES + _NOD)
-        reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW) * width + sway + 2.0
+        reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW, _PHOTO_LIDS[0] + _LID_BAND + _LID_REACH) * width + sway + 2.0
         h, w = self._size
         x, y = float(centre[0]), float(centre[1])
         rows = slice(max(0, int(y - reach)), min(h, int(math.ceil(y + reach)) + 1))
@@ -314,28 +319,46 @@ class IdleMotion:
         lids = []
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
-                points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure)
-                lids.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
+                points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure, self.textured_lids)
+                if self.textured_lids:  # the lid's own pixels, never a flat colour
+                    lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3))))
+                else:
+                    lids.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
         return points, lids
 
 
-def _eyelids(points: torch.Tensor, eye: Eye, closure: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
+             textured: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
     lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); and the darkening (h, w) of the lash
-    line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none)."""
+    line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none).
+
+    ``textured`` (a photograph): the upper lid, ``_LID_BAND`` above its edge, slides down whole (its creases, lashes
+    and skin keep their detail, where stretching the thin band of skin above the eye over it left a smooth patch),
+    and the skin above it, up to ``_LID_REACH`` more, stretches to follow."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
     t = (offset @ down) / width  # (h, w) eye widths, down positive
     shape = torch.cos(0.5 * math.pi * s.clamp(-1.0, 1.0)).clamp_min(0.0) ** 0.5  # (h, w): 0 at and past the corners
-    upper, lower = -_UPPER_LID * shape, _LOWER_LID * shape
+    upper_lid, lower_lid = _PHOTO_LIDS if textured else (_UPPER_LID, _LOWER_LID)
+    upper, lower = -upper_lid * shape, lower_lid * shape
     meet = upper + _MEET * (lower - upper)
     upper_now = upper + closure * (meet - upper)  # where the upper lid's edge is drawn
     lower_now = lower + closure * (meet - lower)
     top, bottom = -_SKIN_ABOVE, _SKIN_BELOW
     source = t.clone()
-    above = (t >= top) & (t <= upper_now)  # skin stretched down over the eye
-    source = torch.where(above, top + (t - top) * (upper - top) / (upper_now - top), source)
+    if textured:
+        band_top = upper - _LID_BAND  # the lid's band, now from band_top + (upper_now - upper) to upper_now
+        top = band_top - _LID_REACH
+        moved_top = band_top + (upper_now - upper)
+        lid = (t > moved_top) & (t <= upper_now)
+        source = torch.where(lid, t - (upper_now - upper), source)
+        above = (t >= top) & (t <= moved_top)  # the skin above, stretched to follow
+        source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
+    else:
+        above = (t >= top) & (t <= upper_now)  # skin stretched down over the eye
+        source = torch.where(above, top + (t - top) * (upper - top) / (upper_now - top), source)
     below = (t >= lower_now) & (t <= bottom)  # the lower lid pushed up
     source = torch.where(below, bottom - (bottom - t) * (bottom - lower) / (bottom - lower_now), source)
     inside = s.abs() < 1.0

@@ -9,6 +9,7 @@ import numpy as np
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.layout import FaceLayout
+from avatargen.compose.mouth_close import close_mouth
 from avatargen.compose.mouth_warp import (SHUT_OPENING_MAX, ModelMapping, MouthCue, MouthWarp, estimated_lips,
                                           still_opening)
 from avatargen.face.lips import LipSearch
@@ -17,7 +18,7 @@ from avatargen.face.lips import LipSearch
 class StillMouth:
     """The reference's mouth as it is in the picture (``MouthPaste``): for lips that cannot be found reliably."""
 
-    def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
         return frames
 
     def model_box(self, side: int) -> tuple[int, int, int, int]:
@@ -47,4 +48,7 @@ def mouth_for(compositor: ReferenceCompositor, layout: FaceLayout, search: LipSe
     else:
         lips = compositor.to_output(search.lips)
     mapping = ModelMapping(*compositor.model_pixel_mapping())
-    return MouthWarp(compositor.background, lips, mapping, cue, still=still)
+    # A mouth open in the picture (a smile's teeth, a word) is closed first: shut in silence, opened by the speech.
+    opened = (compositor.background, lips)
+    compositor.background, lips = close_mouth(compositor.background, lips)
+    return MouthWarp(compositor.background, lips, mapping, cue, still=still, teeth_from=opened)

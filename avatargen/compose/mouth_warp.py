@@ -10,6 +10,9 @@ photograph it is a smear of colours unlike the skin, seldom dark (pixels whose c
 the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
 pure function of the frame (no smoothing, no state: sync keeps offset 0 and a resumed render the same pixels).
 
+On a photograph with its audio file at hand, how far the lips part comes from the speech instead (``drive``, a
+``SpeechDrive``: avatargen/compose/speech_drive.py); the model's frame still gives the interior.
+
 ``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed on the reference's
 own lips (``avatargen.face.lips``: inner and outer contours in output pixels; without the lip finder,
 ``estimated_lips`` from the five landmarks). Everything is measured in the mouth's half-width, along the line
@@ -38,6 +41,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 
 from avatargen.compose.layout import FaceLayout
+from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.face.lips import Lips
 from avatargen.numeric import column_median
 
@@ -93,6 +97,13 @@ OWN_TEETH_PIXELS = 12  # ... or the reference's own teeth colour, where its open
 # pixels brighter than the model's skin by this share of the way from its grey to white: none .. all (a share,
 # not a ratio to the skin's grey: on dark skin the lips' soft highlights pass 1.2x it and were drawn as teeth)
 TEETH_LEVEL = (0.10, 0.40)
+# With a ``SpeechDrive`` (photographs), the opening at the speech level before the saturation: 0.6 half-widths
+# opens 0.23-0.27 mouth widths in speech (dlib's inner-lip gap, 90th percentile; benchmarks/portrait_judge.py), as
+# the model's reading did on the frontal test photos.
+DRIVE_OPENING_HALF_WIDTHS = 0.6
+# A photo whose own smile showed its teeth (closed before it is driven): its upper teeth under the upper lip, this
+# share of the opening deep, at most this many half-widths.
+UPPER_TEETH = (0.4, 0.22)
 MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the reference as it is
 _GREY = torch.tensor([0.299, 0.587, 0.114])
 
@@ -178,10 +189,12 @@ class MouthWarp:
     """
 
     def __init__(self, background: np.ndarray, lips: Lips, to_model: ModelMapping,
-                 cue: MouthCue = MouthCue.dark, still: np.ndarray | None = None):  # fmt: skip
+                 cue: MouthCue = MouthCue.dark, still: np.ndarray | None = None,
+                 teeth_from: tuple[np.ndarray, Lips] | None = None):  # fmt: skip
         self.to_model = to_model
         self.cue = cue
         self.lips = lips
+        self.drive: SpeechDrive | None = None  # set: the opening follows the speech (a photograph), not the model
         self._shut = None if still is None else shut_mouth(still)  # (h, w) over the model's mouth box
         height, width = background.shape[:2]
         u, v = lips.along, lips.down
@@ -222,24 +235,30 @@ class MouthWarp:
         lips_colour = patch[band]  # (n, 3)
         lip_colour = lips_colour.median(dim=0).values if len(lips_colour) else patch.reshape(-1, 3).median(dim=0).values
         self._cavity_tone = lip_colour * CAVITY_SHADE  # (3,)
-        self._teeth_colour = _own_teeth(background, lips)  # (3,)
+        self._teeth_colour = _own_teeth(*(teeth_from or (background, lips)))  # (3,)
+        # a mouth closed before it is driven that showed its teeth shows them again under the upper lip as it opens
+        self._upper_teeth = teeth_from is not None and not torch.equal(self._teeth_colour, torch.tensor(TEETH_COLOUR))
         self._edge = max(1.0, EDGE_HALF_WIDTHS * half)  # output pixels
         self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
 
-    def openings(self, generated: np.ndarray) -> tuple[np.ndarray, MouthReading]:
-        """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them."""
+    def openings(self, generated: np.ndarray, first: int | None = None) -> tuple[np.ndarray, MouthReading]:
+        """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them;
+        with a ``drive`` and ``first`` (the absolute index of the first frame), how far the speech opens them."""
         reading = mouth_opening(generated, self.cue, self._shut if self.cue == MouthCue.dark else None)
-        linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
+        if self.drive is not None and first is not None:
+            linear = self.drive.levels(first, generated.shape[0]) * DRIVE_OPENING_HALF_WIDTHS * self.half
+        else:
+            linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
         return self._max_opening * np.tanh(linear / self._max_opening), reading
 
-    def paste(self, generated: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
         """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
-        reference, each) and return them."""
+        reference, each) and return them; ``first``: the absolute index of the first (for the ``drive``)."""
         if self.box is None:
             return frames
         top, bottom, left, right = self.box
-        openings, reading = self.openings(generated)
+        openings, reading = self.openings(generated, first)
         for i in np.nonzero(openings >= MIN_OPENING_PX)[0]:
             levels = (float(reading.skin[i]), float(reading.cavity[i]))
             frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), reading.centre[i],
@@ -264,6 +283,10 @@ class MouthWarp:
             return _to_uint8(warped)
         gap = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))  # the gap's bounding box
         interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)  # (3, gh, gw)
+        if self._upper_teeth:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
+            reach = min(UPPER_TEETH[0] * opening, UPPER_TEETH[1] * self.half)
+            band = (~lower[gap]) * _bump(depth[gap] / max(reach, 1.0)) * self._lip_profile[gap]  # (gh, gw)
+            interior += _smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)
         warped[:, gap[0], gap[1]] += inside[gap] * (interior - warped[:, gap[0], gap[1]])
         return _to_uint8(warped)
 

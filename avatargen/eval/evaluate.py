@@ -45,13 +45,16 @@ def evaluate_video(
     fps: float | None = None,
     *,
     curves: bool = False,
+    face: int | None = None,
 ) -> dict:
     """Measure face presence, identity, lip sync, sharpness, seams, flicker, head motion and blinks of ``video``.
 
     ``reference``: the image the video should look like (default: the first frame with a face, and the identity
     keys then measure drift from it); ``seams``: frame indices where avatargen's chunks meet (a seam at s: frames
     s - 1 and s come from different chunks), measured besides the blind search; ``fps``: overrides the rate ffmpeg
-    reports; ``curves``: also return the per-frame signals under ``curves`` (what ``write_sheet`` plots). Returns a
+    reports; ``curves``: also return the per-frame signals under ``curves`` (what ``write_sheet`` plots); ``face``:
+    the face measured, counted left to right from 1 in the reference and in the video (a render's ``--face``; None:
+    the most confident). Returns a
     JSON-able dict (keys in docs/eval.md); ``notes`` holds one line per thing measured with
     doubt or not at all. Raises ``BadInputError`` (one line) for a missing or undecodable video, audio or
     reference, a bad seam or fps, and ``FaceExtraMissing`` when ``avatargen[eval]`` is not installed.
@@ -72,26 +75,27 @@ def evaluate_video(
         for side in REFERENCE_SIDES:  # HOG looks at fixed scales: a stylised face found at one may be missed at another
             loaded = load_reference(reference, side, fit="pad")
             image = loaded.square
-            face = detector.find(image)
-            if face is not None:
+            in_reference = detector.find_all(image) if face is not None else []
+            chosen = in_reference[face - 1] if len(in_reference) >= (face or 1) and in_reference else detector.find(image)
+            if chosen is not None:
                 break
-        if face is None:
+        if chosen is None:
             notes.append(f"no face found in the reference image '{reference}': identity and sharpness not measured")
         else:
-            reference_embedding = detector.embedding(image, face)
-            reference_face = (loaded, side, face)
+            reference_embedding = detector.embedding(image, chosen)
+            reference_face = (loaded, side, chosen)
 
     spill = _mouth_spill(reference_face, notes) if reference_face is not None else None
-    tracker = FaceTracker(detector, embed_every=max(1, int(round(EMBED_EVERY_S * rate))))
+    tracker = FaceTracker(detector, embed_every=max(1, int(round(EMBED_EVERY_S * rate))), number=face)
     changes: list[float] = [0.0]  # changes[t]: frame t - 1 -> t
     second_differences: list[float] = []
     cells: list[np.ndarray] = []  # (8, 8) per frame, for the region second opinion on sync
     before = previous = previous_coarse = None
     n = 0
     for n, frame in enumerate(iter_frames(video, analysis_size(info)), start=1):
-        face = tracker.update(n - 1, frame)
+        tracked = tracker.update(n - 1, frame)
         if spill is not None:
-            spill.update(frame, face)
+            spill.update(frame, tracked)
         coarse, small = coarse_gray(frame), coarse_gray(frame, FLICKER_SIDE)
         cells.append(frame_cells(small))
         if previous_coarse is not None:

@@ -64,15 +64,20 @@ def chip_measures(chip: np.ndarray) -> tuple[float, float, float]:
 class FaceTracker:
     """Feeds each frame to the detector and keeps the measurements; an embedding every ``embed_every`` frames."""
 
-    def __init__(self, detector: FaceDetector, embed_every: int) -> None:
+    def __init__(self, detector: FaceDetector, embed_every: int, number: int | None = None) -> None:
         self.detector = detector
         self.embed_every = max(1, int(embed_every))
         self.track = FaceTrack()
+        self.number = number  # follow face ``number`` (1-based, left to right in the first frame that has it)
         self._previous: Face | None = None
 
     def update(self, index: int, frame: np.ndarray) -> Face | None:
         """Measure frame ``index`` ((H, W, 3) uint8); returns the face found, or None."""
-        face = self.detector.find(frame, near=self._previous)
+        if self.number is not None and self._previous is None:
+            faces = self.detector.find_all(frame)
+            face = faces[self.number - 1] if len(faces) >= self.number else None
+        else:
+            face = self.detector.find(frame, near=self._previous, follow=self.number is not None)
         t = self.track
         t.detected.append(face is not None)
         if face is None:

@@ -7,7 +7,7 @@ no orientation tag) is turned upright, with one line. A picture where the detect
 searched turned by each quarter turn. A face that the mesh says lies on its side, in a picture where no upright face
 is found when turned, is not animated as a face (one line; the caller centre-crops as for no face). What the
 detector and the mesh find in a picture is kept per machine (``avatargen.face.picture_cache``): a picture seen before
-is framed without loading either.
+is framed without loading either. A face cut off by the picture's edge (``cut_edge``) is refused (exit 2, one line).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from avatargen.face.detector import Face, FaceDetector
 from avatargen.face.lips import LipFinder, LipSearch, lips_in_mesh, lips_installed, quarter_turns
 from avatargen.face.picture_cache import KnownPicture
 
+CUT_SHARE = 0.25  # a face's box past the picture's edge by more than this share of its width: the face is cut off
 TURN_NAMES = {1: "a quarter turn clockwise", 2: "upside down", 3: "a quarter turn counter-clockwise"}
 
 _FINDER: LipFinder | None = None
@@ -81,7 +82,23 @@ def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], N
         warn(f"warning: {name} lies {TURN_NAMES[turns]} (no orientation tag says so): animated it turned upright; "
              "save it upright to silence this")  # fmt: skip
         rgb = np.ascontiguousarray(np.rot90(rgb, turns))
+    edge = cut_edge(face, rgb.shape[0], rgb.shape[1])
+    if edge is not None:
+        raise BadInputError(f"the face in {name} is cut by the picture's {edge} edge: a face that is not all in the "
+                            "picture cannot be animated; give a picture with the whole face in it")  # fmt: skip
     return Chosen(rgb, face)
+
+
+def cut_edge(face: Face, height: int, width: int) -> str | None:
+    """The picture edge (``left``, ``right``, ``top``, ``bottom``) that cuts ``face`` off: one of its five landmarks
+    outside the picture, or its box past the edge by more than ``CUT_SHARE`` of its width; None: the face is in."""
+    (x0, y0, x1, y1), reach = face.box, CUT_SHARE * face.width
+    xs, ys = face.points[:, 0], face.points[:, 1]
+    for edge, cut in (("left", xs.min() < 0 or x0 < -reach), ("right", xs.max() > width - 1 or x1 > width + reach),
+                      ("top", ys.min() < 0 or y0 < -reach), ("bottom", ys.max() > height - 1 or y1 > height + reach)):
+        if cut:
+            return edge
+    return None
 
 
 def faces_turned(rgb: np.ndarray, turns: int, detector: FaceDetector) -> list[Face]:

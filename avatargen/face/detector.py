@@ -157,11 +157,12 @@ class FaceDetector:
             self._search_networks = hog, self._dlib.shape_predictor(str(self._models / _SHAPE_MODEL))
         return self._search_networks
 
-    def find(self, rgb: np.ndarray, near: Face | None = None) -> Face | None:
+    def find(self, rgb: np.ndarray, near: Face | None = None, follow: bool = False) -> Face | None:
         """The most confident face of an (H, W, 3) uint8 RGB image, or None when there is none.
 
         ``near``: the face found in the previous video frame; when the whole-image search finds nothing, a weaker
-        match around it is accepted (see ``_NEAR_THRESHOLD``).
+        match around it is accepted (see ``_NEAR_THRESHOLD``); ``follow``: of several faces, the one nearest to
+        ``near`` rather than the most confident (a video's chosen face followed).
         """
         rgb = np.ascontiguousarray(rgb)
         rects, scores = self._search(rgb)
@@ -179,6 +180,10 @@ class FaceDetector:
         if not rects:
             return None
         best = int(np.argmax(scores))
+        if follow and near is not None and len(rects) > 1:
+            cx, cy = near.centre
+            best = int(np.argmin([(r.left() + r.right() + 2 * offset[0] - 2 * cx) ** 2
+                                  + (r.top() + r.bottom() + 2 * offset[1] - 2 * cy) ** 2 for r in rects]))  # fmt: skip
         return self._face(rgb, rects[best], float(scores[best]), offset)
 
     def find_all(self, rgb: np.ndarray) -> list[Face]:

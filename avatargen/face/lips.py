@@ -14,7 +14,7 @@ inner points, in the picture's pixels) or, when they cannot be trusted, ``proble
 - a face turned too far to the side: the nose tip outside ``YAW_NOSE_SHARE`` of the way between the face's sides;
 - lips that do not show: the band between the two contours no further in colour from the skin around the mouth than
   ``LIP_CONTRAST`` grey levels (a hand over the mouth, a mask; lips show as redder or darker than the skin around
-  them: 22-42 on the test photos, 36-192 on the bundled cartoons and the synthetic smile; on the covered test
+  them: 22-42 on the test photos (on a face darker than ``LIT_SKIN_GREY``, scaled as if lit normally), 36-192 on the bundled cartoons and the synthetic smile; on the covered test
   pictures of tests/face/photos.py the mesh finds no face at all, the first check).
 """
 
@@ -46,8 +46,11 @@ NOSE_TIP, FACE_SIDES = 1, (234, 454)
 SQUARE_PER_FACE = 2.0  # the mesh looks at a square this many detector-box widths wide around the face ...
 MESH_SIDE = 384  # ... at most this many pixels on a side (the network itself reads 192 px)
 EYE_AGREEMENT = 0.3  # the mesh's eye centres within this many eye spans of the detector's: the same face
-YAW_NOSE_SHARE = (0.25, 0.75)  # nose tip between the face's sides: past these the face is turned too far
+# nose tip between the face's sides: past these the face is turned too far (0.5 facing the camera; a face turned
+# 25-35 degrees reads 0.75-0.84: its lips are still seen whole and the warp moves them in their own frame)
+YAW_NOSE_SHARE = (0.14, 0.86)
 LIP_CONTRAST = 15.0  # grey levels between the lips' mean colour and the skin's around them: below, the lips are hidden
+LIT_SKIN_GREY = 150.0  # skin darker than this grey has its contrast scaled up by this over its grey (exposure)
 RING = (0.12, 0.30)  # the skin around the mouth: this far outside the outer contour, in mouth widths
 
 
@@ -260,7 +263,10 @@ def lip_contrast(rgb: np.ndarray, lips: Lips) -> float:
     ring = patch[(outside >= RING[0] * lips.width) & (outside <= reach)]
     if len(band) < 4 or len(ring) < 4:
         return 0.0
-    return float(np.linalg.norm(band.mean(axis=0) - column_median(ring)))
+    skin = column_median(ring)
+    # a dark or underexposed face has every difference scaled down with its light: judged as if lit normally
+    exposure = max(1.0, LIT_SKIN_GREY / max(float(skin @ np.array([0.299, 0.587, 0.114])), 1.0))
+    return float(np.linalg.norm(band.mean(axis=0) - skin)) * exposure
 
 
 def quarter_turns(points: np.ndarray) -> int:

@@ -36,7 +36,7 @@ import numpy as np
 from avatargen.face.detector import Face
 from avatargen.face.hog_cache import cache_folder, prune_least_recently_used
 
-FORMAT = 1
+FORMAT = 2  # 2: the photo verdicts of the flat-pixel test (domain.py); entries of another format are searched again
 MAX_PICTURES = 1000  # a few kB each (a face mesh is 478 points)
 Points = np.ndarray  # (N, 2) float64, (x, y) pixels
 

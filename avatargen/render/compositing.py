@@ -5,23 +5,30 @@ from __future__ import annotations
 
 import sys
 from functools import partial
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_choice import mouth_for
+from avatargen.compose.mouth_warp import MouthWarp
+from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.config.families import family_of
 from avatargen.config.schema import Config, MouthMode
 from avatargen.config.validate import idle_motion_settings
 from avatargen.face.choice import reference_lips
 from avatargen.face.domain import square_is_photo
+from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import Reference
 
 
 def compositor_for(
     loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None,
-    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr), speech: Path | None = None,
 ) -> ReferenceCompositor | None:
     """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
 
@@ -35,7 +42,9 @@ def compositor_for(
     the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose own mouth the
     cue reads open (a dark beard, a smile showing its teeth: ``mouth_for``; docs/model-card.md); the warp moves the
     lips the lip finder found, or keeps the still mouth (one line to ``warn``) where it could not trust them. ``is_photo`` says
-    whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once)."""
+    whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once).
+    ``speech``: the audio file of a render (None: a stream); a photograph's warped mouth opens with its loudness
+    (``SpeechDrive``), the model's frame giving the interior."""
     if not config.pipeline.composite or not family_of(config).composited:
         return None
     height, width = loaded.picture.shape[:2]
@@ -50,8 +59,19 @@ def compositor_for(
         is_photo = partial(square_is_photo, loaded.square, loaded.square_face)
     if mode != MouthMode.blend:  # warp; auto: warp, or None: blend (mouth_for says when)
         lips = reference_lips(loaded.picture, loaded.face)  # None: estimated from the landmarks
-        compositor.mouth = mouth_for(compositor, layout, lips, is_photo(), mode == MouthMode.auto, loaded.square, warn)
+        photo = is_photo()
+        compositor.mouth = mouth_for(compositor, layout, lips, photo, mode == MouthMode.auto, loaded.square, warn)
+        if photo and speech is not None and isinstance(compositor.mouth, MouthWarp):  # the speech opens the mouth
+            rate, fps = config.model.sample_rate, config.model.fps
+            compositor.mouth.drive = SpeechDrive(partial(_audio_blocks, speech, rate), rate, fps)
     settings = idle_motion_settings(config)
     if settings.active:
-        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings).warp_in_place
+        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings,
+                                     textured_lids=loaded.face is not None and is_photo()).warp_in_place  # fmt: skip
     return compositor
+
+
+def _audio_blocks(path: Path, sample_rate: int) -> Iterator[np.ndarray]:
+    """The audio file at ``path`` as float32 mono blocks at ``sample_rate``, one streamed decode."""
+    with AudioFileSource(path, sample_rate) as source:
+        yield from source

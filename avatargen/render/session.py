@@ -207,7 +207,8 @@ class RenderSession:
             loaded = opened.loaded
             # The compositor's mouth and the photo warning both ask whether the square is a photograph: one search.
             is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
-            compositor = compositor_for(loaded, config, is_photo, warn)
+            speech = None if self.streamed_audio else request.audio_files[0]
+            compositor = compositor_for(loaded, config, is_photo, warn, speech)
             if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:  # the shipped model
                 if request.prompt:
                     warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at "

@@ -1,5 +1,5 @@
 """The warped mouth is drawn where the photo's lips are: dark pixels only within the lips' reach (avatargen eval's
-mouth spill), the smile's own teeth kept, the contour carried by the head's idle motion, and the still picture's
+mouth spill), a smile shut in silence, the contour carried by the head's idle motion, and the still picture's
 mouth kept where the lips do not show."""
 
 from __future__ import annotations
@@ -59,22 +59,24 @@ def test_the_cavity_opens_between_the_lips_and_nowhere_else(tmp_path, name):
     compositor, loaded, _ = _composited(tmp_path, picture)
     assert isinstance(compositor.mouth, MouthWarp)
     frames = compositor.compose(_talking(loaded.square), 0)
-    darkened = (picture.astype(int) - frames.astype(int)).max(axis=3) > 40  # (t, H, W)
-    assert darkened[0].sum() == 0 and darkened[-1].sum() > 20  # shut: the photo; open: a cavity
+    # shut: the reference (its smile closed: compose/mouth_close.py); open: a cavity
+    darkened = (compositor.background.astype(int) - frames.astype(int)).max(axis=3) > 40  # (t, H, W)
+    assert darkened[0].sum() == 0 and darkened[-1].sum() > 20
     assert max(_spill(picture, frames)) < 0.15, name  # every frame's darkening lies within the lips' reach
 
 
-def test_a_smile_keeps_its_own_teeth_when_the_mouth_opens(tmp_path):
+def test_a_smile_is_shut_in_silence_and_opened_by_the_speech(tmp_path):
     picture = photos.astronaut()
     compositor, loaded, _ = _composited(tmp_path, picture)
-    lips = compositor.mouth.lips
+    found = reference_lips(picture, shared_detector().find(picture)).lips
     frames = compositor.compose(_talking(loaded.square), 0)
-    # Her upper teeth: just under the upper inner lip, at the middle of the mouth.
-    x, y = np.rint(lips.inner[15] + 0.35 * (lips.inner[5] - lips.inner[15])).astype(int)
+    # Her upper teeth in the photo: just under the upper inner lip, at the middle of the mouth.
+    x, y = np.rint(found.inner[15] + 0.35 * (found.inner[5] - found.inner[15])).astype(int)
     assert picture[y, x].min() > 150  # pale in the photo
-    opened = frames[-1]
-    up = int(np.ceil(0.2 * compositor.mouth.openings(_talking(loaded.square)[-1:])[0][0]))  # they rise with the lip
-    assert opened[y - up : y + 1, x].min(axis=1).max() > 150  # still pale teeth, not the cavity drawn over them
+    assert np.abs(frames[0][y, x].astype(int) - picture[y, x]).max() > 40  # shut: her lips meet over them
+    lips = compositor.mouth.lips
+    gap = np.rint(lips.centre + 0.3 * compositor.mouth.half * lips.down).astype(int)  # under the lip line, open
+    assert frames[-1][gap[1], gap[0]].max() < frames[0][gap[1], gap[0]].max() - 40  # open: the interior shows
 
 
 def test_with_idle_motion_the_mouth_moves_with_the_head(tmp_path):

@@ -1,0 +1,89 @@
+"""``close_mouth``: a reference whose mouth is open (a smile showing its teeth, a photo taken mid-word) closed once,
+before the warp drives it, so that in silence the lips meet and the opening follows the speech alone.
+
+Across the mouth (per column along it), the upper lip with the skin up to ``ABOVE_HALF_WIDTHS`` above its outer edge
+is stretched down, and the lower lip with the chin down to ``BELOW_HALF_WIDTHS`` below its outer edge is drawn up,
+until the inner edges meet ``UPPER_SHARE`` of the way down the gap (the jaw does most of the closing). The map is
+piecewise linear and monotonic across the mouth (nothing folds), the identity outside that band and past the
+corners, where the gap is nil; one bicubic ``grid_sample``. The closed lips' inner contour is the meeting line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from avatargen.face.lips import Lips
+
+OPEN_GAP = 0.04  # the inner lips this far apart at their widest (mouth widths) or more: the mouth is closed first
+UPPER_SHARE = 0.25  # the upper lip comes down this share of the gap, the lower lip and chin up by the rest
+ABOVE_HALF_WIDTHS = 0.35  # the skin above the upper lip that stretches with it
+BELOW_HALF_WIDTHS = 1.2  # the chin below the lower lip that rises with it
+
+
+def inner_gap(lips: Lips) -> float:
+    """The widest distance between the inner lip edges, across the mouth, in mouth widths."""
+    upper, lower = _edges(lips.inner, lips)
+    along = np.linspace(-0.9, 0.9, 19)
+    return float(np.max(np.interp(along, *lower) - np.interp(along, *upper))) / max(lips.width, 1.0)
+
+
+def close_mouth(picture: np.ndarray, lips: Lips) -> tuple[np.ndarray, Lips]:
+    """``picture`` (H, W, 3) uint8 with the mouth of ``lips`` closed, and the closed lips (same outer contour, the
+    inner contour on the meeting line). Lips already closed (``inner_gap`` under ``OPEN_GAP``) come back as they are."""
+    if inner_gap(lips) < OPEN_GAP:
+        return picture, lips
+    height, width = picture.shape[:2]
+    half = max(lips.width / 2, 1.0)
+    u, v, centre = lips.along, lips.down, lips.centre
+    inner_up, inner_low = _edges(lips.inner, lips)
+    outer_up, outer_low = _edges(lips.outer, lips)
+    reach = [centre + half * (a * u + b * v) for a in (-1.1, 1.1) for b in (-1.5, 2.5)]
+    xs, ys = np.array(reach)[:, 0], np.array(reach)[:, 1]
+    top, bottom = max(0, int(ys.min()) - 2), min(height, int(np.ceil(ys.max())) + 3)
+    left, right = max(0, int(xs.min()) - 2), min(width, int(np.ceil(xs.max())) + 3)
+    if bottom - top < 2 or right - left < 2:
+        return picture, lips
+    gy, gx = np.mgrid[top:bottom, left:right].astype(np.float64)
+    offset = np.stack([gx, gy], axis=-1) - centre  # (h, w, 2)
+    along, down = offset @ u / half, offset @ v  # (h, w): half-widths along, pixels down
+    ui, li = np.interp(along, *inner_up), np.interp(along, *inner_low)  # (h, w) inner edges
+    uo, lo = np.interp(along, *outer_up), np.interp(along, *outer_low)  # (h, w) outer edges
+    past = np.abs(along) >= 1.0
+    gap = np.where(past, 0.0, np.clip(li - ui, 0.0, None))  # (h, w)
+    meet = ui + UPPER_SHARE * gap
+    start, end = np.minimum(uo, ui) - ABOVE_HALF_WIDTHS * half, np.maximum(lo, li) + BELOW_HALF_WIDTHS * half
+    # above the meeting line: [start, meet] shows [start, ui]; below it: [meet, end] shows [li, end]
+    upper = start + (down - start) * (ui - start) / np.maximum(meet - start, 1e-6)
+    lower = li + (down - meet) * (end - li) / np.maximum(end - meet, 1e-6)
+    source = np.where(down < meet, upper, lower)
+    source = np.where((gap > 0) & (down > start) & (down < end), source, down)
+    moved = np.stack([gx, gy], axis=-1) + (source - down)[..., None] * v  # (h, w, 2) picture pixels to sample
+    grid = torch.from_numpy(moved).float()
+    grid = grid * torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)]) - 1.0
+    image = torch.from_numpy(np.ascontiguousarray(picture)).float().permute(2, 0, 1)[None]  # (1, 3, H, W)
+    sampled = F.grid_sample(image, grid[None], mode="bicubic", padding_mode="border", align_corners=True)[0]
+    closed = picture.copy()
+    closed[top:bottom, left:right] = sampled.add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+    # the inner contour onto the meeting line
+    inner_along = (lips.inner - centre) @ u / half
+    line = np.interp(inner_along, *inner_up) + UPPER_SHARE * np.clip(
+        np.interp(inner_along, *inner_low) - np.interp(inner_along, *inner_up), 0.0, None)  # fmt: skip
+    inner = centre + inner_along[:, None] * half * u + line[:, None] * v
+    return closed, Lips(lips.outer, inner)
+
+
+def _edges(contour: np.ndarray, lips: Lips) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The upper and lower edge of a (20, 2) lip contour (``avatargen.face.lips.OUTER``'s order: 0-10 the lower
+    lip from corner to corner, 10-19 and 0 the upper) as (along in half-widths, increasing; pixels below the
+    corners' midpoint), for ``np.interp``."""
+    half = max(lips.width / 2, 1.0)
+    u, v, centre = lips.along, lips.down, lips.centre
+
+    def profile(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, d = (points - centre) @ u / half, (points - centre) @ v
+        order = np.argsort(a)
+        return a[order], d[order]
+
+    return profile(np.concatenate([contour[10:], contour[:1]])), profile(contour[:11])

@@ -1,0 +1,89 @@
+"""A photograph's mouth opens with the speech: shut in silence from the frame the sound stops, open from the frame it
+starts (no lag), the same levels however the audio arrives; a mouth open in the picture is closed before it is
+driven."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from avatargen.compose.mouth_close import OPEN_GAP, close_mouth, inner_gap
+from avatargen.compose.speech_drive import SpeechDrive, frame_levels
+from avatargen.face.choice import reference_lips
+from avatargen.face.detector import shared_detector
+from tests.face import photos
+
+RATE, FPS = 16000, 25
+HOP = RATE // FPS
+
+
+def _bursts() -> tuple[np.ndarray, np.ndarray]:
+    """2 s of a voiced tone in bursts (frames 10-19 and 30-34 loud, 25-29 quiet) and which frames are silent."""
+    t = np.arange(2 * RATE) / RATE
+    envelope = np.zeros(50)
+    envelope[10:20], envelope[25:30], envelope[30:35] = 1.0, 0.1, 1.0
+    wave = np.sin(2 * np.pi * 180 * t) * np.repeat(envelope, HOP)
+    return wave.astype(np.float32), envelope == 0
+
+
+def test_the_mouth_opens_and_shuts_with_the_sound_in_the_same_frame():
+    wave, silent = _bursts()
+    levels = frame_levels([wave], RATE, FPS)
+    assert len(levels) == 50
+    assert levels[10] > 0.5 and levels[19] > 0.5 and levels[30] > 0.5  # the first and last loud frames: open
+    inside = silent.copy()
+    inside[[9, 20, 35]] = False  # the frames just beside a burst hear half a frame of it
+    assert levels[inside].max() == 0.0  # shut in silence
+    assert 0.0 < levels[27] < 0.5 * levels[15]  # quieter speech opens less
+
+
+def test_the_levels_do_not_depend_on_how_the_audio_is_cut():
+    wave, _ = _bursts()
+    whole = frame_levels([wave], RATE, FPS)
+    pieces = frame_levels([wave[i : i + 777] for i in range(0, len(wave), 777)], RATE, FPS)
+    np.testing.assert_allclose(pieces, whole, atol=1e-9)
+    drive = SpeechDrive(lambda: iter([wave]), RATE, FPS)
+    np.testing.assert_allclose(drive.levels(45, 10), np.r_[whole[45:], np.zeros(5)])  # past the end: shut
+
+
+def test_silence_keeps_the_mouth_shut():
+    assert frame_levels([np.zeros(RATE, np.float32)], RATE, FPS).max() == 0.0
+
+
+def test_a_smile_is_closed_and_the_rest_of_the_picture_kept():
+    picture = photos.astronaut()
+    lips = reference_lips(picture, shared_detector().find(picture)).lips
+    assert inner_gap(lips) > OPEN_GAP  # her smile shows her teeth
+    closed, shut = close_mouth(picture, lips)
+    assert inner_gap(shut) < 0.01
+    changed = np.abs(closed.astype(int) - picture).max(axis=2) > 0
+    ys, xs = np.nonzero(changed)
+    assert changed.sum() > 100  # the lips moved over the teeth ...
+    reach = 2.6 * lips.width  # ... and nothing far from the mouth did
+    assert np.hypot(xs - lips.centre[0], ys - lips.centre[1]).max() < reach
+    grace = photos.grace_hopper()
+    still = reference_lips(grace, shared_detector().find(grace)).lips
+    assert inner_gap(still) < OPEN_GAP and close_mouth(grace, still)[0] is grace  # closed lips: the picture as it is
+
+
+def test_a_photo_driven_by_the_speech_gives_the_same_frames_however_they_are_batched(tmp_path):
+    """Resume and chunking: frame t's opening is a function of t and the audio, not of the batch it came in."""
+    import soundfile as sf
+
+    from avatargen.compose.mouth_warp import MouthWarp
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.io.image import load_reference, save_png
+    from avatargen.render import compositor_for
+
+    wave, _ = _bursts()
+    sf.write(tmp_path / "speech.wav", wave, RATE)
+    save_png(tmp_path / "astronaut.png", photos.astronaut())
+    config = to_config(load_config(["pipeline.idle_motion.head_motion=false", "pipeline.idle_motion.blinks_per_minute=0"]))
+    loaded = load_reference(tmp_path / "astronaut.png", 256, "face", lambda line: None)
+    compositor = compositor_for(loaded, config, warn=lambda line: None, speech=tmp_path / "speech.wav")
+    assert isinstance(compositor.mouth, MouthWarp) and compositor.mouth.drive is not None
+    generated = np.repeat(loaded.square[None], 12, axis=0)  # the model's frames: what they draw is not read for it
+    whole = compositor.compose(generated, 6)  # frames 6-17: silence, then the burst from frame 10
+    parts = np.concatenate([compositor.compose(generated[:5], 6), compositor.compose(generated[5:], 11)])
+    np.testing.assert_array_equal(whole, parts)
+    changed = np.abs(whole.astype(int) - compositor.background).max(axis=(1, 2, 3))  # (12,)
+    assert changed[:3].max() == 0 and changed[4:].min() > 40  # shut in the silence, open from the burst's frame
