@@ -31,11 +31,11 @@ from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, Publi
 from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
-from avatargen.io.encoder import Encoder
+from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.output_lock import OutputLock
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
-from avatargen.io.pacing import RealtimePacer
+from avatargen.io.pacing import CatchUp, RealtimePacer
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
@@ -357,6 +357,9 @@ class RenderSession:
             # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.
             self.stop.on_request(self.opened.audio.end_input)
         if config.output.realtime:
+            # A live stream's audio goes out with its frames, through the pacer: it can then drop silence to catch up.
+            live = self.streamed_audio
+            target = config.output.realtime_target_s
 
             def underrun(count: int) -> None:
                 if count == 1:
@@ -364,7 +367,11 @@ class RenderSession:
                          "device, more runtime.threads or pipeline=preview avoids it (underruns are counted in the "
                          "report)")  # fmt: skip
 
-            self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun)
+            self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun,
+                                       audio_rate=ENCODER_AUDIO_RATE if live else None,
+                                       catch_up=CatchUp(target) if live and target > 0 else None)  # fmt: skip
+            if live:
+                self.opened.audio.encoder_audio = self.pacer.write_audio
         sink = self.pacer if self.pacer is not None else self.writer
         if self.opened.compositor is not None:  # the family's square frames become the picture with their mouth
             sink = CompositingSink(self.opened.compositor, [sink], first_frame=self.start_frame)
