@@ -148,13 +148,14 @@ class RealtimePacer:
     that much, so the frames after it keep their spacing instead of rushing out to catch up.
     ``on_underrun(count)`` is called (on the pacing thread) at each one.
 
+    ``on_position(seconds)``: the stream time the output has reached, after each frame (shown or dropped).
     With ``audio_rate`` the audio track goes through the pacer too (``write_audio``: stereo s16le at that rate, as
     it arrives), each frame's audio to ``sink.write_audio`` when the frame leaves. ``catch_up`` then drops silent
     frames while the output is late (``CatchUp``), and the clock moves forward by each. Without it nothing is dropped.
     """
 
     def __init__(self, sink: FrameSink, fps: int, buffer_s: float = 1.0, queue_s: float = 2.0, on_underrun=None,
-                 audio_rate: int | None = None, catch_up: CatchUp | None = None):  # fmt: skip
+                 audio_rate: int | None = None, catch_up: CatchUp | None = None, on_position=None):  # fmt: skip
         if catch_up is not None and audio_rate is None:
             raise ValueError("catch_up needs the audio track (audio_rate): only audio says which frames are silent")
         self.sink = sink
@@ -162,6 +163,7 @@ class RealtimePacer:
         self.stats = PacingStats(buffer_s=buffer_s)
         self.catch_up = catch_up
         self._on_underrun = on_underrun
+        self._on_position = on_position  # called with the stream seconds the output has reached (shown or dropped)
         self._audio = _AudioTrack(fps, audio_rate, catch_up.silence_dbfs if catch_up else -40.0) if audio_rate else None
         self._queue: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=max(1, round((buffer_s + queue_s) * fps)))
         self._error: BaseException | None = None
@@ -266,6 +268,8 @@ class RealtimePacer:
                         self.stats.dropped_s += period
                         shift -= period
                         index += 1
+                        if self._on_position is not None:
+                            self._on_position(index * period)
                         continue
                     if index >= self._decided:  # its audio has not arrived yet: it is kept (sent when it comes)
                         self._audio.decide(index, send=True)
@@ -282,6 +286,8 @@ class RealtimePacer:
                         self._on_underrun(self.stats.underruns)
                 self.sink.write(frame[None])
                 index += 1
+                if self._on_position is not None:
+                    self._on_position(index * period)
         except BaseException as error:  # noqa: BLE001 - handed to the render thread, which raises it
             self._error = error
             while True:  # unblock a writer waiting on a full queue

@@ -35,6 +35,7 @@ from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.output_lock import OutputLock
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
+from avatargen.io.catch_up import LIVE_BACKLOG_S, InputGate
 from avatargen.io.pacing import CatchUp, RealtimePacer
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
@@ -367,11 +368,16 @@ class RenderSession:
                          "device, more runtime.threads or pipeline=preview avoids it (underruns are counted in the "
                          "report)")  # fmt: skip
 
+            catching_up = live and target > 0
+            # Seconds of late input are left out before they are generated (avatargen/io/catch_up.py).
+            gate = InputGate(backlog_s=max(2 * target, LIVE_BACKLOG_S)) if catching_up else None
             self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun,
                                        audio_rate=ENCODER_AUDIO_RATE if live else None,
-                                       catch_up=CatchUp(target) if live and target > 0 else None)  # fmt: skip
+                                       catch_up=CatchUp(target) if catching_up else None,
+                                       on_position=gate.shown if gate is not None else None)  # fmt: skip
             if live:
                 self.opened.audio.encoder_audio = self.pacer.write_audio
+                self.opened.audio.gate = gate
         sink = self.pacer if self.pacer is not None else self.writer
         if self.opened.compositor is not None:  # the family's square frames become the picture with their mouth
             sink = CompositingSink(self.opened.compositor, [sink], first_frame=self.start_frame)
