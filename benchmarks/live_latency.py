@@ -4,9 +4,9 @@
 time, as a microphone would (WAV, 16 kHz mono, 20 ms pieces): quiet room noise, and a 1.5-s burst of speech (cut
 from examples/speech_*.flac at a word's onset) every ``--period`` seconds from ``--first-burst`` on. Stdout is decoded
 as it arrives (MPEG-TS -> ffmpeg -> gray frames); each frame's arrival time is noted with its mouth region (the box
-below the nose of the face found in the reference picture). The latency of a burst: the arrival of the first
-frame whose mouth region moved (its mean difference from the resting mouth of the second before the burst exceeds
-a quarter of the way to the burst's largest) minus the time the burst's first sample was written.
+below the nose of the face found in the reference picture), and the stream's audio. Each burst is found in that
+audio (its frame in the stream: dropped silence moves it earlier); the latency of a burst is the arrival of the
+first frame from there on whose mouth moved (``mouth_motion``) minus the time the burst's first sample was written.
 
 With ``--stall-burst N`` the render process is stopped (SIGSTOP) for ``--stall-s`` (1 s) as burst N starts: the
 report gives that burst's latency and how long after the stall began a burst was seen within 0.8 s again. The
@@ -44,13 +44,15 @@ sys.path.insert(0, str(REPO))
 from tests.live.harness import RtmpIngest  # noqa: E402
 
 RATE = 16000
+FPS = 25
 PIECE = RATE // 50  # 20 ms
 BURST_S = 1.5
 F_SETPIPE_SZ = 1031
 
 
 def speech_bursts() -> list[np.ndarray]:
-    """1.5-s pieces of the example speech, each starting at a word's onset (the first 20 ms above -30 dBFS)."""
+    """1.5-s pieces of the example speech, none overlapping, each starting at a word's onset (the first 20 ms above
+    -30 dBFS after 100 ms below -45)."""
     bursts = []
     for n in (1, 2, 3):
         wave, rate = sf.read(REPO / "examples" / f"speech_{n}.flac", dtype="float32")
@@ -58,26 +60,30 @@ def speech_bursts() -> list[np.ndarray]:
         assert rate == RATE
         levels = np.sqrt(np.mean(wave[: len(wave) // PIECE * PIECE].reshape(-1, PIECE) ** 2, axis=1))
         onsets = [i for i in range(5, len(levels)) if levels[i] > 10 ** (-30 / 20) and levels[i - 5 : i].max() < 10 ** (-45 / 20)]
+        after = 0  # pieces do not overlap: each burst is found in the stream by its own sound
         for i in onsets:
             piece = wave[i * PIECE : i * PIECE + int(BURST_S * RATE)]
-            if len(piece) == int(BURST_S * RATE):
+            if i >= after and len(piece) == int(BURST_S * RATE):
                 bursts.append(piece)
+                after = i + int(BURST_S * RATE) // PIECE
     return bursts
 
 
-def session_audio(seconds: float, first: float, period: float) -> tuple[np.ndarray, list[float]]:
-    """(samples int16, burst start times in seconds): room noise at -60 dBFS, a speech burst every ``period`` s."""
+def session_audio(seconds: float, first: float, period: float) -> tuple[np.ndarray, list[float], list[np.ndarray]]:
+    """(samples int16, burst start times in seconds, the bursts int16): room noise at -60 dBFS, a speech burst every
+    ``period`` s."""
     rng = np.random.default_rng(0)
     audio = rng.normal(0, 10 ** (-60 / 20), int(seconds * RATE)).astype(np.float32)
-    bursts, starts = speech_bursts(), []
+    bursts, starts, used = speech_bursts(), [], []
     t = first
     while t + BURST_S <= seconds:
         piece = bursts[len(starts) % len(bursts)]
         a = int(t * RATE)
         audio[a : a + len(piece)] += piece
         starts.append(t)
+        used.append((np.clip(piece, -1, 1) * 32767).astype("<i2"))
         t += period
-    return (np.clip(audio, -1, 1) * 32767).astype("<i2"), starts
+    return (np.clip(audio, -1, 1) * 32767).astype("<i2"), starts, used
 
 
 def wav_header() -> bytes:
@@ -134,17 +140,20 @@ def pause(pid: int, seconds: float, stalled: list[float]) -> None:
 
 
 def decode(stdout, size: tuple[int, int], box: tuple[int, int, int, int], arrivals: list[float], crops: list[np.ndarray],
-           first_bytes: list[float]) -> None:  # fmt: skip
-    """Decode the MPEG-TS on ``stdout`` as it arrives; keep each frame's arrival time and mouth region (gray)."""
+           first_bytes: list[float], audio: list[bytes]) -> None:  # fmt: skip
+    """Decode the MPEG-TS on ``stdout`` as it arrives: each frame's arrival time and mouth region (gray), and the
+    stream's audio (16 kHz mono s16le), which is in step with the frames."""
     import imageio_ffmpeg
 
     width, height = size
+    read_fd, write_fd = os.pipe()
     decoder = subprocess.Popen(
         [imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-probesize", "32768", "-analyzeduration", "0",
          "-fflags", "nobuffer", "-flags", "low_delay", "-i", "pipe:0", "-map", "0:v:0", "-f", "rawvideo",
-         "-pix_fmt", "gray", "pipe:1"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+         "-pix_fmt", "gray", "pipe:1", "-map", "0:a:0", "-ac", "1", "-ar", str(RATE), "-f", "s16le", f"pipe:{write_fd}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(write_fd,),
     )  # fmt: skip
+    os.close(write_fd)
 
     def pump() -> None:
         while chunk := stdout.read1(65536):
@@ -154,28 +163,72 @@ def decode(stdout, size: tuple[int, int], box: tuple[int, int, int, int], arriva
             decoder.stdin.flush()
         decoder.stdin.close()
 
+    def sound() -> None:
+        with os.fdopen(read_fd, "rb") as pipe:
+            while chunk := pipe.read(65536):
+                audio.append(chunk)
+
     threading.Thread(target=pump, daemon=True).start()
+    listener = threading.Thread(target=sound, daemon=True)
+    listener.start()
     y0, y1, x0, x1 = box
     frame_bytes = width * height
     while len(frame := decoder.stdout.read(frame_bytes)) == frame_bytes:
         arrivals.append(time.monotonic())
         crops.append(np.frombuffer(frame, np.uint8).reshape(height, width)[y0:y1, x0:x1].copy())
     decoder.wait()
+    listener.join(timeout=10)
 
 
-def burst_latency(written: float, arrivals: np.ndarray, crops: np.ndarray) -> float | None:
-    """Seconds from ``written`` to the first frame whose mouth moved (see the module docstring); None: not seen."""
-    rest = (arrivals >= written - 1.0) & (arrivals < written)
-    after = np.flatnonzero((arrivals >= written) & (arrivals < written + 3.0))
-    if rest.sum() < 5 or len(after) == 0:
-        return None
-    resting = crops[rest].astype(np.float32).mean(axis=0)
-    moved = lambda idx: np.abs(crops[idx].astype(np.float32) - resting).mean(axis=(-2, -1))  # noqa: E731
-    base, motion = moved(np.flatnonzero(rest)).max(), moved(after)
-    if motion.max() <= base * 1.5:
-        return None
-    threshold = base + 0.25 * (motion.max() - base)
-    return float(arrivals[after[np.argmax(motion > threshold)]] - written)
+def burst_samples(played: np.ndarray, bursts: list[np.ndarray]) -> list[int | None]:
+    """The sample of the stream's audio where each burst starts, found in order: the first place after the previous burst where its
+    first 0.12 s match the stream's audio (silence may have been dropped between bursts, never speech)."""
+    found, cursor, n = [], 0, int(0.12 * RATE)
+    for burst in bursts:
+        # The next burst starts within the silence between two (2.5 s, or less where some was dropped); the same
+        # sound comes again 3 bursts later, at least 3 x 1.5 s on.
+        window = played[cursor : cursor + 4 * RATE + n].astype(np.float32)
+        if len(window) < n:
+            found.append(None)
+            continue
+        probe = burst[:n].astype(np.float32)
+        corr = np.correlate(window, probe, mode="valid")  # (len - n + 1,)
+        energy = np.sqrt(np.convolve(window**2, np.ones(n), mode="valid")) * np.linalg.norm(probe) + 1e-9
+        score = corr / energy
+        matches = np.flatnonzero(score > 0.8)  # the first match (the same burst comes again, 3 bursts later)
+        if len(matches) == 0:
+            found.append(None)  # (the decoder may have skipped the stream's first audio: the next is looked for here)
+            continue
+        first = matches[0]
+        start = cursor + first + int(np.argmax(score[first : first + RATE // 10]))
+        found.append(start)
+        cursor = start + len(burst)
+    return found
+
+
+def mouth_motion(crops: np.ndarray) -> np.ndarray:
+    """Per frame, whether the mouth moved: its region differs from the resting mouth (the session's median region:
+    the mouth rests most of the time) by more than 30 % of the way from the median difference to the 95th
+    percentile."""
+    stack = crops.astype(np.float32)
+    moved = np.abs(stack - np.median(stack, axis=0)).mean(axis=(-2, -1))  # (T,)
+    low, high = np.median(moved), np.percentile(moved, 95)
+    return moved > low + 0.3 * (high - low)
+
+
+def burst_latencies(written: dict[int, float], arrivals: np.ndarray, moving: np.ndarray, starts: list[int | None],
+                    fps: int) -> dict[int, float | None]:  # fmt: skip
+    """Burst -> seconds from its first sample written to the arrival of the first frame from its start in the
+    stream on (less 2 frames: the model may open the mouth a little early) whose mouth moved, within a second."""
+    result = {}
+    for burst, at in sorted(written.items()):
+        frame = starts[burst] if burst < len(starts) else None
+        if frame is None:
+            result[burst] = None
+            continue
+        window = np.flatnonzero(moving[max(0, frame - 2) : frame + fps]) + max(0, frame - 2)
+        result[burst] = float(arrivals[window[0]] - at) if len(window) else None
+    return result
 
 
 def main() -> None:
@@ -186,13 +239,14 @@ def main() -> None:
     parser.add_argument("--stall-burst", type=int, default=3, help="stop the render for --stall-s as this burst starts (-1: none)")
     parser.add_argument("--stall-s", type=float, default=1.0)
     parser.add_argument("--publish", action="store_true", help="also publish HLS and RTMP (their first output is timed)")
+    parser.add_argument("--dump", help="save the raw measurements (arrivals, mouth motion, bursts) to this .npz")
     parser.add_argument("--image", default=str(REPO / "examples" / "avatar_1.png"))
     parser.add_argument("overrides", nargs="*", default=[])
     args = parser.parse_args()
     load_start = os.getloadavg()
     print(f"# {date.today()} {platform.node()} {platform.processor() or platform.machine()} session={args.seconds:g}s "
           f"load={load_start[0]:.2f} overrides={args.overrides}", flush=True)  # fmt: skip
-    samples, starts = session_audio(args.seconds, args.first_burst, args.period)
+    samples, starts, burst_pieces = session_audio(args.seconds, args.first_burst, args.period)
     box = mouth_box(Path(args.image))
     from PIL import Image
 
@@ -213,6 +267,7 @@ def main() -> None:
             arrivals: list[float] = []
             crops: list[np.ndarray] = []
             first_bytes: list[float] = []
+            played_audio: list[bytes] = []
             stalled: list[float] = []
             hls_first: list[float] = []
             done = threading.Event()
@@ -225,7 +280,7 @@ def main() -> None:
 
             threads = [
                 threading.Thread(target=feed, args=(render.stdin, samples, launched, starts, written, stall, render.pid, stalled), daemon=True),
-                threading.Thread(target=decode, args=(render.stdout, size, box, arrivals, crops, first_bytes), daemon=True),
+                threading.Thread(target=decode, args=(render.stdout, size, box, arrivals, crops, first_bytes, played_audio), daemon=True),
                 threading.Thread(target=watch_playlist, daemon=True),
             ]  # fmt: skip
             for thread in threads:
@@ -239,12 +294,21 @@ def main() -> None:
             sys.exit(f"render failed ({render.returncode}): {stderr.strip()[-2000:]}")
         report = json.loads(stderr.strip().splitlines()[-1])
     arrival_times, crop_stack = np.asarray(arrivals), np.stack(crops)
-    latencies = {b: burst_latency(w, arrival_times, crop_stack) for b, w in sorted(written.items())}
+    played = np.frombuffer(b"".join(played_audio), "<i2")
+    # The decoder may skip the stream's first audio (MPEG-TS probing): audio and frames are aligned at their end
+    # (the stream ends with the last frame's audio).
+    starts_in_stream = [None if n is None else len(arrivals) - round((len(played) - n) * FPS / RATE)
+                        for n in burst_samples(played, burst_pieces)]  # fmt: skip
+    moving = mouth_motion(crop_stack)
+    latencies = burst_latencies(written, arrival_times, moving, starts_in_stream, FPS)
+    if args.dump:
+        np.savez(args.dump, arrivals=arrival_times - launched, moving=moving, written=np.array([written[b] - launched for b in sorted(written)]),
+                 starts=np.array([-1 if f is None else f for f in starts_in_stream]), played=played)  # fmt: skip
     stalled_burst = stall[0] if stall else None
     normal = [v for b, v in latencies.items() if b != stalled_burst and v is not None]
     missed = [b for b, v in latencies.items() if v is None]
     result: dict = {
-        "session_s": args.seconds, "bursts": len(latencies), "frames_decoded": len(arrivals),
+        "session_s": args.seconds, "bursts": len(latencies), "bursts_found_in_stream": sum(f is not None for f in starts_in_stream), "frames_decoded": len(arrivals),
         "first_frame_s": round(arrivals[0] - launched, 3) if arrivals else None,  # from process start
         "latency_s": {"median": round(float(np.median(normal)), 3), "p90": round(float(np.percentile(normal, 90)), 3),
                       "max": round(float(np.max(normal)), 3), "over_0.8": sum(v > 0.8 for v in normal),
