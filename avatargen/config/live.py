@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 # Small causal chunks (pipeline=live), catching up to 0.3 s behind the voice, a 0.2-s output buffer (the jitter of
-# a 4-frame chunk's emission on a 2-core CPU: docs/live.md, "What each part costs").
+# a 4-frame chunk's emission on a 2-core CPU: docs/live.md, "Latency").
 LIVE_DEFAULTS = ("pipeline=live", "output.realtime_target_s=0.3", "output.realtime_buffer_s=0.2")
 _LIVE_MODELS = ("tiny",)  # the Wan families' chunks are fixed by their VAE: they keep their own pipeline
 
