@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,11 +48,18 @@ class PacingStats:
     max_lead_s: float = 0.0  # how far generation got ahead of the clock (bounded by the queue)
     dropped: int = 0  # silent frames left out to catch up
     dropped_s: float = 0.0
+    # Live audio: per frame, seconds from its audio's arrival to the frame reaching the pacer (the last 1500 frames).
+    ready_lag_s: deque = field(default_factory=lambda: deque(maxlen=1500))
 
     def as_dict(self) -> dict[str, float | int]:
-        return {"buffer_s": self.buffer_s, "underruns": self.underruns, "stall_s": round(self.stall_s, 3),
-                "max_lead_s": round(self.max_lead_s, 3), "dropped": self.dropped,
-                "dropped_s": round(self.dropped_s, 3)}  # fmt: skip
+        result = {"buffer_s": self.buffer_s, "underruns": self.underruns, "stall_s": round(self.stall_s, 3),
+                  "max_lead_s": round(self.max_lead_s, 3), "dropped": self.dropped,
+                  "dropped_s": round(self.dropped_s, 3)}  # fmt: skip
+        if self.ready_lag_s:  # its spread (p95 - p50) is the jitter the output buffer absorbs
+            lags = np.asarray(self.ready_lag_s)
+            result.update(ready_lag_p50_s=round(float(np.median(lags)), 3),
+                          ready_lag_p95_s=round(float(np.percentile(lags, 95)), 3))  # fmt: skip
+        return result
 
 
 class _AudioTrack:
@@ -165,7 +172,7 @@ class RealtimePacer:
         self._on_underrun = on_underrun
         self._on_position = on_position  # called with the stream seconds the output has reached (shown or dropped)
         self._audio = _AudioTrack(fps, audio_rate, catch_up.silence_dbfs if catch_up else -40.0) if audio_rate else None
-        self._queue: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=max(1, round((buffer_s + queue_s) * fps)))
+        self._queue: queue.Queue[tuple[np.ndarray, float] | None] = queue.Queue(maxsize=max(1, round((buffer_s + queue_s) * fps)))
         self._error: BaseException | None = None
         self._hurry = False  # set when stopping early: what is queued goes out at once
         self._decided = 0  # frames before this have their fate (and their audio's) decided
@@ -177,9 +184,10 @@ class RealtimePacer:
         """Queue uint8 frames (T, H, W, 3); blocks only while ``queue_s`` of frames wait. Re-raises a sink failure."""
         for frame in frames:
             self._raise_failure()
+            ready = time.perf_counter()
             while True:
                 try:
-                    self._queue.put(frame, timeout=0.1)
+                    self._queue.put((frame, ready), timeout=0.1)
                     break
                 except queue.Full:
                     self._raise_failure()
@@ -255,12 +263,15 @@ class RealtimePacer:
         index = 0
         period = 1.0 / self.fps
         try:
-            while (frame := self._queue.get()) is not _DONE:
+            while (item := self._queue.get()) is not _DONE:
+                frame, ready = item
                 now = time.perf_counter()
                 if start is None:
                     start = now + self.stats.buffer_s
                 due = start + shift + index * period
                 if self._audio is not None:
+                    if (arrived := self._audio.arrived(index)) is not None:
+                        self.stats.ready_lag_s.append(ready - arrived)
                     self._plan_audio(index, max(now, due))
                     if index in self._drops:  # decided when its audio went out: left out, the next takes its place
                         self._drops.discard(index)
