@@ -141,15 +141,16 @@ def pause(pid: int, seconds: float, stalled: list[float]) -> None:
 
 def decode(stdout, size: tuple[int, int], box: tuple[int, int, int, int], arrivals: list[float], crops: list[np.ndarray],
            first_bytes: list[float], audio: list[bytes]) -> None:  # fmt: skip
-    """Decode the MPEG-TS on ``stdout`` as it arrives: each frame's arrival time and mouth region (gray), and the
-    stream's audio (16 kHz mono s16le), which is in step with the frames."""
+    """Decode the MPEG-TS on ``stdout`` as it arrives, as a low-latency viewer does (one decoding thread: frame
+    threads hold each frame back by one frame per extra thread): each frame's arrival time and mouth region (gray),
+    and the stream's audio (16 kHz mono s16le), which is in step with the frames."""
     import imageio_ffmpeg
 
     width, height = size
     read_fd, write_fd = os.pipe()
     decoder = subprocess.Popen(
         [imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-probesize", "32768", "-analyzeduration", "0",
-         "-fflags", "nobuffer", "-flags", "low_delay", "-i", "pipe:0", "-map", "0:v:0", "-f", "rawvideo",
+         "-fflags", "nobuffer", "-flags", "low_delay", "-threads", "1", "-i", "pipe:0", "-map", "0:v:0", "-f", "rawvideo",
          "-pix_fmt", "gray", "pipe:1", "-map", "0:a:0", "-ac", "1", "-ar", str(RATE), "-f", "s16le", f"pipe:{write_fd}"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(write_fd,),
     )  # fmt: skip

@@ -361,14 +361,14 @@ class RenderSession:
             # A live stream's audio goes out with its frames, through the pacer: it can then drop silence to catch up.
             live = self.streamed_audio
             target = config.output.realtime_target_s
+            catching_up = live and target > 0
 
             def underrun(count: int) -> None:
-                if count == 1:
+                if count == 1 and not catching_up:  # catching up holds frames in pauses by design (docs/live.md)
                     warn("warning: --realtime: generation fell behind the clock, the live output stalled; a faster "
                          "device, more runtime.threads or pipeline=preview avoids it (underruns are counted in the "
                          "report)")  # fmt: skip
 
-            catching_up = live and target > 0
             # Seconds of late input are left out before they are generated (avatargen/io/catch_up.py).
             gate = InputGate(backlog_s=max(2 * target, LIVE_BACKLOG_S)) if catching_up else None
             self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun,
