@@ -383,6 +383,16 @@ class RenderSession:
             sink = CompositingSink(self.opened.compositor, [sink], first_frame=self.start_frame)
         return sink
 
+    def _realtime_report(self) -> dict | None:
+        """The pacer's figures, and the silence left out at the input in live mode (``input_dropped_s``)."""
+        if self.pacer is None:
+            return None
+        report = self.pacer.stats.as_dict()
+        gate = getattr(self.opened.audio, "gate", None)
+        if gate is not None:
+            report["input_dropped_s"] = round(gate.dropped_s, 3)
+        return report
+
     # -- generation ------------------------------------------------------------------------------------------------
 
     def generate(self) -> RenderStats:
@@ -522,7 +532,7 @@ class RenderSession:
             "resumed_from": stats.resumed_from,
             "publish": [{"target": o.label, "kind": o.kind, "dropped": o.label in writer.dropped,
                          "reason": writer.dropped.get(o.label)} for o in self.live],  # fmt: skip
-            "realtime": self.pacer.stats.as_dict() if self.pacer is not None else None,
+            "realtime": self._realtime_report(),
             "offload": models.monitor.report(),
         }
 

@@ -3,6 +3,7 @@ pipeline shows each frame after little more audio than the frame itself (counted
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -11,12 +12,13 @@ import torch
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.families.tiny.build import build_modules
+from avatargen.io.catch_up import InputGate, RawFilter
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder
 from avatargen.io.image import load_reference_image
 from avatargen.io.pacing import CatchUp, RealtimePacer
 from avatargen.pipeline.build import pipeline_for
 from avatargen.runtime.precision import choose_precision
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
 
 FPS = 25
@@ -117,3 +119,42 @@ def test_the_live_pipeline_shows_each_frame_after_little_more_audio_than_the_fra
     p = to_config(load_config(["pipeline=live"])).pipeline
     assert needed["live"] <= p.n_chunk_frames + p.audio_lookahead_frames, needed
     assert needed["default"] >= 16 + 6, needed
+
+
+def test_the_input_gate_leaves_out_late_silence_and_keeps_speech():
+    """Raw s16le through the gate while nothing is shown yet: silence beyond 0.8 s in flight goes, speech and the
+    guard after it stay; once the output has caught up, nothing goes."""
+    rate = 16000
+    gate = InputGate(backlog_s=0.8)
+    keep = RawFilter(gate, "s16le", rate, 1)
+    t = np.arange(rate) / rate
+    speech = (8000 * np.sin(2 * np.pi * 220 * t)).astype("<i2")  # 1 s
+    silence = np.zeros(2 * rate, "<i2")  # 2 s
+    out = np.frombuffer(keep(np.concatenate([silence, speech, silence]).tobytes()), "<i2")
+    loud = np.flatnonzero(np.abs(out) > 0)
+    assert loud[-1] - loud[0] + 1 >= rate - 2, "speech was cut"  # (its first sample is 0)
+    kept_before, kept_after = loud[0], len(out) - loud[-1] - 1
+    # 0.8 s of silence pass before the backlog is over the limit; then only silence within the guard after speech.
+    assert abs(kept_before - 0.8 * rate) <= 0.02 * rate, kept_before
+    assert abs(kept_after - gate.guard_pieces * 0.02 * rate) <= 0.02 * rate, kept_after
+    assert abs(gate.dropped_s - (4.0 - 0.8 - gate.guard_pieces * 0.02)) < 0.05, gate.dropped_s
+    gate.shown(gate.read_s)  # the output caught up: nothing is in flight, silence goes on up to the limit again
+    assert len(keep(silence.tobytes())) == round(0.8 * rate) * 2
+
+
+def test_a_live_session_from_stdin_catches_up_and_keeps_sound_and_picture_in_step(tmp_path):
+    """`-a - --realtime` picks live mode: audio that arrives all at once (far ahead of the picture) loses silence
+    (at the input, or as frames); the file's sound and picture have the same length."""
+    image = write_face_png(tmp_path / "face.png")
+    audio = write_speechlike_wav(tmp_path / "speech.wav", 6.0, rate=16000)
+    out = tmp_path / "live.mp4"
+    result = run_cli("render", "-i", str(image), "-a", "-", "-o", str(out), "--realtime", "--json", "-q",
+                     "model.weights=random", "runtime.threads=1", input=audio.read_bytes(), text=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    report = json.loads(result.stdout)
+    assert report["chunks"] >= report["frames"] // 4 and report["i_chunks"] == 0, "pipeline=live was not picked"
+    realtime = report["realtime"]
+    assert realtime["buffer_s"] == 0.2 and realtime["dropped"] + realtime["input_dropped_s"] > 0, realtime
+    info = probe(out)
+    assert info["frames"] == report["frames"] - realtime["dropped"]
+    assert abs(info["audio_duration_s"] - info["frames"] / FPS) < 0.1, info
