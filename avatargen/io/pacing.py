@@ -28,9 +28,10 @@ AUDIO_LEAD_FRAMES = 8
 
 @dataclass(frozen=True)
 class CatchUp:
-    """When the pacer may drop a frame: its output would be more than ``target_s`` after its audio arrived, the next
-    frame is ready, and the audio of this frame and of ``guard_frames`` frames on each side is quieter than
-    ``silence_dbfs`` (so the mouth is at rest: a closing mouth after a word is kept)."""
+    """When the pacer may drop a frame: its output would be more than ``target_s`` after its audio arrived, and the
+    audio of this frame and of ``guard_frames`` frames on each side is quieter than ``silence_dbfs`` (so the mouth is
+    at rest: a closing mouth after a word is kept). The decision is made when the frame's audio goes out, a few
+    frames before the frame is due (``AUDIO_LEAD_FRAMES``)."""
 
     target_s: float
     silence_dbfs: float = -40.0
