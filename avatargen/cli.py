@@ -126,13 +126,14 @@ def render(
             render_action()
 
     def render_action() -> None:
+        from avatargen.config.live import live_overrides
         from avatargen.config.loader import load_config
         from avatargen.progress import RenderProgress
         from avatargen.render import RenderRequest, render as run_render
 
         from avatargen.io.audio_stream import RawPcm
 
-        cfg = load_config(overrides or [])
+        cfg = load_config(live_overrides(overrides or [], realtime and str(audio[0]) == "-"))  # docs/live.md
         if publish:
             cfg.output.publish = [*cfg.output.publish, *publish]
         if realtime:

@@ -132,6 +132,7 @@ class PipelineConfig:
     mouth: MouthMode = MouthMode.auto  # composited frames: warp (avatargen/compose/mouth_warp.py), blend, or auto
     idle_motion: IdleMotionConfig = field(default_factory=IdleMotionConfig)  # moves composited frames only
     audio_block_s: float = 0.5  # audio read granularity in seconds
+    audio_lookahead_frames: Optional[int] = None  # audio frames a chunk waits for past its end; null: the audio encoder's whole context (6)
 
 
 @dataclass
@@ -149,6 +150,7 @@ class OutputConfig:
     hls_window: int = 0  # segments an HLS playlist lists: 0 = all (EVENT playlist), N = the last N (older deleted)
     realtime: bool = False  # pace the output to the wall clock (live sessions); underruns are counted
     realtime_buffer_s: float = 1.0  # --realtime: how far output starts behind the first frame (absorbs jitter)
+    realtime_target_s: float = 0.0  # --realtime with --audio -: drop silent frames while the voice is this far ahead of the picture (0: never)
 
 
 @dataclass

@@ -69,6 +69,9 @@ def _check_numbers(config: Config) -> None:
     require_in(m.sample_rate, 1, MAX_SAMPLE_RATE, "model.sample_rate")
     require_in(m.image_size, 2, MAX_IMAGE_SIZE, "model.image_size")
     require_in(o.realtime_buffer_s, 0, MAX_BUFFER_S, "output.realtime_buffer_s", " (seconds)")
+    require_in(o.realtime_target_s, 0, MAX_BUFFER_S, "output.realtime_target_s", " (seconds; 0 = never drop)")
+    if p.audio_lookahead_frames is not None:
+        require_in(p.audio_lookahead_frames, 0, MAX_CHUNK_FRAMES, "pipeline.audio_lookahead_frames", " (null = the whole context)")
     _require(0 < o.publish_timeout_s <= MAX_BUFFER_S, f"output.publish_timeout_s must be in (0, {MAX_BUFFER_S:g}] (seconds)")
     require_in(o.hls_window, 0, 1_000_000, "output.hls_window", " (0 = keep every segment)")
     _require(0 < config.runtime.dist_timeout_s <= MAX_DIST_TIMEOUT_S,

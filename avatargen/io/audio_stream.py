@@ -25,6 +25,7 @@ import numpy as np
 
 from avatargen.errors import BadInputError
 from avatargen.io.audio import model_audio_args, read_blocks, stop_decoder
+from avatargen.io.catch_up import InputGate, RawFilter
 from avatargen.io.ffmpeg import start_ffmpeg
 from avatargen.io.encoder import ENCODER_AUDIO_RATE
 
@@ -151,6 +152,7 @@ class AudioStreamSource:
         self._blocks: Iterator[np.ndarray] | None = None
         self._started = False
         self._reader = StdinReader(self.stream.fileno())
+        self.gate: InputGate | None = None  # set before iterating: silent input left out while far behind (live)
 
     def end_input(self) -> None:
         """End the stream here (a stop request; safe from a signal handler): what has arrived is decoded and comes
@@ -186,7 +188,8 @@ class AudioStreamSource:
         for fd in pass_fds:
             os.close(fd)  # ffmpeg holds the write end; ours would hide the end of the stream from the reader
         self._proc = proc
-        threading.Thread(target=self._pass_stdin, args=(proc.stdin,), name="stdin-to-ffmpeg", daemon=True).start()
+        keep = RawFilter(self.gate, sample_format, rate, channels) if self.gate is not None else None
+        threading.Thread(target=self._pass_stdin, args=(proc.stdin, keep), name="stdin-to-ffmpeg", daemon=True).start()
         reader = None
         if read_fd >= 0:
             reader = threading.Thread(target=self._forward, args=(os.fdopen(read_fd, "rb", buffering=0),), daemon=True)
@@ -201,12 +204,18 @@ class AudioStreamSource:
             if self._proc is proc:
                 self._proc = None
 
-    def _pass_stdin(self, pipe: BinaryIO) -> None:
-        """Hand stdin to ffmpeg as it arrives; at its end, or on ``end_input()``, close ffmpeg's input."""
+    def _pass_stdin(self, pipe: BinaryIO, keep: RawFilter | None) -> None:
+        """Hand stdin to ffmpeg as it arrives (what ``keep`` passes, with a gate); at its end, or on
+        ``end_input()``, close ffmpeg's input."""
         try:
             while chunk := self._reader.read(65536):
-                pipe.write(chunk)
-                pipe.flush()
+                if keep is not None:
+                    chunk = keep(chunk)
+                if chunk:
+                    pipe.write(chunk)
+                    pipe.flush()
+            if keep is not None and (rest := keep.flush()):
+                pipe.write(rest)
         except (BrokenPipeError, OSError):
             pass  # ffmpeg stopped: its exit status says why
         finally:

@@ -30,12 +30,13 @@ from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
 from avatargen.io.console import say
-from avatargen.io.encoder import Encoder, publish_finished
+from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder, publish_finished
 from avatargen.io.mp4_join import join_parts
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import YAML_HEADER, foreign_reason, remove_name, write_text_atomic
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
-from avatargen.io.pacing import RealtimePacer
+from avatargen.io.catch_up import LIVE_BACKLOG_S, InputGate
+from avatargen.io.pacing import CatchUp, RealtimePacer
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
@@ -365,18 +366,40 @@ class RenderSession:
             # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.
             self.stop.on_request(self.opened.audio.end_input)
         if config.output.realtime:
+            # A live stream's audio goes out with its frames, through the pacer: it can then drop silence to catch up.
+            live = self.streamed_audio
+            target = config.output.realtime_target_s
+            catching_up = live and target > 0
 
             def underrun(count: int) -> None:
-                if count == 1:
+                if count == 1 and not catching_up:  # catching up holds frames in pauses by design (docs/live.md)
                     warn("warning: --realtime: generation fell behind the clock, the live output stalled; a faster "
                          "device, more runtime.threads or pipeline=preview avoids it (underruns are counted in the "
                          "report)")  # fmt: skip
 
-            self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun)
+            # Seconds of late input are left out before they are generated (avatargen/io/catch_up.py).
+            gate = InputGate(backlog_s=max(2 * target, LIVE_BACKLOG_S)) if catching_up else None
+            self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun,
+                                       audio_rate=ENCODER_AUDIO_RATE if live else None,
+                                       catch_up=CatchUp(target) if catching_up else None,
+                                       on_position=gate.shown if gate is not None else None)  # fmt: skip
+            if live:
+                self.opened.audio.encoder_audio = self.pacer.write_audio
+                self.opened.audio.gate = gate
         sink = self.pacer if self.pacer is not None else self.writer
         if self.opened.compositor is not None:  # the family's square frames become the picture with their mouth
             sink = CompositingSink(self.opened.compositor, [sink], first_frame=self.start_frame)
         return sink
+
+    def _realtime_report(self) -> dict | None:
+        """The pacer's figures, and the silence left out at the input in live mode (``input_dropped_s``)."""
+        if self.pacer is None:
+            return None
+        report = self.pacer.stats.as_dict()
+        gate = getattr(self.opened.audio, "gate", None)
+        if gate is not None:
+            report["input_dropped_s"] = round(gate.dropped_s, 3)
+        return report
 
     # -- generation ------------------------------------------------------------------------------------------------
 
@@ -530,7 +553,7 @@ class RenderSession:
             "resumed_from": stats.resumed_from,
             "publish": [{"target": o.label, "kind": o.kind, "dropped": o.label in writer.dropped,
                          "reason": writer.dropped.get(o.label)} for o in self.live],  # fmt: skip
-            "realtime": self.pacer.stats.as_dict() if self.pacer is not None else None,
+            "realtime": self._realtime_report(),
             "offload": models.monitor.report(),
         }
 

@@ -56,11 +56,12 @@ class TinyChunks:
             p.n_chunk_frames, motion_frames_for(config, composited), interpolates(config), p.seam_frames, p.anchor_frames
         )
         self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed,
-                                       model.text_encoder.max_tokens, (model.vae, model.text_encoder, model.image_size))  # fmt: skip
+                                       model.text_encoder.max_tokens, (model.vae, model.text_encoder, model.image_size),
+                                       lookahead_frames=p.audio_lookahead_frames)  # fmt: skip
         self.a2v = A2VStage(models.a2v, p.sampling_shift)  # N chunk 0's
         self.sr = SRStage(models.sr, max_batch_frames=4)  # the first segment's
         self.device = models.a2v.device
-        self.audio_context_frames = self.context.context_frames
+        self.audio_context_frames = self.context.lookahead_frames
         # Before an N chunk's start its own motion frames and the next seam's left anchors hear the audio.
         self.audio_history_frames = self.schedule.tail_frames + self.context.context_frames
 

@@ -35,9 +35,11 @@ class ContextGenStage:
     """Encodes the reference and prompt (init phase) and the audio of each chunk's window; draws seeded noise."""
 
     def __init__(self, audio_encoder: Module, text_encoder: Module, vae: Module, seed: int, max_prompt_tokens: int,
-                 settings: Any = None):  # fmt: skip
+                 settings: Any = None, lookahead_frames: int | None = None):  # fmt: skip
         """``settings``: what else shapes the reference encode (the VAE's and text encoder's config sections), for
-        the key of its cache (avatargen/stages/reference_cache.py)."""
+        the key of its cache (avatargen/stages/reference_cache.py). ``lookahead_frames``: audio frames read past a
+        window's end (None: the encoder's whole receptive field; fewer: the rest is heard as silence, so a live
+        chunk starts sooner)."""
         self.audio_encoder = audio_encoder
         self.text_encoder = text_encoder
         self.vae = vae
@@ -45,6 +47,7 @@ class ContextGenStage:
         self.max_prompt_tokens = max_prompt_tokens
         self.settings = settings
         self.device = audio_encoder.device
+        self._lookahead = lookahead_frames
 
     def encode_reference(self, rgb: np.ndarray, prompt: str) -> ReferenceContext:
         """Reference image (uint8, model size) and prompt -> the static conditioning of the request; kept per
@@ -72,11 +75,19 @@ class ContextGenStage:
         """Audio frames the encoder reads on each side of a window (its receptive field)."""
         return int(self.audio_encoder.model.context_frames)
 
+    @property
+    def lookahead_frames(self) -> int:
+        """Audio frames read past a window's end before it can be encoded (at most ``context_frames``)."""
+        return self.context_frames if self._lookahead is None else min(self._lookahead, self.context_frames)
+
     @torch.inference_mode()
     def audio_features(self, audio: AudioSamples, start: int, end: int) -> Tensor:
         """Per-frame audio features of frames [start, end): (1, T, D_audio), independent of where windows fall."""
-        margin = self.context_frames
-        samples = audio.samples(start - margin, end + margin)  # (S,)
+        margin, ahead = self.context_frames, self.lookahead_frames
+        samples = audio.samples(start - margin, end + ahead)  # (S,)
+        if ahead < margin:  # the audio after ``ahead`` is not waited for: heard as silence
+            per_frame = samples.shape[0] // (end + ahead - start + margin)
+            samples = np.pad(samples, (0, (margin - ahead) * per_frame))
         wave = torch.from_numpy(samples).to(self.device).unsqueeze(0)  # (1, S)
         with self.audio_encoder.active() as encoder:
             features = encoder(wave)  # (1, T + 2R, D)
