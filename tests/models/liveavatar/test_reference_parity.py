@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from avatargen.families.liveavatar.models.dit import SPECS, LiveAvatarDiT
+from avatargen.families.liveavatar.models.dit import LiveAvatarDiT
 from avatargen.families.liveavatar.models.kv_cache import KVCache
 from avatargen.families.liveavatar.models.lora import merge_peft_lora
 from avatargen.families.liveavatar.schedule import euler_step, flow_schedule
@@ -33,7 +33,7 @@ def recorded() -> dict[str, torch.Tensor]:
 
 def _model(norm3_dtype: torch.dtype = torch.float32) -> LiveAvatarDiT:
     """The toy DiT; fp32 before norm3 as the recording ran the reference for the multi-step checks (reference_code)."""
-    net = LiveAvatarDiT(replace(SPECS["liveavatar_tiny"], norm3_dtype=norm3_dtype)).eval()
+    net = LiveAvatarDiT(replace(toy.PARAMS, norm3_dtype=norm3_dtype)).eval()
     toy.fill(net)
     return net
 
@@ -75,7 +75,7 @@ def _close(ours: torch.Tensor, theirs: torch.Tensor) -> float:
 def test_the_tensor_names_are_the_references() -> None:
     with safe_open(str(FIXTURE), "pt") as f:
         names = dict(item.split("=") for item in f.metadata()["state_dict"].split(";"))
-    ours = {k: "x".join(map(str, v.shape)) for k, v in LiveAvatarDiT(SPECS["liveavatar_tiny"]).state_dict().items()}
+    ours = {k: "x".join(map(str, v.shape)) for k, v in LiveAvatarDiT(toy.PARAMS).state_dict().items()}
     assert ours == names
 
 

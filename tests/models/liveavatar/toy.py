@@ -11,6 +11,8 @@ import zlib
 
 import torch
 
+from avatargen.families.liveavatar.models.dit import LiveAvatarParams
+
 # the reference's constructor arguments at toy size (Wan2.2-S2V's layout: framepack, adain, zero timestep, pose cond)
 TOY = dict(
     dim=32,
@@ -27,6 +29,8 @@ TOY = dict(
     audio_inject_layers=[0, 2],
     cond_dim=16,
 )
+# ours, the same model
+PARAMS = LiveAvatarParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in TOY.items()})
 LATENT_SIDE = 8  # latent grid 8x8: 16 tokens a latent frame (patch 2x2); the frame packer's 4x bucket needs 8
 FRAMES_PER_BLOCK = 3
 RING_BLOCKS = 2  # the KV ring holds two blocks: the third block rolls it

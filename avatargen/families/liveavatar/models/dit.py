@@ -85,7 +85,7 @@ class LiveAvatarParams:
 SPECS: dict[str, LiveAvatarParams] = {
     "liveavatar": LiveAvatarParams(),
     "liveavatar_tiny": LiveAvatarParams(
-        dim=32, ffn_dim=64, num_heads=2, num_layers=3, freq_dim=16, text_dim=16, text_len=8, audio_dim=16,
+        dim=32, ffn_dim=64, num_heads=2, num_layers=3, freq_dim=16, text_dim=32, text_len=16, audio_dim=16,
         audio_inject_layers=(0, 2),
     ),
 }
