@@ -149,6 +149,7 @@ class LiveAvatarRun(ChunkRun):
         tensors |= {f"decoder_past.{k}": leaf.cpu() for k, leaf in enumerate(past)}
         return tensors, {"decoder_past": len(past), "frames_seen": self.stream.frames_seen, "rings": len(self.rings)}
 
+    @torch.inference_mode()
     def restore(self, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
         if int(meta.get("rings", -1)) != len(self.rings):
             raise ResumeMismatchError("the resume point holds another number of KV rings than this model's steps")
