@@ -6,6 +6,7 @@ from avatargen.families.liveavatar.build import build_liveavatar_modules, weight
 from avatargen.families.liveavatar.check import check_liveavatar_weights
 from avatargen.families.liveavatar.chunks import LiveAvatarChunks
 from avatargen.families.liveavatar.config import LiveAvatarConfig, validate_liveavatar
+from avatargen.families.liveavatar.framing import liveavatar_framing
 
 FAMILY = Family(
     name="liveavatar",
@@ -18,4 +19,5 @@ FAMILY = Family(
     interpolates=False,  # each block continues from the last through the KV rings
     composited=False,  # it renders the whole picture
     overlap=False,  # the decoder stream is the family's state, saved with the rings after each block
+    framing=liveavatar_framing,  # the reference's: the picture's aspect within model.liveavatar.max_area
 )

@@ -41,6 +41,7 @@ class LiveAvatarModelConfig:
     guide_scale: float = 0.0  # the reference has no guidance branch; any other value is refused
     clip_frames: int = 48  # --infer_frames: the KV ring holds one clip's latent frames
     frames_per_block: int = 3  # latent frames a block generates (12 video frames)
+    max_area: int = 704 * 384  # --size "704*384": the frame keeps the picture's aspect within this many pixels
     negative_prompt: Optional[str] = None  # null: the reference's; unused without guidance
     audio_context_s: float = 0.5  # audio wav2vec2 hears on each side of a block
 
@@ -52,7 +53,7 @@ class LiveAvatarConfig(ModelConfig):
     name: str = "liveavatar"
     family: str = "liveavatar"
     checkpoint: Optional[str] = "ckpt/"
-    image_size: int = 704  # the longer side of the 704*384 area (the picture's aspect is followed)
+    image_size: int = 704  # unused by the framing (model.liveavatar.max_area and the picture's aspect decide)
     liveavatar: LiveAvatarModelConfig = field(default_factory=LiveAvatarModelConfig)
 
 
@@ -79,6 +80,7 @@ def validate_liveavatar(config: Config) -> None:
     require(model.image_size % 64 == 0, f"model.image_size ({model.image_size}) must be a multiple of 64 (VAE 8 x patch 2 x FramePack's 4x)")
     require(model.sample_rate == 16000, f"model.sample_rate must be 16000 (wav2vec2 hears 16 kHz), got {model.sample_rate}")
     require(model.fps == 25, f"model.fps must be 25 (the audio is bucketed at 25 fps), got {model.fps}")
+    require(la.max_area >= 64 * 64, f"model.liveavatar.max_area ({la.max_area}) must hold at least one 64x64 frame")
     require(la.lora_alpha > 0, "model.liveavatar.lora_alpha must be > 0")
     require(bool(la.dit), "model.liveavatar.dit must name the DiT's safetensors")
     require(la.audio_context_s >= 0, "model.liveavatar.audio_context_s must be >= 0 (seconds)")
