@@ -42,6 +42,7 @@ from avatargen.pipeline.family import ChunkRun
 from avatargen.pipeline.schedule import ChunkSchedule, Emit, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.pipeline.stats import check_finite
+from avatargen.runtime.memory import map_large_allocations
 
 MOTION_VIDEO_FRAMES = 73  # the reference's motion_frames: the reference repeated, 19 latent frames
 SHIFT = 3.0
@@ -70,6 +71,7 @@ class LiveAvatarChunks:
         self.timesteps, self.sigmas = flow_schedule(la.sampling_steps, SHIFT)
 
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: Any, read_box: Any, inputs: Any = None) -> "LiveAvatarRun":
+        map_large_allocations()  # freed activations leave at once: the peak does not depend on the duration
         return LiveAvatarRun(self, reference_rgb, prompt, stats)
 
 
