@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avatargen.families.wan.models.dit import fp32_forward
 from avatargen.families.wan.models.layers import RMSNorm
 from avatargen.models.sequence import attention
 
@@ -24,8 +25,9 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(channels_in, channels_out, kernel, stride=stride)
 
     def forward(self, x: Tensor) -> Tensor:
-        """(B, C, T) -> (B, C', ceil(T / stride))."""
-        return self.conv(F.pad(x, (self.pad, 0), mode="replicate"))
+        """(B, C, T) -> (B, C', ceil(T / stride)), in fp32 with the weights upcast (the reference's autocast)."""
+        conv, bias = self.conv, None if self.conv.bias is None else self.conv.bias.float()
+        return F.conv1d(F.pad(x.float(), (self.pad, 0), mode="replicate"), conv.weight.float(), bias, conv.stride)
 
 
 class AudioTokens(nn.Module):
@@ -57,8 +59,8 @@ class AudioTokens(nn.Module):
         local = self.conv1_local(x)  # (B, tokens * dim/4, T)
         local = local.unflatten(1, (self.tokens, -1)).flatten(0, 1)  # (B*tokens, dim/4, T)
         local = self._tail(local).unflatten(0, (b, self.tokens)).transpose(1, 2)  # (B, T', tokens, dim)
-        local = torch.cat([local, self.padding_tokens.expand(b, local.shape[1], 1, -1)], dim=2)
-        glob = self.final_linear(self._tail(self.conv1_global(x)))  # (B, T', dim)
+        local = torch.cat([local, self.padding_tokens.float().expand(b, local.shape[1], 1, -1)], dim=2)
+        glob = fp32_forward(self.final_linear, self._tail(self.conv1_global(x)))  # (B, T', dim)
         return glob[:, :, None], local
 
 

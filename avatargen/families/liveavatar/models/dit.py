@@ -41,6 +41,7 @@ from avatargen.families.liveavatar.models.rope import (
     noisy_group,
     reference_group,
 )
+from avatargen.families.wan.models.dit import fp32_forward
 from avatargen.families.wan.models.layers import FP32LayerNorm, RMSNorm, timestep_sinusoid
 from avatargen.models.sequence import attention
 
@@ -118,17 +119,17 @@ class CausalSelfAttention(nn.Module):
     def sink(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Cond tokens (B, Lc, dim) -> (B, Lc, dim), and their unrotated keys and values (B, Lc, H, D)."""
         q, k, v = self._qkv(x)
-        out = attention(apply_rope(q, rope), apply_rope(k, rope), v)
+        out = attention(apply_rope(q, rope).type_as(v), apply_rope(k, rope).type_as(v), v)
         return self.o(out), k, v
 
     def block(self, x: Tensor, rope: tuple[Tensor, Tensor], cond_rope: tuple[Tensor, Tensor], cache,
               write: int, attend: slice) -> Tensor:
         """A block's tokens (B, L, dim) -> (B, L, dim); writes its rotated keys and values at ring index ``write``."""
         q, k, v = self._qkv(x)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        q, k = apply_rope(q, rope).type_as(v), apply_rope(k, rope).type_as(v)
         cache.k[:, write : write + k.shape[1]] = k
         cache.v[:, write : write + v.shape[1]] = v
-        keys = torch.cat([cache.k[:, attend], apply_rope(cache.cond_k, cond_rope)], dim=1)
+        keys = torch.cat([cache.k[:, attend], apply_rope(cache.cond_k, cond_rope).type_as(v)], dim=1)
         values = torch.cat([cache.v[:, attend], cache.cond_v], dim=1)
         return self.o(attention(q, keys, values))
 
@@ -175,12 +176,13 @@ class CausalBlock(nn.Module):
     def forward(self, x: Tensor, time: Tensor, text: Tensor, attend) -> Tensor:
         """``x`` (B, L, dim), ``time`` (B, L, 6, dim) fp32 per token, ``attend`` the self-attention (a closure over
         the cache) -> (B, L, dim)."""
+        dtype = x.dtype  # the weights' (the modulation and the residual adds run in fp32, as the reference's autocast)
         shift1, scale1, gate1, shift2, scale2, gate2 = (self.modulation.float() + time).unbind(2)
-        x = x + attend(self.norm1(x).float() * (1 + scale1) + shift1) * gate1
+        x = x + attend((self.norm1(x).float() * (1 + scale1) + shift1).to(dtype)) * gate1
         # the reference normalises x rounded to bf16 (its LayerNorm kernel with bf16 input, fp32 weights), also in fp32:
         # the same call, so the same kernel rounds the same way
-        x = x + self.cross_attn(self.norm3(x.to(self.norm3_dtype)).to(self.norm3_dtype).type_as(x), text)
-        return x + self.ffn(self.norm2(x).float() * (1 + scale2) + shift2) * gate2
+        x = x + self.cross_attn(self.norm3(x.to(self.norm3_dtype)).to(self.norm3_dtype).to(dtype), text)
+        return (x + self.ffn((self.norm2(x).float() * (1 + scale2) + shift2).to(dtype)) * gate2).to(dtype)
 
 
 class Head(nn.Module):
@@ -199,7 +201,7 @@ class Head(nn.Module):
     def forward(self, x: Tensor, time: Tensor) -> Tensor:
         """``x`` (B, F, S, dim), ``time`` (B, F, dim) -> (B, F, S, patch * out_dim)."""
         shift, scale = (self.modulation.float()[:, None] + time[:, :, None]).unbind(2)  # (B, F, dim) each
-        return self.head(self.norm(x) * (1 + scale[:, :, None]) + shift[:, :, None])
+        return fp32_forward(self.head, self.norm(x).float() * (1 + scale[:, :, None]) + shift[:, :, None])
 
 
 @dataclass
@@ -235,15 +237,15 @@ class LiveAvatarDiT(nn.Module):
 
     def _time(self, timesteps: Tensor) -> tuple[Tensor, Tensor]:
         """(N,) timesteps -> embedding (N, dim) and modulation (N, 6, dim), fp32."""
-        e = self.time_embedding(timestep_sinusoid(timesteps, self.params.freq_dim))
-        return e, self.time_projection(e).unflatten(1, (6, self.params.dim))
+        e = fp32_forward(self.time_embedding, timestep_sinusoid(timesteps, self.params.freq_dim))
+        return e, fp32_forward(self.time_projection, e).unflatten(1, (6, self.params.dim))
 
     def embed_text(self, text: Tensor) -> Tensor:
         """umT5 states (B, Lt, text_dim) -> (B, text_len, dim), zero-padded first as the reference."""
         pad = self.params.text_len - text.shape[1]
         if pad < 0:
             raise ValueError(f"text has {text.shape[1]} tokens; this model takes at most {self.params.text_len}")
-        return self.text_embedding(F.pad(text, (0, 0, 0, pad)))
+        return self.text_embedding(F.pad(text, (0, 0, 0, pad)).to(self.patch_embedding.weight.dtype))
 
     def _rows_cols(self, height: int, width: int) -> tuple[int, int]:
         return height // self.params.patch_size[1], width // self.params.patch_size[2]
@@ -313,8 +315,9 @@ class LiveAvatarDiT(nn.Module):
         """A block's wav2vec2 states (B, 25, C, 4F) -> global (B, F, 1, dim) and local (B, F, n, dim): the
         reference's encoder reads 73 copies of the block's first frame before it and drops the first 19 outputs."""
         lead = audio[..., :1].expand(*audio.shape[:-1], MOTION_VIDEO_FRAMES)
-        glob, local = self.casual_audio_encoder(torch.cat([lead, audio], dim=-1))
-        return glob[:, MOTION_LATENT_FRAMES:], local[:, MOTION_LATENT_FRAMES:]
+        glob, local = self.casual_audio_encoder(torch.cat([lead, audio], dim=-1))  # fp32
+        dtype = self.patch_embedding.weight.dtype
+        return glob[:, MOTION_LATENT_FRAMES:].to(dtype), local[:, MOTION_LATENT_FRAMES:].to(dtype)
 
 
 def dit_params(name: str, **overrides: object) -> LiveAvatarParams:
