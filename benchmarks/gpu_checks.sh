@@ -13,6 +13,7 @@
 # present) and avatargen, offline; pytest tests/runtime (with the CUDA paths, slow ones too);
 # benchmarks/gpu_block_overlap.py (GPU busy share during a block-offloaded forward >= 95 %, pinned host bytes <= 1.05 x
 # the weights); a short `avatargen render` of the shipped model on CUDA with runtime.offload=block;
+# model=liveavatar at 704*384 with LIVEAVATAR_CKPT=ckpt/ set (gen_fps, ttff_s), else liveavatar_tiny on CUDA;
 # benchmarks/sequence_parallel.py one-rank-mesh (the Wan2.1-1.3B DiT at 480p's 32,760 tokens, bf16: its forward with
 # the tokens whole against the Ulysses path on a 1-rank group, target <= 2 %); benchmarks/gpu_offload.py (120 s);
 # then benchmarks/gpu_wan.py (InfiniteTalk at full size, random weights: s/step, device memory, RSS, TTFF per
@@ -69,6 +70,18 @@ main() {
   render_rc=$?
   cat "$OUT/render.json"
 
+  if [[ -n "${LIVEAVATAR_CKPT:-}" ]]; then  # the ckpt/ folder of docs/models.md (Wan2.2-S2V-14B + LiveAvatar)
+    step "model=liveavatar, real weights at 704*384: gen_fps and ttff_s (--json) of a 10-s render"
+    timeout 600 $PY -m avatargen render -i examples/avatar_1.png -a examples/speech_1.flac -o "$OUT/liveavatar.mp4" \
+      --json --quiet model=liveavatar model.checkpoint="$LIVEAVATAR_CKPT" runtime.device=cuda >"$OUT/liveavatar.json"
+  else
+    step "model=liveavatar_tiny on CUDA (the block loop and its KV rings on the GPU; LIVEAVATAR_CKPT=ckpt/ for real weights)"
+    timeout 120 $PY -m avatargen render -i examples/avatar_1.png -a examples/speech_1.flac -o "$OUT/liveavatar.mp4" \
+      --json --quiet model=liveavatar_tiny runtime.device=cuda >"$OUT/liveavatar.json"
+  fi
+  la_rc=$?
+  cat "$OUT/liveavatar.json"
+
   step "benchmarks/sequence_parallel.py one-rank-mesh: the Ulysses path on one GPU costs <= 2 % (Wan2.1-1.3B, 32,760 tokens, bf16)"
   timeout 120 $PY benchmarks/sequence_parallel.py one-rank-mesh --device cuda --dtype bfloat16 --repeats 3 \
     | tee "$OUT/one_rank_mesh.json"
@@ -92,8 +105,8 @@ main() {
     wan_rc=1
   fi
 
-  step "done: pytest rc=$pytest_rc, block_overlap rc=$overlap_rc, render rc=$render_rc, gpu_wan rc=$wan_rc, one_rank_mesh rc=$mesh_rc, gpu_offload rc=$bench_rc"
-  [[ $pytest_rc == 0 && $overlap_rc == 0 && $render_rc == 0 && $wan_rc == 0 && $mesh_rc == 0 && $bench_rc == 0 ]]
+  step "done: pytest rc=$pytest_rc, block_overlap rc=$overlap_rc, render rc=$render_rc, gpu_wan rc=$wan_rc, liveavatar rc=$la_rc, one_rank_mesh rc=$mesh_rc, gpu_offload rc=$bench_rc"
+  [[ $pytest_rc == 0 && $overlap_rc == 0 && $render_rc == 0 && $wan_rc == 0 && $la_rc == 0 && $mesh_rc == 0 && $bench_rc == 0 ]]
 }
 
 main 2>&1 | tee "$OUT/gpu_checks.log"

@@ -20,7 +20,11 @@ from avatargen.config.schema import Config, ModelConfig
 from avatargen.errors import ConfigError
 
 # The registry: a family's name and the package that defines it (its ``FAMILY``).
-FAMILIES: dict[str, str] = {"tiny": "avatargen.families.tiny", "wan": "avatargen.families.wan"}
+FAMILIES: dict[str, str] = {
+    "tiny": "avatargen.families.tiny",
+    "wan": "avatargen.families.wan",
+    "liveavatar": "avatargen.families.liveavatar",
+}
 
 ENTRY_POINT_GROUP = "avatargen.families"
 

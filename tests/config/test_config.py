@@ -33,7 +33,7 @@ def test_overrides_set_values_pick_groups_and_add_keys():
     [
         ("pipeline.n_chunk=3", "unknown config key 'pipeline.n_chunk'; valid keys under 'pipeline': n_chunk_frames"),
         ("pipeline.n_chunk_frames=abc", "config key 'pipeline.n_chunk_frames'"),
-        ("model=huge", "unknown model option 'huge'; valid choices: infinitetalk, multitalk, tiny, wan_tiny"),
+        ("model=huge", "unknown model option 'huge'; valid choices: infinitetalk, liveavatar, liveavatar_tiny, multitalk, tiny, wan_tiny"),
         ("runtime.device=tpu", "runtime.device"),
         ("+pipeline.extra=1", "cannot add keys to the typed 'pipeline' section"),
         ("pipeline.seam_frames=20", "pipeline.seam_frames + 2 * pipeline.anchor_frames"),

@@ -305,15 +305,15 @@ def _leaves(node: dict, prefix: str = "") -> set[str]:
     for key, value in node.items():
         if isinstance(value, dict):
             found |= _leaves(value, f"{prefix}{key}.")
-        elif not (value is None and key == "wan"):  # model.wan: a section, null for the native models
+        elif not (value is None and key in ("wan", "liveavatar")):  # a family's section, null for the others
             found.add(f"{prefix}{key}")
     return found
 
 
 @lru_cache(maxsize=1)
 def schema_keys() -> frozenset[str]:
-    """Every key of the schema: the native model's and the Wan family's sections together."""
-    trees = [OmegaConf.to_container(load_config(o)) for o in ([], ["model=infinitetalk"])]
+    """Every key of the schema: the native model's, the Wan family's and LiveAvatar's sections together."""
+    trees = [OmegaConf.to_container(load_config(o)) for o in ([], ["model=infinitetalk"], ["model=liveavatar"])]
     return frozenset(set.union(*(_leaves(t) for t in trees)))
 
 

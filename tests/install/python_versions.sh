@@ -28,7 +28,7 @@ for version in "$@"; do
   ) >"$log" 2>&1
   rc=$?
   echo "python $version: $([[ $rc == 0 ]] && echo passed || echo "FAILED (rc $rc): $(tail -3 "$log" | tr '\n' ' ')") ($(grep -E 'passed|failed' "$log" | tail -1))"
-  [[ $rc == 0 ]] || status=1
+  [[ $rc == 0 ]] || { status=1; cp "$log" "${TMPDIR:-/tmp}/avatargen-python$version.log"; echo "  log: ${TMPDIR:-/tmp}/avatargen-python$version.log"; }
   rm -rf "$work"
 done
 exit $status

@@ -1,0 +1,196 @@
+"""Builds LiveAvatar's four Modules (the causal DiT, the Wan VAE, umT5, wav2vec2): each built on the meta device and
+placed once, from the files as downloaded (``model.checkpoint`` + ``model.liveavatar.*``, the LoRA merged into each
+DiT weight as it is read) or a seeded init."""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors.torch import load_file
+from torch import Tensor, nn
+
+from avatargen.config.schema import Config, WeightsSource
+from avatargen.errors import CheckpointError
+from avatargen.families.liveavatar.config import LiveAvatarConfig, LiveAvatarModelConfig
+from avatargen.families.liveavatar.models.dit import LiveAvatarDiT, LiveAvatarParams, dit_params
+from avatargen.families.liveavatar.models.lora import parse_peft
+from avatargen.families.wan.build import DTYPES, checkpoint_root, require_wan_extra
+from avatargen.families.wan.models.specs import WAV2VEC2_TINY
+from avatargen.families.wan.models.umt5 import UMT5Encoder, UMT5Params, umt5_params
+from avatargen.families.wan.models.vae import WanVAE, WanVAEParams, vae_params
+from avatargen.families.wan.sources import wav2vec2_names
+from avatargen.families.wan.stages.text import ByteTokenizer, FolderTokenizer, Tokenizer
+from avatargen.modules import Module
+from avatargen.pipeline.build import placement_plan
+from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, place
+from avatargen.runtime.precision import Precision
+from avatargen.runtime.tensor_source import RenamedSource, TensorSource, files_of, pth_source, safetensors_files
+
+
+@dataclass(frozen=True)
+class LiveAvatarSpec:
+    """The four architectures of one LiveAvatar model."""
+
+    dit: LiveAvatarParams
+    vae: WanVAEParams
+    text_encoder: UMT5Params
+    wav2vec2: dict[str, Any] = field(default_factory=dict)  # Wav2Vec2Config fields; {} = the folder's config.json
+
+
+SPECS: dict[str, LiveAvatarSpec] = {
+    "liveavatar": LiveAvatarSpec(dit_params("liveavatar"), vae_params("wan2_1"), umt5_params("umt5_xxl")),
+    "liveavatar_tiny": LiveAvatarSpec(
+        dit_params("liveavatar_tiny"),
+        vae_params("wan_tiny", num_res_blocks=1),
+        umt5_params("umt5_tiny", vocab_size=260),  # 256 bytes + pad, eos, unk, spare
+        dict(WAV2VEC2_TINY, num_hidden_layers=24),  # 25 hidden states, as wav2vec2-large's
+    ),
+}
+
+
+@dataclass
+class LiveAvatarModels:
+    """The four modules of one render, the prompt tokenizer, and the monitor of their placement."""
+
+    spec: LiveAvatarSpec
+    audio_encoder: Module
+    text_encoder: Module
+    vae: Module
+    dit: Module
+    tokenizer: Tokenizer
+    monitor: OffloadMonitor
+    precision: Precision
+
+
+class PeftMergedSource:
+    """The DiT's shards with the peft LoRA merged into each weight as it is read (fp32 math, stored dtype back)."""
+
+    def __init__(self, base: TensorSource, lora: dict[str, Tensor], alpha: float, label: str):
+        self.base, self.alpha, self.label = base, alpha, f"{base.label} + {label}"
+        pairs, replaced = parse_peft(lora)
+        self.targets = set(pairs) | set(replaced)
+        shapes = base.shapes()
+        try:  # every target must exist with its shape, before any weight is read
+            missing = sorted(name for name in self.targets if name not in shapes)
+            if missing:
+                raise ValueError(f"{len(missing)} LoRA targets not in the DiT (first: {missing[0]})")
+            for name, (a, b) in pairs.items():
+                if (b.shape[0], a.shape[1]) != tuple(shapes[name]):
+                    raise ValueError(f"{name}: the LoRA gives {(b.shape[0], a.shape[1])}, the DiT has {tuple(shapes[name])}")
+        except ValueError as error:
+            raise CheckpointError(f"model.liveavatar.lora does not fit this DiT: {str(error)[:300]}") from error
+        self.pairs, self.replaced = pairs, replaced
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return self.base.shapes()
+
+    def read(self, name: str, rows: slice | None = None) -> Tensor:
+        if name not in self.targets:
+            return self.base.read(name, rows)
+        weight = self.replaced[name] if name in self.replaced else self.base.read(name)
+        if name in self.pairs:
+            a, b = self.pairs[name]
+            weight = (weight.float() + (self.alpha / a.shape[0]) * (b.float() @ a.float())).to(weight.dtype)
+        return weight[rows] if rows is not None else weight
+
+
+def dit_source(root: Path, la: LiveAvatarModelConfig) -> TensorSource:
+    """``model.liveavatar.dit`` shards merged by name, with ``model.liveavatar.lora`` merged in."""
+    paths = [path for pattern in la.dit for path in files_of(root, pattern, "model.liveavatar.dit")]
+    source: TensorSource = safetensors_files(paths, " + ".join(la.dit))
+    if la.lora is None:
+        return source
+    path = root / la.lora
+    if not path.is_file():
+        raise CheckpointError(f"model.liveavatar.lora: '{path}' does not exist; download Quark-Vision/Live-Avatar into "
+                              f"{root / 'LiveAvatar'} (docs/models.md) or set model.liveavatar.lora=null")  # fmt: skip
+    return PeftMergedSource(source, load_file(str(path)), la.lora_alpha, la.lora)
+
+
+def wav2vec2_source(root: Path, la: LiveAvatarModelConfig) -> TensorSource:
+    """wav2vec2-large-xlsr-53-english from its transformers folder (``model.safetensors`` or ``pytorch_model.bin``)."""
+    folder = root / la.wav2vec2
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        path = folder / name
+        if path.is_file():
+            if name.endswith("safetensors"):
+                base: TensorSource = safetensors_files([path], str(path))
+            else:
+                base = pth_source(folder, name, "model.liveavatar.wav2vec2")
+            return RenamedSource(base, wav2vec2_names(list(base.shapes())))
+    raise CheckpointError(f"model.liveavatar.wav2vec2: '{folder}' has no model.safetensors or pytorch_model.bin; "
+                          "download Wan2.2-S2V-14B whole (docs/models.md)")  # fmt: skip
+
+
+def _wav2vec2_config(spec: LiveAvatarSpec, root: Path | None, la: LiveAvatarModelConfig):
+    from avatargen.families.wan.models.wav2vec2 import wav2vec2_config
+
+    folder = None
+    if root is not None and (root / la.wav2vec2 / "config.json").is_file():
+        import json
+
+        folder = json.loads((root / la.wav2vec2 / "config.json").read_text())
+    return wav2vec2_config(spec, folder or dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16,
+                                                intermediate_size=4096, feat_extract_norm="layer",
+                                                do_stable_layer_norm=True, conv_bias=True))  # fmt: skip
+
+
+def build_liveavatar_modules(config: Config, device: torch.device, parallel: ParallelContext) -> LiveAvatarModels:
+    """The four modules, built on the meta device and placed in one pass (names and shapes checked first)."""
+    model = config.model
+    assert isinstance(model, LiveAvatarConfig)
+    la = model.liveavatar
+    spec = SPECS[la.spec]
+    require_wan_extra(config)
+    from avatargen.families.wan.models.wav2vec2 import Wav2Vec2Encoder
+
+    monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
+    root = None if model.weights == WeightsSource.random else checkpoint_root(config)
+    run = DTYPES[la.dtype]
+    audio_config = _wav2vec2_config(spec, root, la)
+
+    def weights(index: int, source: Callable[[], Weights]) -> Weights:
+        return RandomInit(config.seed + index) if root is None else source()
+
+    parts: list[tuple[str, Callable[[], nn.Module], Callable[[], Weights], torch.dtype, bool]] = [
+        ("audio_encoder", lambda: Wav2Vec2Encoder(audio_config), lambda: wav2vec2_source(root, la), torch.float32, False),
+        ("text_encoder", lambda: UMT5Encoder(spec.text_encoder), lambda: pth_source(root, la.text_encoder, "model.liveavatar.text_encoder"), run, True),
+        ("vae", lambda: WanVAE(spec.vae), lambda: pth_source(root, la.vae, "model.liveavatar.vae"), torch.float32, False),
+        ("dit", lambda: LiveAvatarDiT(spec.dit), lambda: dit_source(root, la), run, True),
+    ]  # fmt: skip
+    modules = []
+    for index, (name, build, source, dtype, streamed) in enumerate(parts):
+        net = build_on_meta(build)
+        if streamed:
+            plan = placement_plan(config, device, parallel, net)
+        else:
+            plan = PlacementPlan("none" if config.runtime.offload.value == "none" else "model", device)
+        modules.append(Module(name, place(net, weights(index, source), replace(plan, dtype=dtype), monitor, name)))
+    length = spec.dit.text_len
+    if la.tokenizer is None or root is None:
+        tokenizer: Tokenizer = ByteTokenizer(length)
+    else:
+        folder = root / la.tokenizer
+        if not folder.is_dir():
+            raise CheckpointError(f"model.liveavatar.tokenizer: '{folder}' does not exist; download Wan2.2-S2V-14B whole")
+        tokenizer = FolderTokenizer(folder, length)
+    return LiveAvatarModels(spec, *modules, tokenizer=tokenizer, monitor=monitor,
+                            precision=Precision(run, "model.liveavatar.dtype"))  # fmt: skip
+
+
+def weight_files(config: Config) -> list[Path]:
+    """The files a render reads under ``model.checkpoint`` (none for random weights)."""
+    model = config.model
+    if model.weights == WeightsSource.random or not model.checkpoint:
+        return []
+    assert isinstance(model, LiveAvatarConfig)
+    root, la = Path(model.checkpoint).expanduser(), model.liveavatar
+    patterns = [*la.dit, la.vae, la.text_encoder, f"{la.wav2vec2}/*", *([la.lora] if la.lora else [])]
+    files = {Path(p) for pattern in patterns for p in glob.glob(str(root / pattern))}
+    return sorted(path for path in files if path.is_file())
