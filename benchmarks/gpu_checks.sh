@@ -70,7 +70,7 @@ main() {
   render_rc=$?
   cat "$OUT/render.json"
 
-  if [[ -n "${LIVEAVATAR_CKPT:-}" ]]; then  # the ckpt/ folder of docs/models.md (Wan2.2-S2V-14B + LiveAvatar)
+  if [[ -n "${LIVEAVATAR_CKPT:-}" ]]; then  # the ckpt/ folder of docs/liveavatar.md (Wan2.2-S2V-14B + LiveAvatar)
     step "model=liveavatar, real weights at 704*384: gen_fps and ttff_s (--json) of a 10-s render"
     timeout 600 $PY -m avatargen render -i examples/avatar_1.png -a examples/speech_1.flac -o "$OUT/liveavatar.mp4" \
       --json --quiet model=liveavatar model.checkpoint="$LIVEAVATAR_CKPT" runtime.device=cuda >"$OUT/liveavatar.json"

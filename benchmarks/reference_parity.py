@@ -1,5 +1,5 @@
 """avatargen's Wan path against MeiGen-AI's own InfiniteTalk code on a CPU: toy sizes, random weights, fp32. Prints
-one JSON object of measured maximum absolute differences (docs/models.md, "Parity with the reference code").
+one JSON object of measured maximum absolute differences (docs/wan-parity.md, "Parity with the reference code").
 
 The reference is not pip-installable and is never copied into this repository: give a checkout of
 https://github.com/MeiGen-AI/InfiniteTalk. Its own dependencies that avatargen lacks go in a separate folder put

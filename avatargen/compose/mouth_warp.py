@@ -116,7 +116,7 @@ class MouthCue(Enum):
 
 
 # Output opening over the model's, at the model-to-output scale, for small openings, saturating (tanh) towards
-# MAX_OPENING_HALF_WIDTHS. Chosen by the eval's sync confidence on 30 s of speech (docs/model-card.md): on avatar_1 the dark
+# MAX_OPENING_HALF_WIDTHS. Chosen by the eval's sync confidence on 30 s of speech (docs/compositing.md): on avatar_1 the dark
 # cue at gain 1.6 (a hard cap then) / 2.5 / 3.5 read 0.71 / 0.75 / 0.76, identity 0.144-0.149 throughout; the colour
 # cue reads larger areas, and on the astronaut at 1.6 / 2.2 read 0.68 / 0.73 for identity p95 0.31 / 0.35.
 OPENING_GAIN = {"dark": 3.5, "colour": 1.6}

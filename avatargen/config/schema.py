@@ -30,11 +30,11 @@ class ImageFit(Enum):
 
 
 class MouthMode(Enum):
-    """How a composited frame gets its mouth (``pipeline.mouth``; docs/model-card.md, "Reference compositing")."""
+    """How a composited frame gets its mouth (``pipeline.mouth``; docs/compositing.md, "Reference compositing")."""
 
     blend = "blend"  # the generated mouth and jaw blended in under a feathered ellipse (avatargen/compose/composite.py)
     warp = "warp"  # the reference's own lips and jaw moved by the generated opening; only the interior generated
-    auto = "auto"  # warp; blend for a cartoon whose shut mouth its cue reads open, a dark beard (docs/model-card.md)
+    auto = "auto"  # warp; blend for a cartoon whose shut mouth its cue reads open, a dark beard (docs/compositing.md)
 
 
 class Device(Enum):
@@ -105,7 +105,7 @@ class ModelConfig:
 
 @dataclass
 class IdleMotionConfig:
-    """Procedural head sway and blinks over composited frames (avatargen/compose/idle_motion.py; docs/model-card.md)."""
+    """Procedural head sway and blinks over composited frames (avatargen/compose/idle_motion.py; docs/compositing.md)."""
 
     head_motion: bool = True  # the head sways (in the image plane); the body and background stay put
     head_amplitude: float = 3.0  # peak sway in pixels per 100 px of face width (0-10)

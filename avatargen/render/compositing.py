@@ -41,7 +41,7 @@ def compositor_for(
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
     the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose own mouth the
-    cue reads open (a dark beard, a smile showing its teeth: ``mouth_for``; docs/model-card.md); the warp moves the
+    cue reads open (a dark beard, a smile showing its teeth: ``mouth_for``; docs/compositing.md); the warp moves the
     lips the lip finder found, or keeps the still mouth (one line to ``warn``) where it could not trust them. ``is_photo`` says
     whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once).
     ``speech``: the audio file of a render (None: a stream); a photograph's warped mouth opens with its loudness

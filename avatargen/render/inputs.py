@@ -70,7 +70,7 @@ def check_request_inputs(image: Path | None, video: Path | None, audio: list[Pat
     if len(audio) > family.speakers:
         raise BadInputError(f"{len(audio)} audio files (-a) but model={config.model.name} renders "
                             f"{'one speaker' if family.speakers == 1 else f'at most {family.speakers} speakers'}; "
-                            + ("give one -a (two speakers: see docs/models.md, model=multitalk)" if family.speakers == 1
+                            + ("give one -a (two speakers: see docs/wan-rendering.md, model=multitalk)" if family.speakers == 1
                                else f"give at most {family.speakers} -a, one per speaker"))  # fmt: skip
     if boxes and len(boxes) != len(audio):
         raise BadInputError(f"{len(boxes)} --person-box for {len(audio)} audio file(s) (-a); give one box per speaker, "

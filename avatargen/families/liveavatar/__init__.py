@@ -1,5 +1,5 @@
 """LiveAvatar (``model=liveavatar|liveavatar_tiny``): Alibaba-Quark's causal, 4-step Wan2.2-S2V that streams block
-by block over a rolling KV cache, loaded from the files as its users download them (docs/models.md)."""
+by block over a rolling KV cache, loaded from the files as its users download them (docs/liveavatar.md)."""
 
 from avatargen.config.families import Family
 from avatargen.families.liveavatar.build import build_liveavatar_modules, weight_files

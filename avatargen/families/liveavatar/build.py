@@ -109,7 +109,7 @@ def dit_source(root: Path, la: LiveAvatarModelConfig) -> TensorSource:
     path = root / la.lora
     if not path.is_file():
         raise CheckpointError(f"model.liveavatar.lora: '{path}' does not exist; download Quark-Vision/Live-Avatar into "
-                              f"{root / 'LiveAvatar'} (docs/models.md) or set model.liveavatar.lora=null")  # fmt: skip
+                              f"{root / 'LiveAvatar'} (docs/liveavatar.md) or set model.liveavatar.lora=null")  # fmt: skip
     return PeftMergedSource(source, load_file(str(path)), la.lora_alpha, la.lora)
 
 
@@ -125,7 +125,7 @@ def wav2vec2_source(root: Path, la: LiveAvatarModelConfig) -> TensorSource:
                 base = pth_source(folder, name, "model.liveavatar.wav2vec2")
             return RenamedSource(base, wav2vec2_names(list(base.shapes())))
     raise CheckpointError(f"model.liveavatar.wav2vec2: '{folder}' has no model.safetensors or pytorch_model.bin; "
-                          "download Wan2.2-S2V-14B whole (docs/models.md)")  # fmt: skip
+                          "download Wan2.2-S2V-14B whole (docs/liveavatar.md)")  # fmt: skip
 
 
 def _wav2vec2_config(spec: LiveAvatarSpec, root: Path | None, la: LiveAvatarModelConfig):

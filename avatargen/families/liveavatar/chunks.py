@@ -8,7 +8,7 @@ reference's four per-step KV caches; they share one cond cache, filled once by t
 reference latent and the reference repeated as 73 motion frames). A ring holds one clip's latent frames
 (``clip_frames`` / 4: 12 for 48) and rolls when full, so memory is the same at any length.
 
-**What differs from the reference's loop, and why** (docs/models.md): each block's noise is drawn from (seed, block),
+**What differs from the reference's loop, and why** (docs/liveavatar.md): each block's noise is drawn from (seed, block),
 not per clip; the reference's unseeded ``random.randint(4, 30)`` (the reference image's RoPE distance, drawn every
 forward) comes from (seed, block, step), so a render is reproducible and a resumed one bit-exact; the blocks' latents
 are decoded as they arrive through one VAE decode stream that first decoded the motion latents (the reference decodes

@@ -83,7 +83,7 @@ class WanModelConfig:
     text_guide_scale: float = 5.0  # 1 with the step-distilled LoRAs (then two DiT passes per step, not three)
     audio_guide_scale: float = 4.0  # 2 with the step-distilled LoRAs
     negative_prompt: Optional[str] = None  # null: the reference's default (REFERENCE_NEGATIVE_PROMPT); "" none
-    # The reference's defaults, each overridable (docs/models.md, "Defaults").
+    # The reference's defaults, each overridable (docs/wan-rendering.md, "Defaults").
     framing: WanFraming = WanFraming.bucket
     color_correction: float = 1.0  # strength of the reference's Lab match to the reference image per frame; 0 off
     audio_features: WanAudioFeatures = WanAudioFeatures.whole
