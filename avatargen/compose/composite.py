@@ -7,7 +7,7 @@ ellipse over the mouth and jaw (``MOUTH_REGION``). Before blending, the generate
 reference per channel (mean and std over the feather ring, where both show skin), so the skin tone does not jump at
 the edge of the mask. An optional ``warp`` (idle motion) then moves each composited frame.
 
-``MOUTH_REGION`` is measured, not guessed (``benchmarks/mouth_region.py``): 60 training identities (seeds 0-59,
+``MOUTH_REGION`` is measured, not guessed (``benchmarks/quality/mouth_region.py``): 60 training identities (seeds 0-59,
 256x256, head still) drawn at the expressions speech drives; the pixels whose grey level changes (std over the
 frames > 4 grey levels in >= 5 % of identities) lie in x 0.371-0.629, y 0.516-0.703 of the training frame, and the
 ellipse centred at (0.500, 0.603) with half-axes (0.127, 0.089) holds 99 % of them (99.6 % of the change). The

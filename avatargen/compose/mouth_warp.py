@@ -98,7 +98,7 @@ OWN_TEETH_PIXELS = 12  # ... or the reference's own teeth colour, where its open
 # not a ratio to the skin's grey: on dark skin the lips' soft highlights pass 1.2x it and were drawn as teeth)
 TEETH_LEVEL = (0.10, 0.40)
 # With a ``SpeechDrive`` (photographs), the opening at the speech level before the saturation: 0.6 half-widths
-# opens 0.23-0.27 mouth widths in speech (dlib's inner-lip gap, 90th percentile; benchmarks/portrait_judge.py), as
+# opens 0.23-0.27 mouth widths in speech (dlib's inner-lip gap, 90th percentile; benchmarks/quality/portrait_judge.py), as
 # the model's reading did on the frontal test photos.
 DRIVE_OPENING_HALF_WIDTHS = 0.6
 # A photo whose own smile showed its teeth (closed before it is driven): its upper teeth under the upper lip, this

@@ -23,7 +23,7 @@ import numpy as np
 WINDOW_FRAMES = 2.0  # the RMS window, in frames, centred on the frame's own
 FLOOR_DB = 24.0  # this far below the speech level the mouth is shut ...
 CURVE = 1.5  # ... and the level rises as this power of the way from there to the speech level (loud syllables open
-# most: over the 6 s of benchmarks/portrait_judge.py, r with loudness 0.90 against 0.84 linear in dB)
+# most: over the 6 s of benchmarks/quality/portrait_judge.py, r with loudness 0.90 against 0.84 linear in dB)
 SPEECH_PERCENTILE = 95.0
 REFERENCE_S = 30.0  # the speech level is taken over the first this many seconds (or the whole of a shorter track)
 SILENT_DB = -70.0  # a track whose speech level is below this (dBFS) is silence: shut throughout

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 MIN_SIDE = 32  # below this there are too few pixels for a face
 # Pixels decoded, or in the padded square: a 48 MP phone photo fits. At the limit the picture is 192 MB of RGB, and
-# loading it peaks at about three times that: 471-544 MiB for an 8000x8000 PNG, 8- or 16-bit (benchmarks/image_memory.py).
+# loading it peaks at about three times that: 471-544 MiB for an 8000x8000 PNG, 8- or 16-bit (benchmarks/memory/image_memory.py).
 MAX_PIXELS = 64_000_000
 _BAND_ROWS = 256  # rows converted to RGB at a time: the conversion's temporaries stay a few MB
 MAX_ASPECT = 4.0  # long side / short side: past it there is no portrait to crop or pad

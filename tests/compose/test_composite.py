@@ -86,7 +86,7 @@ def test_warp_sees_every_composited_frame_with_its_absolute_index():
 
 
 def test_the_mask_holds_the_mouth_of_training_identities_at_its_widest():
-    """MOUTH_REGION was measured on seeds 0-59 (benchmarks/mouth_region.py); held-out identities fit it too."""
+    """MOUTH_REGION was measured on seeds 0-59 (benchmarks/quality/mouth_region.py); held-out identities fit it too."""
     for seed in (1_000_000, 1_000_003, 1_000_009, 5, 17):
         frame, box = FaceRenderer(identity_from_seed(seed), 256).render(FacePose(mouth_open=1.0, mouth_width=1.3))
         compositor = ReferenceCompositor(frame, (0, 0, 256), 256)

@@ -4,7 +4,7 @@ plus added, removed and malformed keys. Each case is a real ``avatargen render``
 of a 0.4-s clip, and must end as the CLI promises: exit 0, or exit 2 with one ``error:`` line, no traceback, and no
 partial video or resume state left behind.
 
-Used by tests/config/test_override_fuzz.py (one fast seeded run) and benchmarks/fuzz_overrides.py (the full run).
+Used by tests/config/test_override_fuzz.py (one fast seeded run) and benchmarks/quality/fuzz_overrides.py (the full run).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One fast seeded run of the override fuzzer (tests/config/override_fuzz.py; the full run: benchmarks/fuzz_overrides.py),
+"""One fast seeded run of the override fuzzer (tests/config/override_fuzz.py; the full run: benchmarks/quality/fuzz_overrides.py),
 after the cases it and the hand-made ones found: every hostile override ends in exit 0, or exit 2 with one error line,
 with no traceback and nothing half-written."""
 

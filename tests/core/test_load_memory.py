@@ -1,6 +1,6 @@
 """Loading holds the weights once: the placement pass never builds a second copy of a checkpointed model.
 
-Runs ``benchmarks/load_scale.py`` on four Wan2.1-1.3B-shaped blocks (404 MiB bf16) in fresh processes and reads its
+Runs ``benchmarks/memory/load_scale.py`` on four Wan2.1-1.3B-shaped blocks (404 MiB bf16) in fresh processes and reads its
 measured peaks (anonymous memory: the mapped checkpoint's page cache is not the process's). Four blocks, so that a
 rank holding the whole model (>= 1.0x) is far from one holding its half plus FSDP's and gloo's own state (~68 MiB:
 0.67x); with one block the two would be the same size.
@@ -19,7 +19,7 @@ from tests.conftest import REPO
 
 @pytest.mark.slow
 def test_placement_holds_the_weights_once_and_each_fsdp_rank_only_its_shards(tmp_path):
-    script = REPO / "benchmarks" / "load_scale.py"
+    script = REPO / "benchmarks" / "memory" / "load_scale.py"
     result = subprocess.run([sys.executable, str(script), "--blocks", "4", "--repeat", "1", "--dir", str(tmp_path)],
                             capture_output=True, text=True, timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,6 +1,6 @@
 """A toy causal few-step denoiser (each step with its own KV ring, as LiveAvatar's) run through the timestep-forcing
 pipeline: ``torchrun --nproc-per-node N -m tests.distributed.pipeline_toy`` checks that the blocks leaving the last
-rank are, bit for bit, those of one process running every step; benchmarks/pipeline_parallel.py times it.
+rank are, bit for bit, those of one process running every step; benchmarks/distributed/pipeline_parallel.py times it.
 
 The toy is compute-bound on purpose (a width where a CPU's matmuls dominate the sends): per step, ``layers`` layers of
 attention over that step's ring of the last ``ring`` blocks plus an MLP, on ``tokens`` tokens of ``dim``.

@@ -288,7 +288,7 @@ def test_every_quoted_section_of_a_doc_exists():
     that page's headings or bold paragraph leads."""
     stale = []
     for source in [*PAGES, *sorted(REPO.glob("avatargen/**/*.py")), *sorted(REPO.glob("conf/**/*.yaml")),
-                   *sorted(REPO.glob("tests/**/*.py")), *sorted(REPO.glob("benchmarks/*"))]:  # fmt: skip
+                   *sorted(REPO.glob("tests/**/*.py")), *sorted(REPO.glob("benchmarks/**/*"))]:  # fmt: skip
         if source.suffix not in (".md", ".py", ".yaml", ".sh") or source == Path(__file__):
             continue
         for page, section in SECTION_REFERENCE.findall(source.read_text()):

@@ -1,4 +1,4 @@
-"""Talking clips built from real face photographs, for the evaluator's tests and benchmarks/eval_faults.py.
+"""Talking clips built from real face photographs, for the evaluator's tests and benchmarks/quality/eval_faults.py.
 
 The face is skimage's astronaut (Eileen Collins, public domain); the other person is matplotlib's Grace Hopper
 photograph. A clip is the photo, cropped around the face and drifting by a few pixels (so the video is not a still),

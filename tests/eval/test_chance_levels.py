@@ -4,7 +4,7 @@ in it, and lip sync names no offset for a mouth played with another sentence but
 
 ``data/render_125s_changes.npz`` holds the change into each frame (``changes``, as ``avatargen eval`` computes it)
 and the keyframes of ``avatargen render -i examples/avatar_1.png -a speech_125s.wav`` (the three example sentences
-looped to 125 s, ``benchmarks/model_quality.py``'s ``long_audio``; bf16 on an AMX CPU). Its chunk seams are
+looped to 125 s, ``benchmarks/quality/model_quality.py``'s ``long_audio``; bf16 on an AMX CPU). Its chunk seams are
 invisible, yet the search once reported the 16-frame chunk stride here (z 11.43, excess 1.23): the encoder's
 keyframes, one at each checkpoint and one a GOP later, fall at two fixed phases of the chunk grid, and their pops
 (excess 1.32-1.34 against 1.00 at the same phases' other frames) made the stride. Its best stride without them

@@ -1,4 +1,4 @@
-"""Reference pictures for the lip tests and benchmarks/lip_contours.py, made from what ships offline.
+"""Reference pictures for the lip tests and benchmarks/quality/lip_contours.py, made from what ships offline.
 
 Real photographs: skimage's astronaut (Eileen Collins, public domain: a smile that shows her teeth) and matplotlib's
 Grace Hopper (closed lips). From them, by affine warps and pasting: a tilted head, a small face in a half-body
@@ -73,7 +73,7 @@ def smiling_render(size: int = 384, seed: int = 7) -> np.ndarray:
     return np.ascontiguousarray(frame)
 
 
-# The pictures the compositor must handle, by name (benchmarks/lip_contours.py renders each).
+# The pictures the compositor must handle, by name (benchmarks/quality/lip_contours.py renders each).
 TEST_PHOTOS = {
     "astronaut": astronaut,
     "grace_hopper": grace_hopper,

@@ -2,7 +2,7 @@
 
 The fast test holds what a render keeps alive: every tensor reachable while a segment is handed to the sinks, the
 same at the end of a render as after its first chunks. The slow one (run by .ci/run, docs/reliability.md) measures the
-process: benchmarks/render_durations.py measures the real pair (30 s and 10 min, trained model); it guards the same
+process: benchmarks/memory/render_durations.py measures the real pair (30 s and 10 min, trained model); it guards the same
 ratio with a shorter pair so a regression shows up without an hour of CPU.
 """
 

@@ -28,7 +28,7 @@ def test_default_render_is_lip_synced_with_smooth_seams(tmp_path):
                      "-o", str(out), "--json", "--quiet", "--eval", "runtime.threads=1")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["weights"].endswith("tiny")  # no flag needed: the shipped checkpoint is the default
+    assert report["weights"].endswith("tiny/checkpoint")  # no flag needed: the shipped checkpoint is the default
     assert abs(report["offset_frames"]) <= 1
     assert report["sync_confidence"] >= 0.35
     assert report["seam_ratio"] <= 1.3

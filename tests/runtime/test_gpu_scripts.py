@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / script), *args], capture_output=True, text=True,
                           cwd=REPO, timeout=timeout)  # fmt: skip
 
 
@@ -40,4 +40,4 @@ def test_gpu_wan_runs_a_policy_and_records_a_child_that_runs_out_of_time(tmp_pat
 
 
 def test_gpu_checks_script_parses():
-    assert subprocess.run(["bash", "-n", str(REPO / "benchmarks" / "gpu_checks.sh")]).returncode == 0
+    assert subprocess.run(["bash", "-n", str(REPO / "benchmarks" / "gpu" / "gpu_checks.sh")]).returncode == 0

@@ -212,7 +212,7 @@ def test_zero_resident_blocks_is_a_one_line_config_error(tmp_path):
     assert result.stderr.strip() == "error: runtime.offload_resident_blocks must be >= 1 (blocks on the device at once)"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/gpu_checks.sh runs it)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/gpu/gpu_checks.sh runs it)")
 @pytest.mark.parametrize("name", ["a2v", "sr"])
 def test_cuda_block_offload_is_exact_and_bounds_device_memory(specs, trained_like, name):
     cuda = torch.device("cuda")

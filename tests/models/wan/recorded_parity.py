@@ -3,7 +3,7 @@
 CI cannot reach the reference repository, so tests/models/wan/record_reference.py runs its modules (from a checkout,
 CPU, fp32, toy sizes) on the inputs and weights built here and saves what they computed; the functions below run
 ours on the same inputs and weights and return the maximum absolute differences (asserted by
-test_recorded_parity.py, printed by ``python benchmarks/reference_parity.py --recorded``).
+test_recorded_parity.py, printed by ``python benchmarks/quality/reference_parity.py --recorded``).
 
 Weights and the larger inputs are not stored: they are rebuilt from names and seeds by an integer hash
 (``hashed_uniform``: the same values on every machine, torch and numpy version), and the fixture keeps their SHA-256

@@ -1,7 +1,7 @@
 """avatargen's Wan path against MeiGen-AI's own code (reference_code.py), toy sizes, random weights, fp32, CPU.
 
 Each function returns the measured maximum absolute differences; tests/models/wan/test_reference_parity.py asserts
-them (skipped without a checkout) and benchmarks/reference_parity.py prints them for docs/wan-parity.md.
+them (skipped without a checkout) and benchmarks/quality/reference_parity.py prints them for docs/wan-parity.md.
 """
 
 from __future__ import annotations

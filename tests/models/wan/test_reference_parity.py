@@ -1,12 +1,12 @@
 """avatargen's Wan path against MeiGen-AI's own InfiniteTalk code, run from a checkout (``AVATARGEN_REFERENCE``;
 skipped without one): the two-speaker DiT, a dubbing clip's conditioning, colour correction, whole-file audio
-features of a 30 s clip. ``python benchmarks/reference_parity.py`` prints the same numbers (docs/wan-parity.md).
+features of a 30 s clip. ``python benchmarks/quality/reference_parity.py`` prints the same numbers (docs/wan-parity.md).
 Without a checkout, test_recorded_parity.py holds the same bounds against the reference's recorded outputs.
 
     AVATARGEN_REFERENCE=/path/to/InfiniteTalk python -m pytest -q tests/models/wan/test_reference_parity.py
 
 The reference needs torchvision and, for its wav2vec2 forward, transformers 4.x (it sets ``output_attentions`` on
-a model that transformers 5 runs with SDPA): put them first on ``PYTHONPATH`` (see benchmarks/reference_parity.py).
+a model that transformers 5 runs with SDPA): put them first on ``PYTHONPATH`` (see benchmarks/quality/reference_parity.py).
 """
 
 from __future__ import annotations

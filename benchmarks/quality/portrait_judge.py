@@ -1,0 +1,326 @@
+"""Does every portrait talk like a person? An independent landmark judge over real photos made hard on purpose.
+
+Photos (``portraits()``), made from the real portraits that ship offline (skimage's astronaut, matplotlib's Grace
+Hopper): as they are (the astronaut smiles with her teeth showing; Grace Hopper wears glasses), turned (a cylinder
+yaw warp of the head: the face mesh puts the nose tip 0.64 and 0.81 of the way between the face's sides, where a
+real face turned ~25-35 degrees reads 0.75-0.84), darkened, in grey, low in contrast, her mouth opened, small in a
+half-body picture, and cut by the picture's edge (must be refused: exit 2, one line); and the cartoon
+``examples/avatar_1.png`` for comparison. Each is rendered with ``--seconds`` of espeak-ng speech no model has heard
+(pauses included; without espeak-ng, ``--audio examples/speech_1.flac``, held out from training), head motion off and blinks on (``--blinks`` a minute: blinks leave the mouth alone).
+
+Measured on every frame with dlib's 68-point landmarks (the face box found on the reference: the head does not move):
+
+- ``r`` / ``lag``: the best correlation of the mouth opening (inner-lip gap over the mouth width) with loudness (RMS
+  per video frame) over lags -2..+2 frames (lag k: the mouth at frame t against the sound at t - k; > 0 trails);
+- ``r0``: the correlation at lag 0;
+- ``speech p90``: the opening's 90th percentile over speech frames (RMS >= 0.15 of its p95); ``silence/p90``: its mean
+  over silent frames (RMS < 0.02 of its p95) over that;
+- ``eyes min``: the eye region's Laplacian variance over the reference's, least over all frames (blinks on);
+- ``identity``: dlib's face-recognition distance to the reference, mean over every 5th frame.
+
+Targets (issue "every portrait talks like a person"): r >= 0.5, lag 0 or 1, speech p90 >= 0.1, silence/p90 <= 0.3,
+eyes min >= 0.75, identity <= 0.3. ``--sheet DIR`` writes a contact sheet per photo (mouth and eyes enlarged: the
+reference, the loudest frames, a pause, the most closed eye frame).
+
+    python benchmarks/quality/portrait_judge.py --out /tmp/judge [--tree OLD] [--photos astronaut,dark] [--sheet docs/images]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from PIL import Image, ImageDraw, ImageFilter
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from avatargen.data.speech import random_utterance  # noqa: E402
+from avatargen.eval.video import iter_frames, probe_video  # noqa: E402
+from avatargen.face.detector import face_model_folder  # noqa: E402
+from avatargen.io.image import save_png  # noqa: E402
+from tests.eval.clips import astronaut, grace_hopper  # noqa: E402
+from tests.face.photos import ASTRONAUT_FACE, half_body  # noqa: E402
+
+SPEECH_SEED = 48_048  # speech no model has heard
+FPS, SAMPLE_RATE = 25, 16000
+SPEECH_RMS, SILENT_RMS = 0.15, 0.02  # of the RMS's p95
+LAGS = range(-2, 3)
+TARGETS = {"r": 0.5, "p90": 0.1, "silence": 0.3, "eyes": 0.75, "identity": 0.3}
+GRACE_FACE = (250, 230)  # (x, y) centre of Grace Hopper's face, her own pixels
+
+
+def yawed(rgb: np.ndarray, centre: tuple[int, int], radius: float, degrees: float) -> np.ndarray:
+    """``rgb`` with the head around ``centre`` turned by ``degrees`` about a vertical axis, as a cylinder of
+    ``radius`` pixels: a point at angle phi on it (x = r sin phi) shows at r sin(phi + yaw); beyond the cylinder the
+    shift fades out over another radius."""
+    height, width = rgb.shape[:2]
+    yaw = np.radians(degrees)
+    x = (np.arange(width) - centre[0]) / radius  # output columns in radii
+    inside = np.clip(x, -0.999, 0.999)
+    source = np.sin(np.arcsin(inside) - yaw)  # where each output column comes from, in radii
+    edge = np.where(x > 0, np.sin(np.arcsin(0.999) - yaw) - 0.999, np.sin(np.arcsin(-0.999) - yaw) + 0.999)
+    fade = np.clip(2.0 - np.abs(x), 0.0, 1.0)  # 1 within a radius, 0 two radii out
+    source = np.where(np.abs(x) < 0.999, source, x + edge * fade)
+    ys = np.arange(height) - centre[1]
+    rows = np.clip(1.0 - (np.abs(ys) / (1.6 * radius)) ** 4, 0.0, 1.0)[:, None]  # (H, 1): the head's rows only
+    src_x = centre[0] + radius * (x[None] + rows * (source[None] - x[None]))  # (H, W)
+    from scipy.ndimage import map_coordinates
+
+    grid_y = np.broadcast_to(np.arange(height)[:, None], (height, width)).astype(np.float64)
+    return np.stack([map_coordinates(rgb[..., c].astype(np.float64), [grid_y, src_x], order=3, mode="nearest")
+                     for c in range(3)], axis=-1).clip(0, 255).astype(np.uint8)  # fmt: skip
+
+
+def opened_mouth(rgb: np.ndarray, pixels: float) -> np.ndarray:
+    """``rgb`` with its mouth opened ``pixels`` by the project's own warp (the lips parted over a dark interior)."""
+    from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
+    from avatargen.face.choice import reference_lips
+    from avatargen.face.detector import shared_detector
+
+    face = shared_detector().find(rgb)
+    lips = reference_lips(rgb, face).lips
+    warp = MouthWarp(rgb, lips, ModelMapping((1.0, 1.0), (0.0, 0.0)), MouthCue.dark)
+    model = np.zeros((256, 256, 3), np.uint8)
+    top, bottom, left, right = warp.box
+    out = rgb.copy()
+    out[top:bottom, left:right] = warp._open_mouth(model, pixels, np.array([128.0, 150.0]), (200.0, 20.0))
+    return out
+
+
+def portraits() -> dict[str, np.ndarray]:
+    """The test portraits by name (see the module docstring); ``edge_cut`` must be refused."""
+    grace = grace_hopper()
+    grey = np.repeat(np.asarray(Image.fromarray(grace).convert("L"))[..., None], 3, axis=2)
+    dark = (255.0 * (astronaut() / 255.0) ** 1.8 * 0.45).astype(np.uint8)  # underexposed: faces at 20-60 grey
+    flat = (96 + 0.3 * (grace.astype(np.float64) - 96)).astype(np.uint8)  # low contrast: a hazy print
+    edge = np.ascontiguousarray(astronaut()[:, ASTRONAUT_FACE[0] - 10 :])  # the face's left half cut off
+    return {
+        "astronaut": astronaut(),
+        "grace_hopper": grace,
+        "turned_30": yawed(astronaut(), ASTRONAUT_FACE, 75.0, 30.0),
+        "grace_turned": yawed(grace, GRACE_FACE, 110.0, 45.0),  # the face mesh's nose share 0.81, as a real ~30-degree turn
+        "dark": dark,
+        "grey": grey,
+        "low_contrast": flat,
+        "open_mouth": opened_mouth(grace, 14.0),
+        "small": half_body(0.5),
+        "edge_cut": edge,
+        "cartoon": np.asarray(Image.open(ROOT / "examples/avatar_1.png").convert("RGB")),
+    }
+
+
+class Judge:
+    """dlib's HOG face detector, 68-point shape predictor and face-recognition network."""
+
+    def __init__(self) -> None:
+        import dlib
+
+        models = face_model_folder()
+        self.dlib = dlib
+        self.detect = dlib.get_frontal_face_detector()
+        self.shape = dlib.shape_predictor(str(models / "shape_predictor_68_face_landmarks.dat"))
+        self.recognise = dlib.face_recognition_model_v1(str(models / "dlib_face_recognition_resnet_model_v1.dat"))
+        self.cnn = None
+
+    def face_box(self, rgb: np.ndarray):
+        found = self.detect(rgb, 1)
+        if len(found) == 0:
+            if self.cnn is None:
+                self.cnn = self.dlib.cnn_face_detection_model_v1(str(face_model_folder() / "mmod_human_face_detector.dat"))
+            found = [d.rect for d in self.cnn(rgb, 1)]
+        if len(found) == 0:
+            return None
+        return max(found, key=lambda r: r.width())
+
+    def landmarks(self, rgb: np.ndarray, box) -> np.ndarray:
+        shape = self.shape(rgb, box)
+        return np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float64), shape
+
+    def descriptor(self, rgb: np.ndarray, shape) -> np.ndarray:
+        return np.asarray(self.recognise.compute_face_descriptor(rgb, shape))
+
+
+def mouth_opening(points: np.ndarray) -> float:
+    """Inner-lip gap (mean of the three inner pairs) over the mouth width (corner to corner)."""
+    gap = np.mean([np.linalg.norm(points[a] - points[b]) for a, b in ((61, 67), (62, 66), (63, 65))])
+    return float(gap / max(np.linalg.norm(points[54] - points[48]), 1.0))
+
+
+def eye_boxes(points: np.ndarray, shape: tuple[int, int]) -> list[tuple[int, int, int, int]]:
+    """(y0, y1, x0, x1) around each eye: its width and twice its width's half above and below (lids, lashes)."""
+    boxes = []
+    for eye in (points[36:42], points[42:48]):
+        (x0, y0), (x1, y1) = eye.min(axis=0), eye.max(axis=0)
+        w = x1 - x0
+        cy = (y0 + y1) / 2
+        boxes.append((max(0, int(cy - 0.5 * w)), min(shape[0], int(cy + 0.5 * w) + 1),
+                      max(0, int(x0 - 0.25 * w)), min(shape[1], int(x1 + 0.25 * w) + 1)))  # fmt: skip
+    return boxes
+
+
+def texture(rgb: np.ndarray, boxes) -> float:
+    """Laplacian variance of the grey eye regions, summed over both eyes."""
+    from scipy.ndimage import laplace
+
+    grey = rgb.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    return float(sum(laplace(grey[y0:y1, x0:x1]).var() for y0, y1, x0, x1 in boxes))
+
+
+def loudness(audio: np.ndarray, frames: int) -> np.ndarray:
+    """(frames,) RMS of the audio under each video frame."""
+    hop = SAMPLE_RATE // FPS
+    audio = np.pad(audio, (0, max(0, frames * hop - len(audio))))
+    return np.sqrt((audio[: frames * hop].reshape(frames, hop) ** 2).mean(axis=1))
+
+
+def lagged_correlations(opening: np.ndarray, rms: np.ndarray) -> dict[int, float]:
+    """Pearson r of opening[t] against rms[t - k] for each lag k."""
+    out = {}
+    n = len(opening)
+    for k in LAGS:
+        a, b = (opening[k:], rms[: n - k]) if k >= 0 else (opening[: n + k], rms[-k:])
+        out[k] = float(np.corrcoef(a, b)[0, 1]) if a.std() > 1e-9 and b.std() > 1e-9 else 0.0
+    return out
+
+
+def render(tree: Path, image: Path, audio: Path, output: Path, blinks: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    command = [sys.executable, "-m", "avatargen", "render", "-i", str(image), "-a", str(audio), "-o", str(output),
+               "-q", "pipeline.idle_motion.head_motion=false",
+               f"pipeline.idle_motion.blinks_per_minute={blinks}"]  # fmt: skip
+    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+
+
+def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndarray) -> dict:
+    info = probe_video(video)
+    frames = list(iter_frames(video, (info.width, info.height)))
+    ref = np.asarray(Image.fromarray(reference).resize((info.width, info.height), Image.Resampling.LANCZOS))
+    box = judge.face_box(ref)
+    if box is None:
+        return {"error": "the judge finds no face in the reference"}
+    ref_points, ref_shape = judge.landmarks(ref, box)
+    boxes = eye_boxes(ref_points, ref.shape[:2])
+    ref_texture = max(texture(ref, boxes), 1e-6)
+    ref_descriptor = judge.descriptor(ref, ref_shape)
+    openings, eyes, distances = [], [], []
+    for i, frame in enumerate(frames):
+        points, shape = judge.landmarks(frame, box)
+        openings.append(mouth_opening(points))
+        eyes.append(texture(frame, boxes) / ref_texture)
+        if i % 5 == 0:
+            distances.append(float(np.linalg.norm(judge.descriptor(frame, shape) - ref_descriptor)))
+    opening = np.array(openings)
+    rms = loudness(audio, len(opening))
+    p95 = np.percentile(rms, 95)
+    speech, silent = rms >= SPEECH_RMS * p95, rms < SILENT_RMS * p95
+    lags = lagged_correlations(opening, rms)
+    best = max(lags, key=lags.get)
+    p90 = float(np.percentile(opening[speech], 90)) if speech.any() else 0.0
+    silence = float(opening[silent].mean()) if silent.any() else float("nan")
+    return {
+        "r": lags[best], "lag": best, "r0": lags[0], "p90": p90, "silence": silence / max(p90, 1e-6),
+        "still": mouth_opening(ref_points), "eyes": float(np.min(eyes)), "identity": float(np.mean(distances)),
+        "frames": frames, "opening": opening, "rms": rms, "eye_curve": np.array(eyes), "box": box,
+        "ref_points": ref_points, "ref": ref,
+    }  # fmt: skip
+
+
+def contact_sheet(path: Path, name: str, result: dict) -> None:
+    """One row: the reference, the 4 loudest frames, a pause and the most closed eyes; mouth above, eyes below."""
+    frames, ref, points = result["frames"], result["ref"], result["ref_points"]
+    order = np.argsort(result["rms"])[::-1]
+    loud = sorted(order[:: max(1, len(order) // 40)][:4])
+    pause = int(np.argmin(result["rms"][5:-5])) + 5
+    blink = int(np.argmin(result["eye_curve"]))
+    picks = [("ref", ref)] + [(f"loud {i}", frames[i]) for i in loud] + [(f"pause {pause}", frames[pause]),
+                                                                          (f"eyes {blink}", frames[blink])]  # fmt: skip
+    width = float(np.linalg.norm(points[54] - points[48]))
+    mx, my = points[48:68].mean(axis=0)
+    ex, ey = points[36:48].mean(axis=0)
+    espan = float(np.linalg.norm(points[45] - points[36]))
+    tile = 150
+    sheet = Image.new("RGB", (tile * len(picks), 2 * tile + 14), (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    for j, (label, image) in enumerate(picks):
+        pil = Image.fromarray(image)
+        m = pil.crop((int(mx - 0.9 * width), int(my - 0.7 * width), int(mx + 0.9 * width), int(my + 1.1 * width)))
+        e = pil.crop((int(ex - 0.75 * espan), int(ey - 0.75 * espan), int(ex + 0.75 * espan), int(ey + 0.75 * espan)))
+        sheet.paste(m.resize((tile, tile), Image.Resampling.LANCZOS), (j * tile, 14))
+        sheet.paste(e.resize((tile, tile), Image.Resampling.LANCZOS), (j * tile, 14 + tile))
+        draw.text((j * tile + 3, 1), f"{name} {label}" if j == 0 else label, fill=(0, 0, 0))
+    sheet.save(path, quality=80)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", type=Path, default=ROOT)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--audio", type=Path, default=None, help="speech to use (16 kHz; default: espeak-ng's)")
+    parser.add_argument("--blinks", type=float, default=30.0)
+    parser.add_argument("--photos", default="")
+    parser.add_argument("--sheet", type=Path, default=None, help="folder for the contact sheets (JPEG)")
+    parser.add_argument("--tag", default="", help="suffix of the contact sheets' names")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="judge-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"# {date.today()} tree={args.tree} seconds={args.seconds} blinks/min={args.blinks}\n")
+    if args.audio is None:  # espeak-ng sentences no model has heard
+        audio = random_utterance(np.random.default_rng(SPEECH_SEED), args.seconds)
+    else:
+        audio, rate = sf.read(args.audio, dtype="float32")
+        assert rate == SAMPLE_RATE, f"{args.audio}: {rate} Hz, give {SAMPLE_RATE}"
+        audio = audio[: int(args.seconds * SAMPLE_RATE)]
+    speech = out / "speech.wav"
+    sf.write(speech, audio, SAMPLE_RATE)
+    judge = Judge()
+    photos = portraits()
+    names = [n for n in args.photos.split(",") if n] or list(photos)
+    print("| photo | r (lag) | r0 | speech p90 | silence/p90 | still | eyes min | identity | misses |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    figures = {}
+    for name in names:
+        image, video = out / f"{name}.png", out / f"{name}.mp4"
+        save_png(image, photos[name])
+        done = render(args.tree, image, speech, video, args.blinks)
+        if name == "edge_cut":
+            lines = [line for line in done.stderr.strip().splitlines() if line]
+            ok = done.returncode == 2 and len(lines) == 1 and not video.exists()
+            print(f"| {name} | exit {done.returncode}: {lines[-1][:90] if lines else ''} | | | | | | | "
+                  f"{'' if ok else 'not refused in one line'} |")  # fmt: skip
+            figures[name] = {"exit": done.returncode, "refused": ok}
+            continue
+        if done.returncode != 0:
+            print(f"| {name} | render failed ({done.returncode}): {done.stderr.strip()[-120:]} |")
+            continue
+        result = judge_video(judge, photos[name], video, audio)
+        if "error" in result:
+            print(f"| {name} | {result['error']} |")
+            continue
+        misses = [what for what, bad in (
+            ("r", result["r"] < TARGETS["r"]), ("lag", result["lag"] not in (0, 1)), ("p90", result["p90"] < TARGETS["p90"]),
+            ("silence", not result["silence"] <= TARGETS["silence"]), ("eyes", result["eyes"] < TARGETS["eyes"]),
+            ("identity", result["identity"] > TARGETS["identity"])) if bad]  # fmt: skip
+        print(f"| {name} | {result['r']:.2f} ({result['lag']:+d}) | {result['r0']:.2f} | {result['p90']:.3f} | "
+              f"{result['silence']:.2f} | {result['still']:.3f} | {result['eyes']:.2f} | {result['identity']:.3f} | "
+              f"{', '.join(misses)} |", flush=True)  # fmt: skip
+        figures[name] = {k: result[k] for k in ("r", "lag", "r0", "p90", "silence", "still", "eyes", "identity")}
+        if args.sheet:
+            args.sheet.mkdir(parents=True, exist_ok=True)
+            contact_sheet(args.sheet / f"judge_{name}{args.tag}.jpg", name, result)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()

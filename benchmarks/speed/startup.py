@@ -1,0 +1,54 @@
+"""Wall time of one short CLI render (start-up dominates it), median of N runs, for one or more source trees.
+
+Each run is a fresh ``python -m avatargen render`` of a 1 s clip with the shipped model, one thread, as a user runs
+it; the runs of the trees are interleaved so that the machine's noise hits them alike.
+
+    python benchmarks/speed/startup.py [--runs 3] [--tree PATH ...]   (default tree: this checkout)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def render_seconds(tree: Path, audio: Path, out: Path) -> float:
+    """Wall seconds of one render with ``tree`` first on the path (fails loudly if the render fails)."""
+    command = [sys.executable, "-m", "avatargen", "render", "-i", str(tree / "examples" / "avatar_1.png"),
+               "-a", str(audio), "-o", str(out), "runtime.threads=1", "--quiet"]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tree", type=Path, action="append", help="source tree to time (repeatable)")
+    args = parser.parse_args()
+    trees = [t.resolve() for t in (args.tree or [REPO])]
+    with tempfile.TemporaryDirectory() as tmp:
+        audio = Path(tmp) / "one_second.wav"
+        t = np.arange(16000) / 16000
+        sf.write(audio, (0.3 * np.sin(2 * np.pi * 220 * t) * np.clip(np.sin(2 * np.pi * 4 * t), 0, None)).astype(np.float32), 16000)
+        times: dict[Path, list[float]] = {tree: [] for tree in trees}
+        for _ in range(args.runs):
+            for tree in trees:
+                times[tree].append(render_seconds(tree, audio, Path(tmp) / "out.mp4"))
+    for tree, runs in times.items():
+        print(f"{tree}: median {statistics.median(runs):.2f} s  runs {' '.join(f'{r:.2f}' for r in runs)}")
+
+
+if __name__ == "__main__":
+    main()
