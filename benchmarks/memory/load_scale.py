@@ -182,7 +182,10 @@ def measure(mode: str, path: Path, blocks: int) -> dict:
 
 
 def run_child(mode: str, path: Path, blocks: int) -> list[dict]:
-    args = [str(Path(__file__).resolve()), "--child", mode, "--file", str(path), "--blocks", str(blocks)]
+    results = path.parent / f"result_{mode}"  # one file per rank: two ranks printing to one pipe interleave their lines
+    for old in path.parent.glob(f"{results.name}.*.json"):
+        old.unlink()
+    args = [str(Path(__file__).resolve()), "--child", mode, "--file", str(path), "--blocks", str(blocks), "--result", str(results)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if mode == "fsdp":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
@@ -191,7 +194,7 @@ def run_child(mode: str, path: Path, blocks: int) -> list[dict]:
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{out.stderr[-3000:]}")
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(f.read_text()) for f in sorted(path.parent.glob(f"{results.name}.*.json"))]
 
 
 def main() -> None:
@@ -200,11 +203,13 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--child", choices=["raw", "plain", "none", "fsdp"])
     parser.add_argument("--file", type=Path)
+    parser.add_argument("--result", type=Path, help="child: write the row to RESULT.<rank>.json")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoint file afterwards")
     parser.add_argument("--repeat", type=int, default=3, help="load_s: the fastest of this many runs (raw, plain, none)")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child, args.file, args.blocks)), flush=True)
+        row = measure(args.child, args.file, args.blocks)
+        args.result.with_name(f"{args.result.name}.{row['rank']}.json").write_text(json.dumps(row))
         return
     args.dir.mkdir(parents=True, exist_ok=True)
     path = args.dir / f"wan_shaped_{args.blocks}.safetensors"
@@ -236,6 +241,8 @@ def main() -> None:
         "none_time_over_raw_read": round(none["load_s"] / raw["load_s"], 3), "target_time": 1.3,
     }  # fmt: skip
     print(json.dumps(summary))
+    for result in args.dir.glob("result_*.json"):
+        result.unlink()
     if not args.keep:
         path.unlink()
 
