@@ -24,9 +24,10 @@ from omegaconf import DictConfig
 
 from avatargen.compose.composite import CompositingSink, ReferenceCompositor
 from avatargen.config.loader import to_config, to_yaml
+from avatargen.config.families import Family, family_of
 from avatargen.config.schema import Config, PublishFailure, WeightsSource
 from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, PublishError, RenderInterrupted
-from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
+from avatargen.face.domain import square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
 from avatargen.io.console import say
@@ -150,6 +151,7 @@ class RenderSession:
         self.started = time.perf_counter()
         self.streamed_audio = request.audio == STREAM
         self.config: Config = to_config(cfg)
+        self.family: Family = family_of(self.config)  # looked up once; what of it the steps need is passed down
         self.live: list[Output] = []
         self.opened: OpenedInputs
         self.weights = "random"
@@ -195,10 +197,15 @@ class RenderSession:
 
     def open_inputs(self) -> None:
         """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the
-        bundled model's notes. ffmpeg reads the audio file's header in its own process (~30 ms) and the models load
-        (``load_models_early``) while the image's face is searched; an image error still comes first (the audio's
-        outcome is then not asked, a model error comes when the models are built)."""
-        request, config, warn = self.request, self.config, self.warn
+        family's notes on them (``Family.reference_notes``). ffmpeg reads the audio file's header in its own process
+        (~30 ms) and the models load (``load_models_early``) while the image's face is searched; an image error still
+        comes first (the audio's outcome is then not asked, a model error comes when the models are built).
+
+        The notes and warnings said while the inputs are opened are held until all of them are known to be good: a
+        request whose input is bad prints its one error line, nothing else."""
+        request, config = self.request, self.config
+        held: list[str] = []
+        warn = held.append  # list.append is atomic: the audio's thread may add to it too
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
             pool.submit(load_models_early, config)
@@ -210,16 +217,11 @@ class RenderSession:
             is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
             speech = None if self.streamed_audio else request.audio_files[0]
             compositor = compositor_for(loaded, config, is_photo, warn, speech)
-            if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:  # the shipped model
-                if request.prompt:
-                    warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at "
-                         "most a slightly different mouth); prompts are for the models that read one "
-                         "(docs/model-card.md, Prompts)")  # fmt: skip
-                # the bundled model knows cartoons only
-                warn_if_out_of_domain(loaded.square, f"image '{request.picture}'", warn,
-                                      composited=compositor is not None,
-                                      warped=compositor is not None and compositor.mouth is not None,
-                                      photo=is_photo())  # fmt: skip
+            notes = self.family.reference_notes
+            if notes is not None:
+                notes(config, picture=str(request.picture), square=loaded.square, prompt=request.prompt,
+                      composited=compositor is not None, warped=compositor is not None and compositor.mouth is not None,
+                      is_photo=is_photo, warn=warn)  # fmt: skip
             if audio_file is None:
                 audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
             else:
@@ -233,6 +235,8 @@ class RenderSession:
             if opened.video is not None:
                 opened.video.close()
             raise
+        for line in held:  # the inputs are good: what was said while they opened, in order
+            self.warn(line)
         self.opened = OpenedInputs(opened.reference, compositor, audio, inputs)
 
     def start_runtime(self) -> None:
