@@ -46,7 +46,9 @@ class Family:
     can split under torchrun (guidance passes, the DiT's tokens); without it the ranks split nothing;
     ``framing(config, height, width) -> Framing | None`` (optional) frames pictures of that size itself
     (pipeline/inputs.py; None: the square of ``pipeline.image_fit``, the default);
-    ``train(overrides, out) -> summary`` (optional) its training recipe (``avatargen train --family NAME``).
+    ``train(overrides, out) -> summary`` (optional) its training recipe (``avatargen train --family NAME``);
+    ``reference_notes(config, *, picture, square, prompt, composited, warped, is_photo, warn)`` (optional) the lines
+    a render of it says about its reference image and prompt, once they are opened (the bundled model: cartoons only).
     """
 
     name: str
@@ -66,6 +68,7 @@ class Family:
     speakers: int = 1  # audio tracks it routes to as many speakers (``-a`` given that many times)
     shipped_checkpoints: dict[str, Path] = field(default_factory=dict)  # model option -> checkpoint folder in the package
     train: Callable[[list[str], Path], dict] | None = None  # ``avatargen train``: (recipe overrides, out folder) -> summary
+    reference_notes: Callable[..., None] | None = None
 
 
 _loaded: dict[str, Family] = {}

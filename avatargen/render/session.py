@@ -22,21 +22,18 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from avatargen.compose.composite import CompositingSink, ReferenceCompositor
+from avatargen.compose.composite import ReferenceCompositor
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.schema import Config, PublishFailure, WeightsSource
+from avatargen.config.families import Family, family_of
+from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, PublishError, RenderInterrupted
-from avatargen.face.domain import square_is_photo, warn_if_out_of_domain
+from avatargen.face.domain import square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
 from avatargen.io.console import say
-from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder, publish_finished
-from avatargen.io.mp4_join import join_parts
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import YAML_HEADER, foreign_reason, remove_name, write_text_atomic
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
-from avatargen.io.catch_up import LIVE_BACKLOG_S, InputGate
-from avatargen.io.pacing import CatchUp, RealtimePacer
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
@@ -47,6 +44,7 @@ from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.pipeline.stats import RenderStats
 from avatargen.render.compositing import compositor_for
+from avatargen.render.outputs import OutputPlan, RenderOutputs
 from avatargen.render.inputs import input_digests, open_audio, open_picture, output_audio, render_inputs
 from avatargen.render.request import (
     STREAM,
@@ -150,6 +148,7 @@ class RenderSession:
         self.started = time.perf_counter()
         self.streamed_audio = request.audio == STREAM
         self.config: Config = to_config(cfg)
+        self.family: Family = family_of(self.config)  # looked up once; what of it the steps need is passed down
         self.live: list[Output] = []
         self.opened: OpenedInputs
         self.weights = "random"
@@ -160,9 +159,7 @@ class RenderSession:
         self.store: ResumeStore | None = None  # checkpoints for --resume: only a file rendered from a file
         self.checkpoint: RenderCheckpoint | None = None
         self.partial: Path | None = None
-        self.writer: Encoder
-        self.pacer: RealtimePacer | None = None
-        self.sink: Any = None
+        self.outputs: RenderOutputs
         self.rss_end: float | None = None
 
     def run(self) -> dict[str, Any]:
@@ -195,10 +192,15 @@ class RenderSession:
 
     def open_inputs(self) -> None:
         """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the
-        bundled model's notes. ffmpeg reads the audio file's header in its own process (~30 ms) and the models load
-        (``load_models_early``) while the image's face is searched; an image error still comes first (the audio's
-        outcome is then not asked, a model error comes when the models are built)."""
-        request, config, warn = self.request, self.config, self.warn
+        family's notes on them (``Family.reference_notes``). ffmpeg reads the audio file's header in its own process
+        (~30 ms) and the models load (``load_models_early``) while the image's face is searched; an image error still
+        comes first (the audio's outcome is then not asked, a model error comes when the models are built).
+
+        The notes and warnings said while the inputs are opened are held until all of them are known to be good: a
+        request whose input is bad prints its one error line, nothing else."""
+        request, config = self.request, self.config
+        held: list[str] = []
+        warn = held.append  # list.append is atomic: the audio's thread may add to it too
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
             pool.submit(load_models_early, config)
@@ -210,16 +212,11 @@ class RenderSession:
             is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
             speech = None if self.streamed_audio else request.audio_files[0]
             compositor = compositor_for(loaded, config, is_photo, warn, speech)
-            if config.model.weights == WeightsSource.checkpoint and not config.model.checkpoint:  # the shipped model
-                if request.prompt:
-                    warn(f"note: --prompt: the bundled model (model={config.model.name}) shows no visible style (at "
-                         "most a slightly different mouth); prompts are for the models that read one "
-                         "(docs/model-card.md, Prompts)")  # fmt: skip
-                # the bundled model knows cartoons only
-                warn_if_out_of_domain(loaded.square, f"image '{request.picture}'", warn,
-                                      composited=compositor is not None,
-                                      warped=compositor is not None and compositor.mouth is not None,
-                                      photo=is_photo())  # fmt: skip
+            notes = self.family.reference_notes
+            if notes is not None:
+                notes(config, picture=str(request.picture), square=loaded.square, prompt=request.prompt,
+                      composited=compositor is not None, warped=compositor is not None and compositor.mouth is not None,
+                      is_photo=is_photo, warn=warn)  # fmt: skip
             if audio_file is None:
                 audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
             else:
@@ -233,6 +230,8 @@ class RenderSession:
             if opened.video is not None:
                 opened.video.close()
             raise
+        for line in held:  # the inputs are good: what was said while they opened, in order
+            self.warn(line)
         self.opened = OpenedInputs(opened.reference, compositor, audio, inputs)
 
     def start_runtime(self) -> None:
@@ -324,28 +323,19 @@ class RenderSession:
     # -- output ----------------------------------------------------------------------------------------------------
 
     def start_encoder(self) -> None:
-        """One ffmpeg for every output (the MP4 file, live targets, stdout), behind the real-time pacer and the
-        reference compositor when they are on."""
-        request, config, warn = self.request, self.config, self.warn
-        fps = config.model.fps
+        """The outputs (``RenderOutputs``): one ffmpeg for every output (the MP4 file, live targets, stdout), started
+        here; the pacer, the compositor and the registered sinks come in front of it when the generation starts."""
+        request, config = self.request, self.config
         compositor = self.opened.compositor
         height, width = compositor.size if compositor is not None else self.opened.reference.shape[:2]
-        self.grid = checkpoint_grid(self.pipeline.schedule, max(1, round(fps * config.output.gop_seconds)))
-
-        def dropped(output: Output, reason: str) -> None:
-            warn(f"warning: publish target '{output.label}' failed ({reason}); dropped it, the other outputs go on "
-                 "(output.on_publish_failure=drop)")  # fmt: skip
-
-        audio = None if self.streamed_audio else output_audio(request.audio_files, request.audio_type)
-        self.writer = Encoder(
-            request.output_file, width, height, fps, audio,
-            crf=config.output.crf, preset=config.output.preset, gop_seconds=config.output.gop_seconds,
-            start_frame=self.start_frame, keyframe_period=self.grid.period, keyframe_shift=self.grid.shift,
-            outputs=self.live + ([stdout_output()] if request.output == STREAM else []),
-            drop_failed_live=config.output.on_publish_failure == PublishFailure.drop, on_dropped=dropped,
-            audio_pipe=self.streamed_audio,
-            hold_fds=(self.lock.fileno(),) if self.lock is not None else (),  # the lock lives while ffmpeg does
+        self.grid = checkpoint_grid(self.pipeline.schedule, max(1, round(config.model.fps * config.output.gop_seconds)))
+        plan = OutputPlan(
+            request.output_file, self.live + ([stdout_output()] if request.output == STREAM else []), width, height,
+            config.model.fps, None if self.streamed_audio else output_audio(request.audio_files, request.audio_type),
+            self.streamed_audio, config.output,
         )  # fmt: skip
+        hold = (self.lock.fileno(),) if self.lock is not None else ()  # the lock lives while ffmpeg does
+        self.outputs = RenderOutputs(plan, self.grid, self.start_frame, compositor, config, self.warn, hold)
 
     def _resume_hint(self) -> str:
         return f"resume with: {self.options.resume_command or '--resume'}"
@@ -358,49 +348,6 @@ class RenderSession:
         where = f"the video so far is in '{self.partial}'" + (f" (earlier parts in '{store.folder}')" if store and store.parts else "")
         return f"{where}; {self._resume_hint()}" if store is not None else where
 
-    def _sinks(self) -> Any:
-        """The pacer (``--realtime``) in front of the encoder, the compositor in front of both."""
-        config, warn, fps = self.config, self.warn, self.config.model.fps
-        if self.streamed_audio:
-            self.opened.audio.encoder_audio = self.writer.write_audio
-            # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.
-            self.stop.on_request(self.opened.audio.end_input)
-        if config.output.realtime:
-            # A live stream's audio goes out with its frames, through the pacer: it can then drop silence to catch up.
-            live = self.streamed_audio
-            target = config.output.realtime_target_s
-            catching_up = live and target > 0
-
-            def underrun(count: int) -> None:
-                if count == 1 and not catching_up:  # catching up holds frames in pauses by design (docs/live.md)
-                    warn("warning: --realtime: generation fell behind the clock, the live output stalled; a faster "
-                         "device, more runtime.threads or pipeline=preview avoids it (underruns are counted in the "
-                         "report)")  # fmt: skip
-
-            # Seconds of late input are left out before they are generated (avatargen/io/catch_up.py).
-            gate = InputGate(backlog_s=max(2 * target, LIVE_BACKLOG_S)) if catching_up else None
-            self.pacer = RealtimePacer(self.writer, fps, config.output.realtime_buffer_s, on_underrun=underrun,
-                                       audio_rate=ENCODER_AUDIO_RATE if live else None,
-                                       catch_up=CatchUp(target) if catching_up else None,
-                                       on_position=gate.shown if gate is not None else None)  # fmt: skip
-            if live:
-                self.opened.audio.encoder_audio = self.pacer.write_audio
-                self.opened.audio.gate = gate
-        sink = self.pacer if self.pacer is not None else self.writer
-        if self.opened.compositor is not None:  # the family's square frames become the picture with their mouth
-            sink = CompositingSink(self.opened.compositor, [sink], first_frame=self.start_frame)
-        return sink
-
-    def _realtime_report(self) -> dict | None:
-        """The pacer's figures, and the silence left out at the input in live mode (``input_dropped_s``)."""
-        if self.pacer is None:
-            return None
-        report = self.pacer.stats.as_dict()
-        gate = getattr(self.opened.audio, "gate", None)
-        if gate is not None:
-            report["input_dropped_s"] = round(gate.dropped_s, 3)
-        return report
-
     # -- generation ------------------------------------------------------------------------------------------------
 
     def generate(self) -> RenderStats:
@@ -408,8 +355,8 @@ class RenderSession:
         its audio cut to its video) and the message says how to resume; what failed before a frame leaves nothing."""
         fps, pipeline, store = self.config.model.fps, self.pipeline, self.store
         try:
-            self.sink = self._sinks()
             audio = self.opened.audio
+            sinks = self.outputs.front(audio, self.stop.on_request)
             estimate = round(audio.duration_hint * fps) if audio.duration_hint else None
             progress_cm = self.options.progress_factory(fps, estimate) if self.options.progress_factory else None
             should_stop = None if self.streamed_audio else self.parallel.agreed(self.stop.requested)  # a stream stops at its end
@@ -418,34 +365,32 @@ class RenderSession:
             if store is not None:
                 run.update(checkpoints=self.grid, on_checkpoint=checkpoint_saver(store))
             pipeline.models.monitor.reset()  # the modules outlive a render (batch reuses them); their costs do not
-            args = (self.opened.reference, audio, [self.sink], self.request.prompt)
+            args = (self.opened.reference, audio, sinks, self.request.prompt)
             if progress_cm is not None:
                 with progress_cm as bar:
                     stats = pipeline.render(*args, on_progress=bar.update, **run)
             else:
                 stats = pipeline.render(*args, **run)
             self.rss_end = current_rss_mb()  # after the last segment: what a render holds once it runs (flat)
-            if self.pacer is not None:
-                self.pacer.close(hurry=stats.stopped)  # the last frames go out on the clock too
+            self.outputs.generated(stats.stopped)  # the last frames go out on the clock too
             return stats
         except KeyboardInterrupt:  # a second signal: stop at once, keep what the encoder has, its audio cut to its video
             self.stop.finishing()
-            self.writer.abort(trim=True)
+            self.outputs.abort(trim=True)
             raise RenderInterrupted(f"interrupted by {self.stop.name}; {self._kept_so_far()}", self.stop.exit_code) from None
         except BaseException as error:
             self._keep_what_was_rendered(error)
             raise
         finally:
-            if self.pacer is not None:
-                self.pacer.discard()  # after an error: its thread ends and its queued frames are dropped
+            self.outputs.discard()  # after an error: the pacer's thread ends and its queued frames are dropped
             self.opened.close()
 
     def _keep_what_was_rendered(self, error: BaseException) -> None:
         """After ``error``: the encoder stopped with its audio cut to its video; nothing left where no frame was
         made; the message of an error after frames were made names where they are."""
-        self.writer.abort(trim=True)
+        self.outputs.abort(trim=True)
         store = self.store
-        rendered = self.writer.frames_written > 0 or (store is not None and bool(store.parts))
+        rendered = self.outputs.frames_written > 0 or (store is not None and bool(store.parts))
         if not isinstance(error, DiskFullError) and not rendered:
             # Failed before a frame was made (a broken checkpoint's NaN in chunk 0, a model that cannot run): an empty
             # partial and a state without a checkpoint are nothing to resume.
@@ -472,16 +417,8 @@ class RenderSession:
             self.warn(f"warning: {what} is damaged ({self.opened.audio.damage}); the video covers the "
                       f"{stats.frames / fps:.2f} s that decoded")  # fmt: skip
         self.encode_started = time.perf_counter()
-        file = request.output_file
-        if store is not None and store.parts:
-            self.writer.close_partial(trim=False)
-            joined = file.with_name(f".{file.stem}.joining.mp4")
-            parts = [(p.file, p.end - p.start) for p in store.parts] + [(self.partial, self.writer.frames_written)]
-            join_parts(parts, output_audio(request.audio_files, request.audio_type), joined, fps)
-            publish_finished(joined, file, self._save_config)
-            self.partial.unlink(missing_ok=True)
-        else:
-            self.writer.close(before_publish=self._save_config)  # the config first: OUT.mp4 never comes without it
+        earlier = [(p.file, p.end - p.start) for p in store.parts] if store is not None else []
+        self.outputs.publish(earlier, self.partial, before_publish=self._save_config)  # the config first: OUT.mp4 never comes without it
         if store is not None:
             store.remove()
 
@@ -494,13 +431,9 @@ class RenderSession:
     def _close_stopped(self, stats: RenderStats) -> None:
         stop, store, fps = self.stop, self.store, self.config.model.fps
         stop.finishing()
-        try:
-            partial = self.writer.close_partial()
-        except AvatarGenError as error:  # the encoder failed as it closed: the partial still plays up to its last fragment
-            self.warn(f"warning: closing the partial video: {error}")
-            partial = self.writer.abort()
+        partial = self.outputs.close_stopped()
         done = f"interrupted by {stop.name} after {stats.frames} frames ({stats.frames / fps:.2f} s)"
-        if self.writer.frames_written == 0 and self.partial is not None:  # stopped before this run's first frame
+        if self.outputs.frames_written == 0 and self.partial is not None:  # stopped before this run's first frame
             self.partial.unlink(missing_ok=True)  # an empty partial is nothing to keep
             if store is None or not store.parts:
                 if store is not None:
@@ -517,14 +450,12 @@ class RenderSession:
 
     def report(self, stats: RenderStats) -> dict[str, Any]:
         """What ``--json`` prints: counts, times, memory, where the work ran and what each output did."""
-        config, pipeline, writer = self.config, self.pipeline, self.writer
+        config, pipeline, writer = self.config, self.pipeline, self.outputs.writer
         models = pipeline.models
         wall = time.perf_counter() - self.started
         duration = stats.frames / config.model.fps
         stage_s = dict(stats.stage_s)
-        if isinstance(self.sink, CompositingSink):  # publish held the compositing: reported apart from the pipe
-            stage_s["composite"], stage_s["idle_motion"] = self.sink.paste_s, self.sink.move_s
-            stage_s["publish"] -= self.sink.paste_s + self.sink.move_s
+        self.outputs.split_stage_times(stage_s)  # publish held the compositing: reported apart from the pipe
         stage_s["encode_finish"] = time.perf_counter() - self.encode_started
         ttff = (writer.first_frame_time - self.started) if writer.first_frame_time else None
         return {
@@ -551,9 +482,8 @@ class RenderSession:
             "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
             "seams": stats.seams,
             "resumed_from": stats.resumed_from,
-            "publish": [{"target": o.label, "kind": o.kind, "dropped": o.label in writer.dropped,
-                         "reason": writer.dropped.get(o.label)} for o in self.live],  # fmt: skip
-            "realtime": self._realtime_report(),
+            "publish": self.outputs.publish_report(self.live),
+            "realtime": self.outputs.realtime_report(),
             "offload": models.monitor.report(),
         }
 

@@ -67,6 +67,20 @@ def test_missing_inputs_exit_2_without_traceback_or_output(tmp_path, face_png):
     assert not out.exists() and not list(tmp_path.glob("*.mp4"))
 
 
+def test_a_bad_input_prints_its_error_alone_not_the_notes_said_while_the_inputs_opened(tmp_path):
+    # A photograph with the bundled model earns a warning as the image opens; the missing audio file then fails the
+    # request: the user sees the one line that names the problem, not a warning about a render that never runs.
+    from tests.eval import clips
+
+    photo = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
+    out = tmp_path / "o.mp4"
+    result = run_cli("render", "-i", str(photo), "-a", str(tmp_path / "nope.wav"), "-o", str(out), "runtime.threads=1")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [line for line in result.stderr.strip().splitlines() if "nope.wav" in line]
+    assert len(result.stderr.strip().splitlines()) == 1 and "looks like a photograph" not in result.stderr
+    assert not out.exists()
+
+
 def test_missing_checkpoint_exits_2_naming_it(tmp_path, face_png, speech_wav):
     out = tmp_path / "o.mp4"
     result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", str(out), f"model.checkpoint={tmp_path}/none.safetensors")

@@ -8,6 +8,7 @@ from avatargen.config.families import Family
 from avatargen.families.tiny.build import build_modules, parallel_work, weight_files
 from avatargen.families.tiny.chunks import TinyChunks
 from avatargen.families.tiny.config import TinyModelConfig, validate_tiny
+from avatargen.families.tiny.notes import reference_notes
 
 
 def train(overrides: list[str], out: Path) -> dict:
@@ -30,5 +31,6 @@ FAMILY = Family(
     parallel_work=parallel_work,  # the A2V's tokens, on request only (docs/distributed.md, "The bundled model")
     shipped_checkpoints={"tiny": Path(__file__).with_name("checkpoint")},
     train=train,
+    reference_notes=reference_notes,  # cartoons only; no visible style for a prompt
 )
 
