@@ -20,8 +20,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
-from avatargen.config.families import family_of
-from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, ResumeMismatchError
 from avatargen.io.mp4_join import salvage_part
 from avatargen.io.encoder import disk_full_error
@@ -101,13 +99,14 @@ NOT_FINGERPRINTED = (
 
 
 def fingerprint(
-    image: Path, audio: Path, prompt: str, cfg: DictConfig, config: Config, device: Any, dtype: str = "float32",
-    layout: Any = None,
+    image: Path, audio: Path, prompt: str, cfg: DictConfig, weight_files: list[Path], device: Any,
+    dtype: str = "float32", layout: Any = None,
 ) -> dict[str, str]:
     """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config but
     ``NOT_FINGERPRINTED`` (with the device, thread count and compute dtype this process resolved: ``runtime.dtype=auto``
     can resolve differently on another machine; and, for a render whose ranks split the work, the guidance and
-    sequence degrees of its ``layout``: they change float sums), and the checkpoint files (path, size, mtime)."""
+    sequence degrees of its ``layout``: they change float sums), and the ``weight_files`` (path, size, mtime; none
+    for random weights)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     for key in NOT_FINGERPRINTED:
         section, _, leaf = key.partition(".")
@@ -121,8 +120,8 @@ def fingerprint(
         "prompt": text_digest(prompt),
         "config": text_digest(json.dumps(container, sort_keys=True)),
     }
-    if config.model.weights != WeightsSource.random:
-        files = family_of(config).weight_files(config)
+    if weight_files:
+        files = weight_files
         found["weights"] = text_digest(json.dumps([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]))
     return found
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from avatargen.config.families import family_named, family_of
+from avatargen.config.families import Family, family_named, family_of
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
 from avatargen.models.sequence import has_token_sequence
@@ -110,16 +110,21 @@ def place_models(config: Config, device: torch.device, parallel: ParallelContext
 
 
 def pipeline_for(
-    config: Config, models: PlacedModels, overlap: bool = False, composited: bool | None = None
+    config: Config, models: PlacedModels, overlap: bool = False, composited: bool | None = None,
+    family: Family | None = None,
 ) -> Pipeline:
-    """The chunk engine over the family's steps on ``models``. ``composited``: whether the frames are put back into
-    the reference picture (None: as configured); a family may choose its defaults by it."""
-    return Pipeline(config, family_of(config).chunk_steps(config, models, composited), models, overlap=overlap)
+    """The chunk engine over the ``family``'s steps on ``models`` (None: the family of ``config``). ``composited``:
+    whether the frames are put back into the reference picture (None: as configured); a family may choose its
+    defaults by it."""
+    family = family or family_of(config)
+    steps = family.chunk_steps(config, models, composited)
+    return Pipeline(steps, models, config.model.sample_rate, config.model.fps, overlap=overlap)
 
 
-def build_pipeline(config: Config, device: torch.device, parallel: ParallelContext, composited: bool) -> Pipeline:
+def build_pipeline(config: Config, family: Family, device: torch.device, parallel: ParallelContext,
+                   composited: bool) -> Pipeline:  # fmt: skip
     """A render's Pipeline: the family's placed models (cached) and its steps; overlapped emission where
     ``runtime.overlap`` asks for it or, when null, where it pays (avatargen/pipeline/overlap.py)."""
     models = place_models(config, device, parallel)
-    overlap = family_of(config).overlap and overlaps(config, device, parallel.world.world_size)
-    return pipeline_for(config, models, overlap=overlap, composited=composited)
+    overlap = family.overlap and overlaps(config, device, parallel.world.world_size)
+    return pipeline_for(config, models, overlap=overlap, composited=composited, family=family)

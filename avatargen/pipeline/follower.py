@@ -25,11 +25,11 @@ def render_as_follower(
         inputs = render_options.get("inputs")
         if inputs is not None and inputs.video is not None:
             inputs.video.close()
-    duration = stats.frames / pipeline.config.model.fps
+    duration = stats.frames / pipeline.fps
     wall = stats.wall_s
     # The same keys as the primary's report, so any caller can print it; "output" says who wrote the video.
     return {"output": "(no output on this rank: rank 0 writes it)", "weights": None, "frames": stats.frames,
-            "fps": pipeline.config.model.fps, "duration_s": round(duration, 4), "chunks": stats.n_chunks,
+            "fps": pipeline.fps, "duration_s": round(duration, 4), "chunks": stats.n_chunks,
             "i_chunks": stats.i_chunks, "ttff_s": None, "wall_s": round(wall, 4),
             "gen_fps": round(stats.frames / wall, 3) if wall > 0 else None,
             "rtf": round(wall / duration, 4) if duration > 0 else None, "peak_rss_mb": None, "device": None,

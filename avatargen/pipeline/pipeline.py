@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from avatargen.config.schema import Config
 from avatargen.io.sink import FrameSink
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.checkpoint import RenderCheckpoint
@@ -35,10 +34,11 @@ class Pipeline:
     """A family's chunk steps over its placed models, run over the N/I chunk schedule into frame sinks.
 
     ``overlap``: every segment after the first leaves (its ``prepare`` and ``frames``, the sinks) on a second thread
-    while this one generates the next chunks (avatargen/pipeline/overlap.py)."""
+    while this one generates the next chunks (avatargen/pipeline/overlap.py). ``sample_rate`` and ``fps``: the
+    model's audio rate and frame rate (``model.sample_rate``, ``model.fps``)."""
 
-    def __init__(self, config: Config, steps: ChunkSteps, models: PlacedModels, overlap: bool = False):
-        self.config = config
+    def __init__(self, steps: ChunkSteps, models: PlacedModels, sample_rate: int, fps: int, overlap: bool = False):
+        self.sample_rate, self.fps = sample_rate, fps
         self.steps = steps
         self.models = models
         self.overlap = overlap
@@ -78,9 +78,7 @@ class Pipeline:
         self.stats = stats = RenderStats(seams=[] if record_seams else None)
         with stats.timed("init"):
             run = self.steps.start(reference_rgb, prompt, stats, read_box, inputs or RenderInputs())
-        audio = AudioTimeline(
-            audio_blocks, self.config.model.sample_rate, self.config.model.fps, self.steps.audio_context_frames
-        )
+        audio = AudioTimeline(audio_blocks, self.sample_rate, self.fps, self.steps.audio_context_frames)
         state = RollingState()
         skip = 0
         if resume is not None:

@@ -17,7 +17,6 @@ from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_choice import mouth_for
 from avatargen.compose.mouth_warp import MouthWarp
 from avatargen.compose.speech_drive import SpeechDrive
-from avatargen.config.families import family_of
 from avatargen.config.schema import Config, MouthMode
 from avatargen.config.validate import idle_motion_settings
 from avatargen.face.choice import reference_lips
@@ -35,9 +34,8 @@ def compositor_for(
 
     Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
     found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
-    training-style avatar); a family whose frames are not that square (it renders the whole picture at its own
-    resolution) is left alone. Idle motion
-    (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
+    training-style avatar); the render asks only for a family whose frames are that square (``Family.composited``).
+    Idle motion (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
     the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose own mouth the
@@ -46,7 +44,7 @@ def compositor_for(
     whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once).
     ``speech``: the audio file of a render (None: a stream); a photograph's warped mouth opens with its loudness
     (``SpeechDrive``), the model's frame giving the interior."""
-    if not config.pipeline.composite or not family_of(config).composited:
+    if not config.pipeline.composite:
         return None
     height, width = loaded.picture.shape[:2]
     whole_square = height == width and loaded.crop == (0, 0, width)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from avatargen.config.families import family_of
+from avatargen.config.families import Family
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError, CheckpointError
 from avatargen.io.audio_stream import RawPcm
@@ -67,7 +67,8 @@ def partial_path_for(output: Path) -> Path:
     return output.with_name(f"{output.stem}.partial.mp4")
 
 
-def check_request(request: RenderRequest, config: Config, resume: bool) -> None:
+def check_request(request: RenderRequest, config: Config, family: Family, resume: bool) -> None:
+    """Refuse a request that cannot mean anything or that ``family`` (the model of ``config``) cannot do."""
     try:
         request.prompt.encode("utf-8")
     except UnicodeEncodeError as err:  # argv bytes that are not UTF-8 arrive as lone surrogates
@@ -84,7 +85,7 @@ def check_request(request: RenderRequest, config: Config, resume: bool) -> None:
     if request.raw_audio is not None and request.audio != STREAM:
         raise BadInputError("--audio-rate/--audio-channels describe raw PCM on stdin; use them with --audio -")
     check_request_inputs(request.image, request.video, request.audio_files, list(request.person_boxes),
-                         request.audio_type, config)  # fmt: skip
+                         request.audio_type, config, family)  # fmt: skip
 
 
 def names_written_beside(output: Path) -> list[str]:
@@ -132,17 +133,17 @@ def _check_output(output: Path) -> None:
         )
 
 
-def _inputs(request: RenderRequest, config: Config) -> list[Path]:
+def _inputs(request: RenderRequest, config: Config, family: Family) -> list[Path]:
     """Every file the render reads: the image, the audio file, the model's weight files."""
     files = [request.picture] + [audio for audio in request.audio_files if audio != STREAM]
     try:
-        files += family_of(config).weight_files(config)
+        files += family.weight_files(config)
     except CheckpointError:
         pass  # reported, with its fix, when the models load
     return files
 
 
-def check_outputs_spare_inputs(request: RenderRequest, config: Config, live: list[Output]) -> None:
+def check_outputs_spare_inputs(request: RenderRequest, config: Config, family: Family, live: list[Output]) -> None:
     """Refuse a render that would write over one of its own inputs (the same file, also through a link or a
     hard link) or delete it with the resume folder, before anything is written."""
     written: list[Path] = [Path(o.target) for o in live if o.kind == "hls"]
@@ -151,7 +152,7 @@ def check_outputs_spare_inputs(request: RenderRequest, config: Config, live: lis
         file = request.output_file
         folder = resume_folder_for(file)
         written += [file.with_name(name) for name in names_written_beside(file)]  # temporary names included
-    inputs = _inputs(request, config)
+    inputs = _inputs(request, config, family)
     refuse_writing_inputs(written, inputs)
     for source in inputs:
         if folder is not None and Path(os.path.realpath(source)).is_relative_to(os.path.realpath(folder)):

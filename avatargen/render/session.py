@@ -184,9 +184,9 @@ class RenderSession:
     def check(self) -> None:
         """The request, the config and the outputs, before any input is read: no output may be an input."""
         config, o = self.config, self.config.output
-        check_request(self.request, config, self.options.resume)
+        check_request(self.request, config, self.family, self.options.resume)
         self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
-        check_outputs_spare_inputs(self.request, config, self.live)
+        check_outputs_spare_inputs(self.request, config, self.family, self.live)
         if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
             check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
 
@@ -206,12 +206,13 @@ class RenderSession:
             pool.submit(load_models_early, config)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
-            opened = open_picture(request.image, request.video, config, warn, face=config.pipeline.face)
+            opened = open_picture(request.image, request.video, config, self.family, warn, face=config.pipeline.face)
             loaded = opened.loaded
             # The compositor's mouth and the photo warning both ask whether the square is a photograph: one search.
             is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
             speech = None if self.streamed_audio else request.audio_files[0]
-            compositor = compositor_for(loaded, config, is_photo, warn, speech)
+            # a family whose frames are not the reference's square goes out as it makes them (Family.composited)
+            compositor = compositor_for(loaded, config, is_photo, warn, speech) if self.family.composited else None
             notes = self.family.reference_notes
             if notes is not None:
                 notes(config, picture=str(request.picture), square=loaded.square, prompt=request.prompt,
@@ -280,7 +281,7 @@ class RenderSession:
         """The family's placed models (cached per process) and its steps on the engine; the family may choose its
         defaults by whether its frames are composited (the bundled one: its motion frames)."""
         composited = self.opened.compositor is not None
-        self.pipeline = build_pipeline(self.config, self.device, self.parallel, composited=composited)
+        self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel, composited=composited)
 
     def _work_options(self) -> dict[str, Any]:
         """What shapes the work on every rank: the part of each frame the compositor reads (only that is decoded),
@@ -304,7 +305,9 @@ class RenderSession:
         self.partial = partial_path_for(file) if file is not None else None
         if file is not None and not self.streamed_audio:
             self.store = ResumeStore(file)
-            found = fingerprint(request.picture, request.audio, request.prompt, self.cfg, self.config, self.device,
+            config = self.config
+            weights = [] if config.model.weights == WeightsSource.random else self.family.weight_files(config)
+            found = fingerprint(request.picture, request.audio, request.prompt, self.cfg, weights, self.device,
                                 self.pipeline.models.precision.signature, self.parallel.layout)  # fmt: skip
             found.update(input_digests(request.video, request.audio_files, list(request.person_boxes),
                                        request.audio_type, file_digest))  # fmt: skip

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from avatargen.config.loader import load_config, to_config  # noqa: E402
+from avatargen.config.schema import Config  # noqa: E402
 from avatargen.io.audio import AudioFileSource  # noqa: E402
 from avatargen.io.image import load_reference_image  # noqa: E402
 from avatargen.families.tiny.build import build_modules
@@ -54,9 +55,10 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
-def render_once(pipeline: Pipeline, dtype: torch.dtype, keep_fp32: list[str], image: Path, audio: Path) -> tuple[np.ndarray, float, float]:
+def render_once(pipeline: Pipeline, config: Config, dtype: torch.dtype, keep_fp32: list[str], image: Path,
+                audio: Path) -> tuple[np.ndarray, float, float]:  # fmt: skip
     """(frames, RTF, TTFF s) of one pipeline render with every module computing in ``dtype`` (but ``keep_fp32``)."""
-    config, models = pipeline.config, pipeline.models
+    models = pipeline.models
     for module in models.all():
         module.compute_dtype = torch.float32 if module.name in keep_fp32 else dtype
     reference = load_reference_image(image, config.model.image_size, config.pipeline.image_fit.value)
@@ -100,7 +102,7 @@ def main() -> None:
         warm = Path(tmp) / "warm.wav"
         sf.write(warm, wave[:rate], rate)
         for dtype in walls:
-            render_once(pipeline, dtype, args.keep_fp32, REPO / "examples" / "avatar_1.png", warm)
+            render_once(pipeline, config, dtype, args.keep_fp32, REPO / "examples" / "avatar_1.png", warm)
         for n in args.examples:
             wave, rate = sf.read(REPO / "examples" / f"speech_{n}.flac", dtype="float32")
             audio = Path(tmp) / f"speech_{n}.wav"
@@ -108,7 +110,7 @@ def main() -> None:
             image = REPO / "examples" / f"avatar_{n}.png"
             # Alternate which dtype goes first, so a load change on the shared machine does not favour one of them.
             runs = [(torch.float32, []), (torch.bfloat16, args.keep_fp32)]
-            done = {dtype: render_once(pipeline, dtype, keep, image, audio) for dtype, keep in runs[:: 1 if n % 2 else -1]}
+            done = {dtype: render_once(pipeline, config, dtype, keep, image, audio) for dtype, keep in runs[:: 1 if n % 2 else -1]}
             (fp32, rtf32, ttff32), (bf16, rtf16, ttff16) = done[torch.float32], done[torch.bfloat16]
             diff = np.abs(fp32.astype(np.int16) - bf16.astype(np.int16))
             walls[torch.float32] += rtf32

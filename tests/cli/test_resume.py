@@ -164,16 +164,15 @@ def test_the_fingerprint_covers_every_config_key_but_those_that_cannot_change_a_
     import torch
     from omegaconf import OmegaConf
 
-    from avatargen.config.loader import load_config, to_config
+    from avatargen.config.loader import load_config
     from avatargen.resume import NOT_FINGERPRINTED, fingerprint
 
     face, audio, _ = inputs
     base = load_config([*FAST, "+meta.tag=demo"])
-    config = to_config(base)
     tree = OmegaConf.to_container(base, resolve=True, enum_to_str=True)
 
     def digest(tree: dict, device: str = "cpu", dtype: str = "float32") -> str:
-        return fingerprint(face, audio, "", OmegaConf.create(tree), config, torch.device(device), dtype)["config"]
+        return fingerprint(face, audio, "", OmegaConf.create(tree), [], torch.device(device), dtype)["config"]
 
     def leaves(node: dict, prefix: str = "") -> list[str]:
         return [found for key, value in node.items()
@@ -202,7 +201,7 @@ def test_the_fingerprint_covers_every_config_key_but_those_that_cannot_change_a_
 def test_a_layout_that_splits_the_work_is_in_the_fingerprint_fsdp_alone_is_not(inputs):
     import torch
 
-    from avatargen.config.loader import load_config, to_config
+    from avatargen.config.loader import load_config
     from avatargen.resume import fingerprint
     from avatargen.runtime.layout import ParallelLayout
 
@@ -210,7 +209,7 @@ def test_a_layout_that_splits_the_work_is_in_the_fingerprint_fsdp_alone_is_not(i
     cfg = load_config(FAST)
 
     def digest(layout: ParallelLayout | None) -> str:
-        return fingerprint(face, audio, "", cfg, to_config(cfg), torch.device("cpu"), "float32", layout)["config"]
+        return fingerprint(face, audio, "", cfg, [], torch.device("cpu"), "float32", layout)["config"]
 
     alone = digest(None)
     assert digest(ParallelLayout(world=4, sharded=True)) == alone  # FSDP only: resumable in one process (same threads)

@@ -22,6 +22,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from avatargen.config.families import family_of
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.ffmpeg import ffmpeg_exe
 from avatargen.families.tiny.stages.a2v import A2VStage
@@ -74,7 +75,7 @@ def render_layout(layout: str, folder: Path | None = None) -> dict[str, np.ndarr
     if layout.startswith("conversation"):
         assert folder is not None, "a conversation layout reads the files of write_conversation"
         speakers = [folder / name for name in SPEAKER_FILES]
-        opened = open_picture(None, folder / SOURCE, config, print)
+        opened = open_picture(None, folder / SOURCE, config, family_of(config), print)
         inputs = render_inputs(opened, speakers, "para", BOXES, config, print)
         reference, audio = opened.reference, open_audio(speakers, "para", config, 4000, print)
     else:

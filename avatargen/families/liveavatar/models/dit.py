@@ -25,7 +25,7 @@ Block (``blocks.N``), ``e`` the six modulation vectors of each frame::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
