@@ -162,11 +162,23 @@ def _install(slot: _Slot, value: Tensor) -> None:
     slot.tensor = new
 
 
-def _fill(slots: list[_Slot], weights: Weights, model: nn.Module, device: torch.device) -> None:
-    """Copy each tensor from the checkpoint into its home (cast on the copy), or run the seeded init there."""
+def _fill(slots: list[_Slot], weights: Weights, model: nn.Module, device: torch.device, fresh: list[_Slot]) -> None:
+    """Copy each tensor from the checkpoint into its home (cast on the copy), or run the seeded init there.
+
+    ``fresh``: the slots just allocated (uninitialised memory). Under the seeded init they start as NaN, so that a
+    parameter the model's init forgets fails here, by name, instead of running on whatever the allocator held.
+    """
     if isinstance(weights, RandomInit):
-        with _seeded(weights.seed, device), torch.no_grad():
-            init_random(model)
+        floating = [slot for slot in fresh if slot.tensor.is_floating_point()]
+        with torch.no_grad():
+            for slot in floating:
+                slot.tensor.fill_(float("nan"))
+            with _seeded(weights.seed, device):
+                init_random(model)
+        unset = [slot.key or slot.owners[0][1] for slot in floating if torch.isnan(slot.tensor).any()]
+        if unset:
+            raise RuntimeError(f"{type(model).__name__}'s random init leaves {', '.join(unset[:5])} unset: "
+                               "give the module that owns it a reset_parameters()")
         return
     with torch.no_grad():
         for slot in slots:
@@ -200,6 +212,7 @@ def _place_weights(model: nn.Module, weights: Weights, plan: PlacementPlan, moni
     offloaded = plan.policy in ("model", "block")
     home = torch.device("cpu") if offloaded else plan.device
     slots = _slots(model)
+    fresh = [slot for slot in slots if slot.tensor.device.type == "meta"]
     rest, blocks = _groups(model, slots, per_block=plan.policy != "model")
     groups = [FlatGroup.allocate(group, [_run_dtype(s, plan.dtype) for s in group], home, pin=offloaded and cuda)
               for group in [rest, *blocks]]  # fmt: skip
@@ -213,7 +226,7 @@ def _place_weights(model: nn.Module, weights: Weights, plan: PlacementPlan, moni
             if real is not None:  # a computed buffer: its value comes along into the group
                 view.copy_(real)
         group.tensors = [slot.tensor for slot in members]
-    _fill(slots, weights, model, home)
+    _fill(slots, weights, model, home, fresh)
     if plan.policy == "none":
         return Resident(model, plan.device, monitor, name)
     if plan.policy == "model":
@@ -231,10 +244,10 @@ def _place_sharded(model: nn.Module, weights: Weights, plan: PlacementPlan) -> N
         # The model's init is model-wide (one RNG stream over all its layers): it runs once on a transient host copy
         # so that every rank and world size gets the same weights, which are then read like a checkpoint.
         full = copy.deepcopy(model)
-        for slot in _slots(full):
-            if slot.tensor.device.type == "meta":
-                _install(slot, torch.empty_strided(slot.tensor.shape, slot.tensor.stride(), dtype=slot.tensor.dtype))
-        _fill([], weights, full, torch.device("cpu"))
+        fresh = [slot for slot in _slots(full) if slot.tensor.device.type == "meta"]
+        for slot in fresh:
+            _install(slot, torch.empty_strided(slot.tensor.shape, slot.tensor.stride(), dtype=slot.tensor.dtype))
+        _fill([], weights, full, torch.device("cpu"), fresh)
         weights = StateDictSource(full.state_dict())
     computed = [(slot, slot.tensor) for slot in _slots(model) if slot.tensor.device.type != "meta"]  # to_empty wipes them
     for slot in _slots(model):

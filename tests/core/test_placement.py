@@ -16,7 +16,10 @@ from safetensors.torch import load_file, save_file
 from avatargen.config import load_config, to_config
 from avatargen.errors import CheckpointError
 from avatargen.families.tiny.models.text_encoder import tokenize
+from avatargen.models.meta import build_on_meta
 from avatargen.modules import Module
+from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.placement import PlacementPlan, RandomInit, place
 from avatargen.families.tiny.build import module_specs
 from avatargen.pipeline.build import shipped_checkpoint
 
@@ -83,6 +86,23 @@ def test_random_weights_on_meta_equal_the_seeded_eager_build(specs):
             placed = Module.random(spec, 11, CPU, offload=policy).model.state_dict()
             assert eager.keys() == placed.keys()
             assert all(torch.equal(eager[k], placed[k]) for k in eager), (name, policy)
+
+
+class _ForgetfulInit(torch.nn.Module):
+    """A layer whose own init forgets one parameter (built on meta, nothing fills it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.forgotten = torch.nn.Parameter(torch.zeros(1, 4))
+
+
+@pytest.mark.parametrize("policy", ["none", "block"])
+def test_a_parameter_the_random_init_forgets_is_named_not_left_as_garbage(policy):
+    """Uninitialised memory is often zero and sometimes not: a forgotten parameter must fail every time, by name."""
+    model = build_on_meta(_ForgetfulInit)
+    with pytest.raises(RuntimeError, match="forgotten unset"):
+        place(model, RandomInit(0), PlacementPlan(policy=policy), OffloadMonitor(policy, 2, CPU), "forgetful")
 
 
 def test_an_index_sharded_checkpoint_folder_loads(tmp_path, specs):

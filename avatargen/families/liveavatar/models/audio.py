@@ -44,6 +44,10 @@ class AudioTokens(nn.Module):
         self.final_linear = nn.Linear(dim, dim)
         self.padding_tokens = nn.Parameter(torch.zeros(1, 1, 1, dim))
 
+    def reset_parameters(self) -> None:
+        """The padding token starts at zero, as the reference's (a model built on meta needs it said again)."""
+        nn.init.zeros_(self.padding_tokens)
+
     def _tail(self, x: Tensor) -> Tensor:
         """(N, dim/4, T) after conv1 -> (N, T', dim) through norm, SiLU, conv2, norm, SiLU, conv3, norm, SiLU."""
         x = F.silu(F.layer_norm(x.transpose(1, 2), (x.shape[1],), eps=1e-6)).transpose(1, 2)
