@@ -283,9 +283,10 @@ class RealtimePacer:
                         if self._on_position is not None:
                             self._on_position(index * period)
                         continue
-                    if index >= self._decided:  # its audio has not arrived yet: it is kept (sent when it comes)
+                    if index >= self._decided:  # its level is not known yet: it is kept (its audio sent as it comes)
                         self._audio.decide(index, send=True)
                         self._decided = index + 1
+                        self._send_audio()  # before the frame: ffmpeg reads no more video while its audio is behind
                 if now < due:
                     self.stats.max_lead_s = max(self.stats.max_lead_s, due - now + self._queue.qsize() * period)
                     if not self._hurry:

@@ -3,11 +3,13 @@ pipeline shows each frame after little more audio than the frame itself (counted
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
 
 import numpy as np
+import soundfile as sf
 import torch
 
 from avatargen.config.loader import load_config, to_config
@@ -158,3 +160,18 @@ def test_a_live_session_from_stdin_catches_up_and_keeps_sound_and_picture_in_ste
     info = probe(out)
     assert info["frames"] == report["frames"] - realtime["dropped"]
     assert abs(info["audio_duration_s"] - info["frames"] / FPS) < 0.1, info
+
+
+def test_a_silent_microphone_does_not_hang_a_live_render(tmp_path):
+    """Digital silence piped in live: every frame after the first is silent and far behind its audio, so nearly all are
+    dropped; the audio of the frames kept must still reach ffmpeg before their pictures, or it stops reading video."""
+    image = write_face_png(tmp_path / "face.png")
+    wav = io.BytesIO()
+    sf.write(wav, np.zeros(3 * 16000, np.float32), 16000, format="WAV", subtype="PCM_16")
+    out = tmp_path / "live.mp4"
+    result = run_cli("render", "-i", str(image), "-a", "-", "-o", str(out), "--realtime", "--json", "-q",
+                     "model.weights=random", "runtime.threads=1", input=wav.getvalue(), text=False, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    report = json.loads(result.stdout)
+    assert report["realtime"]["dropped"] > 0, report["realtime"]
+    assert probe(out)["frames"] == report["frames"] - report["realtime"]["dropped"]
