@@ -99,7 +99,9 @@ def run_child(policy: str, cmd: list[str], timeout_s: float | None) -> dict:
     except subprocess.TimeoutExpired as stopped:
         stderr = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
         print(f"{policy:>7} timed out after {timeout_s:.0f} s (its stacks are in the JSON row)", flush=True)
-        return {"policy": policy, "error": f"timed out after {timeout_s:.0f} s", "stderr": stderr[-6000:]}
+        stacks = stderr.rfind("Timeout (")  # faulthandler's header: deep stacks would push it out of a plain tail
+        kept = stderr[stacks:][:12000] if stacks >= 0 else stderr[-6000:]
+        return {"policy": policy, "error": f"timed out after {timeout_s:.0f} s", "stderr": kept}
     if result.returncode != 0:
         print(f"{policy:>7} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
         return {"policy": policy, "error": result.stderr[-2000:]}
