@@ -38,7 +38,7 @@ def peak_rss_mb() -> float:
 def settle_long_lived_objects() -> None:
     """Take every object alive now out of the cyclic garbage collector's scans (``gc.freeze``). With torch imported
     there are hundreds of thousands, and each full collection walked them all: 0.18 s of a render's time to first
-    frame on a 2-core AVX2 CPU (docs/performance.md, "Time to first frame"). Called when a model set is built
+    frame on a 2-core AVX2 CPU (docs/speed-measures.md, "Measures"). Called when a model set is built
     (``place_models``), once per process or per model set: what is frozen then stays alive (it does anyway: the
     imports, the config, the models; cyclic garbage of that moment too), what is made later is collected as before."""
     gc.freeze()
