@@ -45,7 +45,7 @@ class Module:
     """A model with its weights in place: ``active()`` is the placement hook stages use.
 
     Where the weights are in between is the policy's job (avatargen/runtime/offload.py): ``none`` keeps them on the
-    device, ``model`` moves the whole model in on entry and out on exit, ``block`` keeps them in pinned host memory
+    device, ``model`` copies the whole model in on entry and drops the device copy on exit, ``block`` keeps them in pinned host memory
     and streams the model's declared blocks in just in time (at most ``resident_blocks`` at once), ``fsdp`` shards
     them over the ranks. ``monitor`` collects what placement cost; modules of one render share one.
     ``compute_dtype`` is what its forwards compute in (``runtime.dtype``, avatargen/runtime/precision.py): bfloat16

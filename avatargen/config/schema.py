@@ -60,10 +60,10 @@ class Quantize(Enum):
 
 
 class Offload(Enum):
-    """Where idle modules keep their weights (see docs/architecture.md)."""
+    """Where idle modules keep their weights (see docs/offload.md)."""
 
     none = "none"  # every module resident on the device
-    model = "model"  # a module's weights move to the device on stage entry and back on exit
+    model = "model"  # a module's weights are copied to the device on stage entry; the copy is dropped on exit
     block = "block"  # weights stay in pinned host memory; the DiTs' blocks stream to the device just in time
 
 

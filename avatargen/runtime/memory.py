@@ -38,7 +38,7 @@ def peak_rss_mb() -> float:
 def settle_long_lived_objects() -> None:
     """Take every object alive now out of the cyclic garbage collector's scans (``gc.freeze``). With torch imported
     there are hundreds of thousands, and each full collection walked them all: 0.18 s of a render's time to first
-    frame on a 2-core AVX2 CPU (docs/performance.md, "Time to first frame"). Called when a model set is built
+    frame on a 2-core AVX2 CPU (docs/speed-measures.md, "Measures"). Called when a model set is built
     (``place_models``), once per process or per model set: what is frozen then stays alive (it does anyway: the
     imports, the config, the models; cyclic garbage of that moment too), what is made later is collected as before."""
     gc.freeze()
@@ -121,7 +121,7 @@ def map_large_allocations() -> bool:
     By default glibc raises its mapping threshold to the largest block freed so far (up to 32 MiB), so after the
     first few frees a toy-sized model's activations all come from the heap, whose holes are only given back by
     ``trim_host_memory``: between two trims the resident memory rose by 30 to 170 MB, a different amount each time,
-    and the peak of a render was the worst of those, higher the more segments it had (docs/performance.md). With a
+    and the peak of a render was the worst of those, higher the more segments it had (docs/wan-performance.md). With a
     fixed threshold a freed activation leaves at once, so the peak is the live tensors' and does not depend on the
     duration; the price is a fresh zeroed mapping per large tensor (page faults): 10-25 % more wall time for a
     toy-sized model (measured); not measured at full size, where the large tensors pass 32 MiB and were mapped
@@ -140,7 +140,7 @@ def keep_freed_heap() -> bool:
 
     glibc's default adapts both thresholds to the blocks freed so far, and a render of the bundled model still gave
     memory back and faulted it in again segment after segment: 520,000 page faults in 30 s of video without any
-    trim, 150,000 with these (the process's peak the same, 394-398 MB: docs/performance.md). Called by the bundled
+    trim, 150,000 with these (the process's peak the same, 394-398 MB). Called by the bundled
     model's renders; the Wan family maps its large tensors instead (``map_large_allocations``) and trims after every
     segment (trimmed only every 5 s, a wan_tiny render's peak rose 1.3 % from 120 s to 300 s of audio, against
     0.3 %). Process-wide, from the call on."""

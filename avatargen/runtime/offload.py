@@ -3,8 +3,9 @@
 ``runtime.offload`` picks one policy for every module:
 
 - ``none``: every model stays on the device for the whole render.
-- ``model``: a model's whole weights are copied to the device when its stage is entered and back to host memory
-  when it is left (what diffusers' ``enable_model_cpu_offload`` does). The baseline.
+- ``model``: a model's whole weights are copied to the device when its stage is entered; when it is left the
+  device copy is dropped and nothing is copied back (the pinned host buffer stays the source of truth; diffusers'
+  ``enable_model_cpu_offload`` copies back). The baseline.
 - ``block``: weights live in pinned host memory (one flat buffer per block, one for the rest), which stays the
   source of truth. Entering a stage copies everything outside the model's declared block stacks (embeddings, norms,
   heads; all of a model that declares none) as one group, and block 0; while block n computes, blocks up to n + resident_blocks - 1 are copied on a side CUDA stream; after its

@@ -15,7 +15,7 @@ The placements compared (each in its own process, so a crash or an out-of-memory
 
     (a) avatargen runtime.offload=none    every module resident
     (b) avatargen runtime.offload=block   pinned host weights, transformer blocks copied just in time
-    (c) avatargen runtime.offload=model   a whole module in on stage entry, out on exit
+    (c) avatargen runtime.offload=model   a whole module copied in on stage entry, dropped (not copied back) on exit
     (d) diffusers apply_group_offloading(block_level, num_blocks_per_group=1, use_stream=True)
     (e) accelerate cpu_offload_with_hook chain, in the order of diffusers' enable_model_cpu_offload
 
