@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avatargen.families.wan.models.attention import NormedQKVAttention
 from avatargen.families.wan.models.dit import fp32_forward
-from avatargen.families.wan.models.layers import RMSNorm
 from avatargen.models.sequence import attention
 
 AUDIO_LAYERS = 25  # wav2vec2-large-xlsr-53: the embedding output and 24 layers
@@ -88,25 +88,12 @@ class CausalAudioEncoder(nn.Module):
         return self.encoder(mixed.transpose(1, 2))
 
 
-class AudioCrossAttention(nn.Module):
+class AudioCrossAttention(NormedQKVAttention):
     """One injector (``audio_injector.injector.N``): Wan's cross-attention with q/k RMS norms."""
-
-    def __init__(self, dim: int, heads: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.o = nn.Linear(dim, dim)
-        self.norm_q = RMSNorm(dim, eps)
-        self.norm_k = RMSNorm(dim, eps)
 
     def forward(self, x: Tensor, context: Tensor) -> Tensor:
         """(N, L, dim) attending to (N, Lc, dim) -> (N, L, dim)."""
-        q = self.norm_q(self.q(x)).unflatten(-1, (self.heads, -1))
-        k = self.norm_k(self.k(context)).unflatten(-1, (self.heads, -1))
-        v = self.v(context).unflatten(-1, (self.heads, -1))
-        return self.o(attention(q, k, v))
+        return self.o(attention(self.queries(x), *self.keys_values(context)))
 
 
 class AdaNorm(nn.Module):
@@ -129,7 +116,7 @@ class AudioInjector(nn.Module):
     def __init__(self, dim: int, heads: int, layers: tuple[int, ...]) -> None:
         super().__init__()
         self.slot = {layer: i for i, layer in enumerate(layers)}
-        self.injector = nn.ModuleList([AudioCrossAttention(dim, heads) for _ in layers])
+        self.injector = nn.ModuleList([AudioCrossAttention(dim, heads, 1e-6) for _ in layers])
         self.injector_adain_layers = nn.ModuleList([AdaNorm(dim) for _ in layers])
 
     def forward(self, layer: int, x: Tensor, local: Tensor, glob: Tensor) -> Tensor:

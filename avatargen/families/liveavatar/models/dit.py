@@ -41,8 +41,9 @@ from avatargen.families.liveavatar.models.rope import (
     noisy_group,
     reference_group,
 )
+from avatargen.families.wan.models.attention import NormedQKVAttention
 from avatargen.families.wan.models.dit import fp32_forward
-from avatargen.families.wan.models.layers import FP32LayerNorm, RMSNorm, timestep_sinusoid
+from avatargen.families.wan.models.layers import FP32LayerNorm, timestep_sinusoid
 from avatargen.models.sequence import attention
 
 MOTION_VIDEO_FRAMES = 73  # the reference's motion_frames: its audio encoder reads this many copies of a block's first
@@ -98,23 +99,11 @@ def reference_rollout(first_frame: int, offset: int) -> int:
     return max(0, first_frame - (30 - offset))
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(NormedQKVAttention):
     """``self_attn``: q/k RMS-normed, RoPE, attending over the KV ring and the cond cache."""
 
-    def __init__(self, dim: int, heads: int, eps: float) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.o = nn.Linear(dim, dim)
-        self.norm_q = RMSNorm(dim, eps)
-        self.norm_k = RMSNorm(dim, eps)
-
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        split = (self.heads, -1)
-        return (self.norm_q(self.q(x)).unflatten(-1, split), self.norm_k(self.k(x)).unflatten(-1, split),
-                self.v(x).unflatten(-1, split))
+        return self.queries(x), *self.keys_values(x)
 
     def sink(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Cond tokens (B, Lc, dim) -> (B, Lc, dim), and their unrotated keys and values (B, Lc, H, D)."""
@@ -134,25 +123,12 @@ class CausalSelfAttention(nn.Module):
         return self.o(attention(q, keys, values))
 
 
-class TextCrossAttention(nn.Module):
+class TextCrossAttention(NormedQKVAttention):
     """``cross_attn``: Wan's text cross-attention with q/k RMS norms."""
-
-    def __init__(self, dim: int, heads: int, eps: float) -> None:
-        super().__init__()
-        self.heads = heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.o = nn.Linear(dim, dim)
-        self.norm_q = RMSNorm(dim, eps)
-        self.norm_k = RMSNorm(dim, eps)
 
     def forward(self, x: Tensor, text: Tensor) -> Tensor:
         """(B, L, dim), (B, Lt, dim) -> (B, L, dim)."""
-        split = (self.heads, -1)
-        q = self.norm_q(self.q(x)).unflatten(-1, split)
-        k = self.norm_k(self.k(text)).unflatten(-1, split)
-        return self.o(attention(q, k, self.v(text).unflatten(-1, split)))
+        return self.o(attention(self.queries(x), *self.keys_values(text)))
 
 
 class CausalBlock(nn.Module):

@@ -18,8 +18,8 @@ from avatargen.families.wan.models.speakers import rope_1d, speaker_key_position
 from avatargen.models.sequence import HeadSum, TokenSpan, attention, span_of_frames, whole_frames
 
 
-class _NormedQKVAttention(nn.Module):
-    """What both Wan attentions share, under the reference's names: ``q``/``k``/``v``/``o`` projections of ``dim``
+class NormedQKVAttention(nn.Module):
+    """What the Wan-family attentions share (Wan2.1's, and LiveAvatar's causal ones), under the reference's names: ``q``/``k``/``v``/``o`` projections of ``dim``
     and RMS norms of the queries and keys over the full width (``norm_q``/``norm_k``), in the reference's order
     (state-dict keys and the random init's draws follow it)."""
 
@@ -48,7 +48,7 @@ class _NormedQKVAttention(nn.Module):
         return self.split_heads(self.norm_k(self.k(context))), self.split_heads(self.v(context))
 
 
-class SelfAttention(_NormedQKVAttention):
+class SelfAttention(NormedQKVAttention):
     """Full self-attention over the video tokens with q/k RMS norm and 3D RoPE."""
 
     def forward(
@@ -67,7 +67,7 @@ class SelfAttention(_NormedQKVAttention):
         return self.o(out), summed
 
 
-class CrossAttention(_NormedQKVAttention):
+class CrossAttention(NormedQKVAttention):
     """Cross-attention to the text tokens, plus (``with_image``) a second attention to the CLIP image tokens."""
 
     def __init__(self, dim: int, heads: int, eps: float, with_image: bool) -> None:
