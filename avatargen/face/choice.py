@@ -24,6 +24,7 @@ from avatargen.face.lips import LipFinder, LipSearch, lips_in_mesh, lips_install
 from avatargen.face.picture_cache import KnownPicture
 
 CUT_SHARE = 0.25  # a face's box past the picture's edge by more than this share of its width: the face is cut off
+SURE_FACE_SCORE = 0.5  # HOG margin of a clear face; with no face mesh to check them, weaker ones beside it are not counted
 TURN_NAMES = {1: "a quarter turn clockwise", 2: "upside down", 3: "a quarter turn counter-clockwise"}
 
 _FINDER: LipFinder | None = None
@@ -64,6 +65,9 @@ def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], N
         meshes = [known.mesh(face, partial(_mesh, rgb, face)) for face in faces]
         if any(mesh is not None for mesh in meshes):  # a "face" no face mesh fits is the detector's mistake
             faces, meshes = map(list, zip(*[(f, m) for f, m in zip(faces, meshes) if m is not None]))
+    elif len(faces) > 1:  # no face mesh to check them: a weak match beside clear faces is the detector's mistake
+        faces = [face for face in faces if face.score >= SURE_FACE_SCORE] or [max(faces, key=lambda f: f.score)]
+        meshes = [None] * len(faces)
     if not faces:
         if number is not None:
             raise BadInputError(f"--face {number}: no face found in {name}; give a picture with a face, or leave out --face")
