@@ -10,13 +10,18 @@ exactly; rank 0 runs the last steps and decodes, rank 1 makes each block's noise
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
-from tests.conftest import FAST, run_cli, write_speechlike_wav
+from tests.conftest import FAST, REPO, run_cli, write_speechlike_wav
 from tests.distributed.torchrun import torchrun
-from tests.ffmpeg_probe import decode_frames
+from tests.ffmpeg_probe import decode_frames, probe
 
 # 64 x 64 frames, 12-frame blocks, a checkpoint after every block; crf 0: no frame difference hides in the encoding
 TINY = ["model=liveavatar_tiny", "pipeline.image_fit=crop", "output.gop_seconds=0.48", "output.crf=0", *FAST]
@@ -62,4 +67,39 @@ def test_a_pipeline_one_process_cannot_run_is_refused_in_one_line(tmp_path, face
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "o.mp4").exists()
+
+
+@pytest.mark.slow  # a render in one process, a two-rank torchrun stopped, the resume: ~45 s each on the shared 2-core machine
+@pytest.mark.parametrize("resumed_on", [2, 1])  # the same 2 stages, or one process (the resume point is the same)
+def test_a_pipeline_stopped_by_sigint_resumes_to_the_uninterrupted_frames(tmp_path, face_png, resumed_on):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 3.0)  # 75 frames: 7 blocks, a resume point after each
+    out = tmp_path / "out" / "o.mp4"
+    request = ["render", "-i", str(face_png), "-a", str(audio), "-q", *TINY]
+    uninterrupted = _single(tmp_path, face_png, audio)  # (the pipeline's frames are one process's)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "avatargen",
+               *request, "runtime.pipeline_parallel=2", "-o", str(out)]  # fmt: skip
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    folder, deadline = out.with_name("o.resume"), time.monotonic() + 180
+    try:
+        while not list(folder.glob("state-*.safetensors")):  # the first resume point: both stages' rings in it
+            assert process.poll() is None, "the render ended before it could be stopped"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)  # to torchrun, which passes it on to both ranks
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "interrupted by SIGINT" in stderr, stderr[-3000:]
+    assert 0 < probe(out.with_name("o.partial.mp4"))["frames"] < 75
+    if resumed_on == 2:
+        result = torchrun(*request, "runtime.pipeline_parallel=2", "-o", str(out), "--resume")
+    else:
+        result = run_cli(*request, "-o", str(out), "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rendering from the start" not in result.stderr  # it continued from rank 0's resume point
+    assert sorted(p.name for p in out.parent.iterdir()) == ["o.mp4", "o.yaml"]
+    assert probe(out)["frames"] == 75
+    assert np.array_equal(decode_frames(out), uninterrupted), "resumed frames differ from an uninterrupted render"
 
