@@ -103,3 +103,20 @@ def test_a_pipeline_stopped_by_sigint_resumes_to_the_uninterrupted_frames(tmp_pa
     assert probe(out)["frames"] == 75
     assert np.array_equal(decode_frames(out), uninterrupted), "resumed frames differ from an uninterrupted render"
 
+
+@pytest.mark.slow  # a two-rank torchrun: ~20 s on the shared 2-core machine
+def test_a_stage_failing_mid_render_stops_the_pipeline_with_one_line_and_keeps_the_resume_point(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 2.0)
+    out = tmp_path / "o.mp4"
+    started = time.monotonic()
+    # rank 1 (steps 0 and 1) fails in block 2's second step: blocks 0 and 1 are out, each with its resume point
+    result = torchrun("1", "render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", *TINY,
+                      "runtime.pipeline_parallel=2", "runtime.dist_timeout_s=60", module="tests.distributed.faulty_rank",
+                      env_extra={"AVATARGEN_TEST_FAULT_CALL": "6"}, timeout=150)  # fmt: skip
+    assert result.returncode != 0
+    assert time.monotonic() - started < 60 + 30  # within runtime.dist_timeout_s (and the start-up)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: rank 1 of 2 failed")]
+    assert len(lines) == 1, result.stderr[-3000:]  # rank 0, waiting for block 2, names the rank that failed
+    assert "test fault on rank 1" in lines[0]
+    assert list(out.with_name("o.resume").glob("state-*.safetensors")), "the resume point was not kept"
+    assert probe(out.with_name("o.partial.mp4"))["frames"] in (12, 24)  # block 1 may still be on its way
