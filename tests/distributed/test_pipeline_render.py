@@ -54,6 +54,15 @@ def test_two_stages_give_the_single_process_frames(tmp_path, face_png):
     assert np.array_equal(frames, single), f"frames differ by up to {np.abs(frames.astype(int) - single).max()}"
 
 
+@pytest.mark.slow  # a four-rank torchrun and a render in one process: ~47 s on the shared 2-core machine
+def test_four_stages_give_the_single_process_frames(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 1.0)
+    single = _single(tmp_path, face_png, audio)
+    frames, report = _pipeline(tmp_path, face_png, audio, 4)
+    assert report["parallel"]["pipeline"] == 4
+    assert np.array_equal(frames, single)
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["runtime.pipeline_parallel=2"], "model=tiny cannot spread its denoising steps over ranks"),
     (["model=liveavatar_tiny", "runtime.pipeline_parallel=2"], "run torchrun --nproc-per-node 2"),
