@@ -132,14 +132,14 @@ def _pipeline_layout(config: Config, world: int, stages: int) -> ParallelLayout:
     runtime, choice = config.runtime, config.runtime.pipeline_parallel
     if stages != world:
         raise ConfigError(
-            f"runtime.pipeline_parallel={choice}: {stages} pipeline stages on {world} rank(s); the pipeline takes every "
-            f"rank of the render (it combines with no other layout yet): run torchrun --nproc-per-node {stages}"
+            f"runtime.pipeline_parallel={choice}: {stages} pipeline stages on {world} rank(s); the pipeline takes "
+            f"every rank of the render (it combines with no other layout yet): run torchrun --nproc-per-node {stages}"
             + (f", or set runtime.pipeline_parallel={world}" if 1 < world < stages else "")
         )
     if runtime.sequence_parallel not in ("auto", 1):
         raise ConfigError(
-            f"runtime.pipeline_parallel={choice} with runtime.sequence_parallel={runtime.sequence_parallel}: a pipeline "
-            "of steps does not combine with sequence parallelism yet; set runtime.sequence_parallel=1 (or auto)"
+            f"runtime.pipeline_parallel={choice} with runtime.sequence_parallel={runtime.sequence_parallel}: a "
+            "pipeline of steps does not combine with sequence parallelism yet; set runtime.sequence_parallel=1 or auto"
         )
     if runtime.guidance_parallel is True:
         raise ConfigError(

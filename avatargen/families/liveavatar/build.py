@@ -185,7 +185,8 @@ def build_liveavatar_modules(config: Config, device: torch.device, parallel: Par
             raise CheckpointError(f"model.liveavatar.tokenizer: '{folder}' does not exist; download Wan2.2-S2V-14B whole")
         tokenizer = FolderTokenizer(folder, length)
     return LiveAvatarModels(spec, *modules, tokenizer=tokenizer, monitor=monitor,
-                            precision=Precision(run, "model.liveavatar.dtype"), stage=parallel.pipeline_ranks)  # fmt: skip
+                            precision=Precision(run, "model.liveavatar.dtype"),
+                            stage=parallel.pipeline_ranks)  # fmt: skip
 
 
 def parallel_work(config: Config) -> SplittableWork:

@@ -105,8 +105,8 @@ class LiveAvatarRun(ChunkRun):
             with models.vae.active() as vae:
                 ref_latents = vae.encode(image.expand(-1, -1, 5, -1, -1))[0][:, :, 1:]  # the reference's [:, :, 1:]
                 motion = vae.encode(image.expand(-1, -1, MOTION_VIDEO_FRAMES, -1, -1))[0]  # (1, z, 19, h, w)
-                if chunks.decodes:
-                    _, self.stream = vae.decode(motion)  # the decoder's past: the motion frames, as the reference decodes
+                if chunks.decodes:  # the decoder's past: the motion frames, as the reference decodes
+                    _, self.stream = vae.decode(motion)
             check_finite(ref_latents, "Wan VAE", "encoding the reference image")
             ids, mask = models.tokenizer(prompt)
             with models.text_encoder.active() as umt5:
@@ -123,7 +123,8 @@ class LiveAvatarRun(ChunkRun):
                 for other in others:
                     other.share_cond(first)
         self.latent_shape = (1, p.in_dim, chunks.latent_frames, *ref_latents.shape[-2:])
-        self.link = StageLink(chunks.stage, [self.latent_shape, chunks.feature_shape], chunks.device) if chunks.stage else None
+        shapes = [self.latent_shape, chunks.feature_shape]  # what a block carries to the next stage
+        self.link = StageLink(chunks.stage, shapes, chunks.device) if chunks.stage else None
         self.snapshot: tuple[int, dict[int, dict[str, Tensor]]] | None = None  # (block, the other stages' rings)
         self.handed = -1  # the last block handed over to be decoded (a resume point is saved after it)
 
@@ -205,7 +206,7 @@ class LiveAvatarRun(ChunkRun):
     def save(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         assert self.stream is not None, "the stage that decodes saves the resume point"
         others: dict[int, dict[str, Tensor]] = {}
-        if len(self.rings) < len(self.chunks.timesteps):  # a pipeline's last stage: the others' rings sent with the block
+        if len(self.rings) < len(self.chunks.timesteps):  # a pipeline's last stage: the others' rings came to it
             assert self.snapshot is not None and self.snapshot[0] == self.handed, "no ring snapshot of this block"
             others = self.snapshot[1]
         tensors: dict[str, Tensor] = {}
