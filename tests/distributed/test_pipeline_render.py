@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import FAST, REPO, run_cli, write_speechlike_wav
+from tests.conftest import FAST, REPO, descendants, run_cli, write_speechlike_wav
 from tests.distributed.torchrun import torchrun
 from tests.ffmpeg_probe import decode_frames, probe
 
@@ -111,6 +111,45 @@ def test_a_pipeline_stopped_by_sigint_resumes_to_the_uninterrupted_frames(tmp_pa
     assert sorted(p.name for p in out.parent.iterdir()) == ["o.mp4", "o.yaml"]
     assert probe(out)["frames"] == 75
     assert np.array_equal(decode_frames(out), uninterrupted), "resumed frames differ from an uninterrupted render"
+
+
+def _rank_pid(torchrun_pid: int, rank: int) -> int | None:
+    """The process id of torchrun's worker of global rank ``rank``: the first descendant (children come before
+    grandchildren, e.g. the worker's ffmpeg) whose environment says RANK=rank."""
+    for pid in descendants(torchrun_pid):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return pid
+    return None
+
+
+@pytest.mark.slow  # a two-rank torchrun: ~20 s on the shared 2-core machine
+def test_a_signal_to_rank_0_alone_stops_the_pipeline_between_blocks(tmp_path, face_png):
+    audio = write_speechlike_wav(tmp_path / "a.wav", 3.0)
+    out = tmp_path / "o.mp4"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "avatargen",
+               "render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "-q", *TINY,
+               "runtime.pipeline_parallel=2"]  # fmt: skip
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 180
+    try:
+        while not list(out.with_name("o.resume").glob("state-*.safetensors")):
+            assert process.poll() is None, "the render ended before it could be stopped"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        rank0 = _rank_pid(process.pid, 0)
+        assert rank0 is not None
+        os.kill(rank0, signal.SIGINT)  # rank 1, the first stage, never sees a signal: it reads the stop in the store
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "interrupted by SIGINT" in stderr, stderr[-3000:]
+    assert 0 < probe(out.with_name("o.partial.mp4"))["frames"] < 75
 
 
 @pytest.mark.slow  # a two-rank torchrun: ~20 s on the shared 2-core machine
