@@ -16,9 +16,10 @@ a header ``(block, flag)`` and the block's latents; a flag of 0 after the last b
 Sequence parallelism splits one forward's tokens and pays an all-to-all per layer; this schedule splits the steps
 and pays one send of a block's latents per stage (docs/distributed.md, "Pipeline of denoising steps").
 
-``run_step_pipeline`` is the whole loop over a stream of blocks (the toy of tests/distributed/pipeline_toy.py and its
-benchmark). A render runs the chunk engine on every rank instead (each rank follows the same schedule from the same
-audio), and its family's steps move the blocks through a ``StageLink``: the stages sit on ranks 1, 2, ..., N - 1, 0
+Both loops move the blocks through a ``StageLink``. ``run_step_pipeline`` is the whole loop over a stream of blocks
+(the toy of tests/distributed/pipeline_toy.py and its benchmark). A render runs the chunk engine on every rank
+instead (each rank follows the same schedule from the same audio) and its family's steps use the link; the stages
+sit on ranks 1, 2, ..., N - 1, 0
 (``stage_order``), so rank 0, which writes the video, runs the last steps and decodes each block as it leaves them,
 and rank 1 makes each block's input. A stop travels down the pipeline (``PipelineStop``, ``StageLink.finish``), never
 as a collective between blocks: a collective per block would make every stage wait for the last one.
@@ -113,63 +114,6 @@ class _Sender:
         self._pending.clear()
 
 
-def run_step_pipeline(
-    layout: StepLayout,
-    ranks: PipelineRanks,
-    blocks: Iterable[Tensor] | None,
-    step: Callable[[int, int, Tensor], Tensor],
-    emit: Callable[[int, Tensor], None],
-    shape: tuple[int, ...],
-    dtype: torch.dtype = torch.float32,
-    first_block: int = 0,
-) -> int:
-    """Denoise a stream of blocks through the pipeline; returns how many blocks passed through this rank.
-
-    ``blocks``: on the first stage, each block's input latents (noise), in order; ignored on the others.
-    ``step(s, b, x)``: denoising step ``s`` of block ``b`` from latents ``x`` (``shape``, ``dtype``), updating step
-    ``s``'s own state (its KV cache) as a side effect; it runs on the stage that owns step ``s`` only.
-    ``emit(b, x)``: the last stage's finished block ``b``. Blocks are numbered from ``first_block`` (a resumed
-    render's next block).
-    """
-    if layout.stages != ranks.stages:
-        raise ValueError(f"a layout of {layout.stages} stages on {ranks.stages} ranks")
-    mine = layout.steps_of(ranks.stage)
-    sender = _Sender(ranks.next, ranks.group) if ranks.next is not None else None
-    header = torch.empty(2, dtype=HEADER_DTYPE)
-    done = 0
-    source = iter(blocks) if ranks.previous is None else None
-    try:
-        while True:
-            if source is not None:
-                x = next(source, None)
-                if x is None:
-                    break
-                index = first_block + done
-            else:
-                dist.recv(header, ranks.previous, group=ranks.group)
-                index, follows = int(header[0]), int(header[1])
-                if not follows:
-                    break
-                x = torch.empty(shape, dtype=dtype)
-                dist.recv(x, ranks.previous, group=ranks.group)
-            for s in mine:
-                x = step(s, index, x)
-            if sender is not None:
-                sender.flush()
-                sender.send(torch.tensor([index, 1], dtype=HEADER_DTYPE))
-                sender.send(x)
-            else:
-                emit(index, x)
-            done += 1
-        if sender is not None:
-            sender.flush()
-            sender.send(torch.tensor([first_block + done, 0], dtype=HEADER_DTYPE))
-    finally:
-        if sender is not None:
-            sender.flush()
-    return done
-
-
 class StageLink:
     """One render's traffic at one stage of a pipeline of steps run by the chunk engine (see the module docstring).
 
@@ -261,6 +205,51 @@ class StageLink:
         if self._blocks is not None:
             self._blocks.send(torch.tensor([self.next_block, 0], dtype=HEADER_DTYPE))
             self._blocks.flush()
+
+
+def run_step_pipeline(
+    layout: StepLayout,
+    ranks: PipelineRanks,
+    blocks: Iterable[Tensor] | None,
+    step: Callable[[int, int, Tensor], Tensor],
+    emit: Callable[[int, Tensor], None],
+    shape: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
+    first_block: int = 0,
+) -> int:
+    """Denoise a stream of blocks through the pipeline (a render's traffic, ``StageLink``, without the chunk engine);
+    returns how many blocks passed through this rank.
+
+    ``blocks``: on the first stage, each block's input latents (noise), in order; ignored on the others.
+    ``step(s, b, x)``: denoising step ``s`` of block ``b`` from latents ``x`` (``shape``, ``dtype``), updating step
+    ``s``'s own state (its KV cache) as a side effect; it runs on the stage that owns step ``s`` only.
+    ``emit(b, x)``: the last stage's finished block ``b``. Blocks are numbered from ``first_block`` (a resumed
+    render's next block).
+    """
+    if layout.stages != ranks.stages:
+        raise ValueError(f"a layout of {layout.stages} stages on {ranks.stages} ranks")
+    mine = layout.steps_of(ranks.stage)
+    link = StageLink(ranks, [shape], torch.device("cpu"), dtype)
+    source = iter(blocks) if link.first and blocks is not None else iter(())
+    done = 0
+    while True:
+        index = first_block + done
+        if link.first:
+            x = next(source, None)
+        else:
+            received = link.receive(index)
+            x = received[0] if received is not None else None
+        if x is None:
+            break
+        for s in mine:
+            x = step(s, index, x)
+        if link.last:
+            emit(index, x)
+        else:
+            link.send(index, [x])
+        done += 1
+    link.finish()
+    return done
 
 
 class PipelineStop:
