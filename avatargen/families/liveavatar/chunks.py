@@ -84,7 +84,8 @@ class LiveAvatarChunks:
         # knows them, so each sends its rings' copy at the same blocks as the last one receives them.
         self.grid = checkpoint_grid(self.schedule, max(1, round(model.fps * config.output.gop_seconds)))
         audio = models.audio_encoder.model.config
-        self.feature_shape = (1, audio.num_hidden_layers + 1, audio.hidden_size, self.block_frames)  # BlockAudio's
+        # BlockAudio's (1, layers, C, frames): every hidden state (the embeddings' and each layer's) at each frame
+        self.feature_shape = (1, audio.num_hidden_layers + 1, audio.hidden_size, self.block_frames)
 
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: Any, read_box: Any, inputs: Any = None) -> "LiveAvatarRun":
         map_large_allocations()  # freed activations leave at once: the peak does not depend on the duration
@@ -154,7 +155,7 @@ class LiveAvatarRun(ChunkRun):
             received = link.receive(step.index)  # (latents, features) after the earlier stages' steps
             if received is None:
                 return  # the first stage stopped before this block: the engine stops here (stream_ended)
-            latents, features = received
+            latents, features = received  # (1, 16, F, h, w), (1, layers, C, 4 * F)
         with self.stats.timed("a2v"), chunks.models.dit.active() as dit:
             for i in chunks.own_steps:
                 latents = self.denoise_step(dit, latents, i, step.index, features)
