@@ -92,7 +92,8 @@ class StopRequests:
 NOT_FINGERPRINTED = (
     "output.save_config", "output.publish", "output.on_publish_failure", "output.publish_timeout_s",
     "output.hls_window", "output.realtime", "output.realtime_buffer_s", "output.realtime_target_s",
-    "runtime.shard", "runtime.sequence_parallel", "runtime.guidance_parallel", "runtime.batch_mode",
+    "runtime.shard", "runtime.sequence_parallel", "runtime.guidance_parallel", "runtime.pipeline_parallel",
+    "runtime.batch_mode",
     "runtime.dist_timeout_s", "runtime.numa",
     "runtime.offload", "runtime.offload_resident_blocks",
 )  # fmt: skip

@@ -165,6 +165,7 @@ class RuntimeConfig:
     # Under torchrun, how the ranks of one render split its work (docs/distributed.md, "Choosing a layout"):
     sequence_parallel: Union[int, str] = "auto"  # ranks that split the DiT's tokens (Ulysses); auto: all a Wan model has; 1 = off
     guidance_parallel: Union[bool, str] = "auto"  # run a step's guidance passes on different ranks; auto: when they divide evenly
+    pipeline_parallel: Union[int, str] = 1  # stages of a causal family's denoising steps over the ranks (docs/distributed.md); auto: every rank, one a step at most
     batch_mode: BatchMode = BatchMode.spread
     dist_timeout_s: float = 300.0  # process-group init and every collective: a lost rank ends the group, not hangs it
     numa: bool = True  # under torchrun, pin each rank to the CPUs of its GPU's (or its share of) NUMA node

@@ -108,6 +108,9 @@ def validate_config(config: Config) -> None:
              f"runtime.sequence_parallel must be auto or a number of ranks >= 1 (1 = off), got {sequence!r}")  # fmt: skip
     _require(isinstance(guidance, bool) or guidance == "auto",
              f"runtime.guidance_parallel must be true, false or auto, got {guidance!r}")  # fmt: skip
+    stages = config.runtime.pipeline_parallel
+    _require(stages == "auto" or (isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1),
+             f"runtime.pipeline_parallel must be auto or a number of stages >= 1 (1 = off), got {stages!r}")
     _require(not (config.runtime.overlap and config.runtime.offload != Offload.none),
              "runtime.overlap=true needs runtime.offload=none (two threads would move models in and out at once); "
              "set runtime.overlap=null")  # fmt: skip

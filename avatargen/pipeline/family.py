@@ -71,6 +71,15 @@ class ChunkRun:
     def restore(self, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
         """Continue from ``save()``'s state of a stopped render (ResumeMismatchError when it cannot)."""
 
+    def stream_ended(self) -> bool:
+        """Whether this run's chunks stopped coming from elsewhere (a pipeline stage whose previous stage stopped:
+        runtime/pipeline_parallel.py); the engine then stops before the next step, as if asked to. By default never."""
+        return False
+
+    def finish(self) -> None:
+        """After the last step, on the way out of a render that ran to its end or stopped (not one that failed): a
+        pipeline stage tells the next one that no block follows. By default nothing."""
+
 
 class ChunkSteps(Protocol):
     """A family's chunk steps over its placed models: what the engine needs before a render starts."""

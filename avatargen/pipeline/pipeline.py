@@ -104,7 +104,7 @@ class Pipeline:
                 if number < skip:
                     _replay(step, stats)
                     continue
-                if should_stop is not None and should_stop():
+                if (should_stop is not None and should_stop()) or run.stream_ended():
                     stats.stopped = True
                     break
                 if isinstance(step, NChunk):
@@ -131,6 +131,7 @@ class Pipeline:
                         emitter.submit(job)
             if emitter is not None:
                 emitter.drain()
+            run.finish()
         finally:
             if emitter is not None:
                 emitter.close(cancel=True)  # after drain() nothing waits; after an error the rest is dropped

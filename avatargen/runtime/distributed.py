@@ -3,7 +3,8 @@
 Every rank of a render over several ranks runs the same schedule on the same inputs, so the collectives FSDP, sequence
 and guidance parallelism issue line up by construction. What this module adds is the rest of the contract: one
 process group with a timeout (a lost rank ends the group instead of hanging it), the device meshes of the render's
-layout (avatargen/runtime/layout.py), an agreed stop between steps, rank 0's resume point on every rank, and
+layout (avatargen/runtime/layout.py), an agreed stop between steps (a pipeline of steps stops along the pipeline
+instead: runtime/pipeline_parallel.py), rank 0's resume point on every rank, and
 ``rank_failures()``, which turns "another rank died mid-collective" into one line naming that rank and its error.
 """
 
@@ -26,6 +27,7 @@ from avatargen.errors import EXIT_FAILURE, AvatarGenError
 from avatargen.runtime.guidance import GuidanceSplit
 from avatargen.runtime.layout import ParallelLayout, SplittableWork, resolve_layout
 from avatargen.runtime.numa import pin_rank
+from avatargen.runtime.pipeline_parallel import PipelineRanks, PipelineStop, stage_order
 from avatargen.runtime.world import WorldInfo, full_world, solo_rank, world_info
 
 __all__ = ["ParallelContext", "RankFailedError", "WorldInfo", "ensure_process_group", "full_world", "rank_failures",
@@ -70,7 +72,15 @@ class ParallelContext:
     @property
     def joined(self) -> bool:
         """Whether this process renders together with other ranks (collectives every rank must meet)."""
-        return self.mesh is not None or self.work_mesh is not None
+        return self.mesh is not None or self.work_mesh is not None or self.layout.pipeline > 1
+
+    @property
+    def pipeline_ranks(self) -> PipelineRanks | None:
+        """This rank's stage of a pipeline of denoising steps (stages on ranks 1, ..., N - 1, 0), or None."""
+        if self.layout.pipeline == 1:
+            return None
+        order = stage_order(self.world.world_size)
+        return PipelineRanks(order.index(self.world.rank), order)
 
     @property
     def sequence_group(self) -> Any:
@@ -92,6 +102,9 @@ class ParallelContext:
         SIGINT/SIGTERM must end the render at the same step everywhere, or the next collective would hang)."""
         if not self.joined:
             return flag
+        if self.layout.pipeline > 1:  # stop between blocks on the first stage; the others where its end reaches them
+            first = self.pipeline_ranks.stage == 0
+            return PipelineStop(flag, first, _store(), f"avatargen/stop/{_generation}")
 
         def any_rank() -> bool:
             value = torch.tensor([1 if flag() else 0], dtype=torch.int32)
@@ -153,6 +166,8 @@ def start_parallel(config: Config, device: torch.device) -> ParallelContext:
     if config.runtime.numa:  # first: the process group's and CUDA's threads then inherit the binding
         pin_rank(world, device)
     ensure_process_group(device, config.runtime.dist_timeout_s)
+    if layout.pipeline > 1:  # point-to-point sends over the default group: no mesh
+        return ParallelContext(world, layout=layout)
     work, fsdp = _device_meshes(device.type, layout)
     return ParallelContext(world, fsdp if layout.sharded else None, layout, work)
 

@@ -1,14 +1,19 @@
-"""How the ranks of one render share its work: the layout ``world = guidance x replicas x sequence``.
+"""How the ranks of one render share its work: the layout ``world = guidance x replicas x sequence``, or a pipeline
+of denoising steps over every rank.
 
 - **guidance** ranks each run their share of a sampling step's independent model passes (runtime/guidance.py);
 - **sequence** ranks each hold a slice of the DiT's tokens (Ulysses, runtime/sequence_parallel.py);
-- **replicas** compute the same thing (what every rank of an FSDP-sharded render did before it could split the work).
+- **replicas** compute the same thing (what every rank of an FSDP-sharded render did before it could split the work);
+- **pipeline** stages each run a contiguous group of a causal family's denoising steps on every block, holding only
+  those steps' KV caches (timestep-forcing pipeline parallelism, runtime/pipeline_parallel.py). It takes every rank
+  of the render and combines with no other split yet; each stage holds the whole model (no FSDP: an all-gather per
+  forward would make the stages wait on each other).
 
 The weights are FSDP-sharded (``runtime.shard=fsdp``, the default under torchrun) over ``replicas x sequence`` ranks
 and replicated over the guidance ranks (HSDP: ranks that run different passes never wait on each other's weights),
 or whole on every rank (``runtime.shard=none``: no all-gather at all, each rank holds the whole model). Resolved once
 per render from ``runtime.sequence_parallel``, ``runtime.guidance_parallel``, ``runtime.shard``, the world size and
-what the model family can split (``SplittableWork``); ``--json`` reports it.
+``runtime.pipeline_parallel`` and what the model family can split (``SplittableWork``); ``--json`` reports it.
 """
 
 from __future__ import annotations
@@ -27,25 +32,29 @@ class SplittableWork:
     guidance_passes: int = 1  # independent model passes per sampling step (classifier-free guidance)
     sequence: bool = False  # its DiT's tokens can be split over ranks (its token path is a TokenSequence)
     sequence_by_default: bool = True  # runtime.sequence_parallel=auto splits them (where the token counts pay)
+    pipeline_steps: int = 0  # a causal family's denoising steps per block, each with its own cache (0: not causal)
 
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """``world = guidance x replicas x sequence`` ranks, and whether the weights are FSDP-sharded."""
+    """``world = guidance x replicas x sequence`` ranks, or ``pipeline`` stages of denoising steps, and whether the
+    weights are FSDP-sharded."""
 
     world: int = 1
     guidance: int = 1
     sequence: int = 1
     sharded: bool = False
+    pipeline: int = 1  # stages of the pipeline of denoising steps (1: none)
 
     @property
     def replicas(self) -> int:
         """Ranks that compute the same thing."""
-        return self.world // (self.guidance * self.sequence)
+        return self.world // (self.guidance * self.sequence * self.pipeline)
 
     @property
     def split(self) -> bool:
-        """Whether the ranks split the work (otherwise each computes all of it, as a sharded render did before)."""
+        """Whether the ranks split a forward's work (its guidance passes or its tokens: float sums may then differ
+        from one process's). A pipeline stage runs each of its steps whole, so a pipeline alone is not a split."""
         return self.guidance > 1 or self.sequence > 1
 
     def report(self) -> dict[str, Any]:
@@ -57,8 +66,11 @@ class ParallelLayout:
             weights = f"fsdp over {shard} ranks, {self.guidance} copies (one per guidance rank)"
         else:
             weights = f"fsdp over {shard} ranks"
-        return {"world": self.world, "guidance": self.guidance, "sequence": self.sequence,
-                "replicas": self.replicas, "weights": weights}  # fmt: skip
+        report = {"world": self.world, "guidance": self.guidance, "sequence": self.sequence,
+                  "replicas": self.replicas, "weights": weights}  # fmt: skip
+        if self.pipeline > 1:  # only then: the other layouts' reports stay as they were
+            report["pipeline"] = self.pipeline
+        return report
 
 
 def shard_mode(config: Config, world_size: int) -> ShardMode:
@@ -95,9 +107,59 @@ def _guidance_degree(config: Config, world: int, work: SplittableWork) -> int:
     return 1
 
 
+def _pipeline_stages(config: Config, world: int, work: SplittableWork) -> int:
+    """``runtime.pipeline_parallel`` resolved: auto = every rank, at most one a step, for a causal family (1 else)."""
+    choice, steps = config.runtime.pipeline_parallel, work.pipeline_steps
+    if choice == "auto":
+        return min(world, steps) if steps else 1
+    stages = int(choice)
+    if stages > 1 and not steps:
+        raise ConfigError(
+            f"runtime.pipeline_parallel={stages}: model={config.model.name} cannot spread its denoising steps over "
+            "ranks (only a causal family with one KV cache per step can: docs/distributed.md, 'Pipeline of "
+            "denoising steps'); set runtime.pipeline_parallel=1"
+        )
+    if stages > steps > 0:
+        raise ConfigError(
+            f"runtime.pipeline_parallel={stages}: model={config.model.name} denoises a block in {steps} steps, so "
+            f"its pipeline has at most {steps} stages; set runtime.pipeline_parallel to 1-{steps} or auto"
+        )
+    return stages
+
+
+def _pipeline_layout(config: Config, world: int, stages: int) -> ParallelLayout:
+    """A pipeline of ``stages`` stages over the ``world`` ranks, or ConfigError naming what it does not combine with."""
+    runtime, choice = config.runtime, config.runtime.pipeline_parallel
+    if stages != world:
+        raise ConfigError(
+            f"runtime.pipeline_parallel={choice}: {stages} pipeline stages on {world} rank(s); the pipeline takes "
+            f"every rank of the render (it combines with no other layout yet): run torchrun --nproc-per-node {stages}"
+            + (f", or set runtime.pipeline_parallel={world}" if 1 < world < stages else "")
+        )
+    if runtime.sequence_parallel not in ("auto", 1):
+        raise ConfigError(
+            f"runtime.pipeline_parallel={choice} with runtime.sequence_parallel={runtime.sequence_parallel}: a "
+            "pipeline of steps does not combine with sequence parallelism yet; set runtime.sequence_parallel=1 or auto"
+        )
+    if runtime.guidance_parallel is True:
+        raise ConfigError(
+            f"runtime.pipeline_parallel={choice} with runtime.guidance_parallel=true: a pipeline of steps does not "
+            "combine with a guidance split; set runtime.guidance_parallel=auto or false"
+        )
+    if runtime.shard == ShardMode.fsdp:
+        raise ConfigError(
+            f"runtime.pipeline_parallel={choice} with runtime.shard=fsdp: each stage holds the whole model (an "
+            "all-gather per forward would make the stages wait on each other); set runtime.shard=auto or none"
+        )
+    return ParallelLayout(world, sharded=False, pipeline=stages)
+
+
 def resolve_layout(config: Config, world_size: int, work: SplittableWork) -> ParallelLayout:
     """The layout of one render over ``world_size`` ranks; ConfigError naming the key when the request cannot be
     met (a degree that does not divide the ranks, a split the model does not have)."""
+    stages = _pipeline_stages(config, world_size, work)
+    if stages > 1 or (config.runtime.pipeline_parallel == "auto" and world_size > 1 and work.pipeline_steps):
+        return _pipeline_layout(config, world_size, stages)
     guidance = _guidance_degree(config, world_size, work)
     rest = world_size // guidance
     choice = config.runtime.sequence_parallel

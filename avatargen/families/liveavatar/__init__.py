@@ -2,7 +2,7 @@
 by block over a rolling KV cache, loaded from the files as its users download them (docs/liveavatar.md)."""
 
 from avatargen.config.families import Family
-from avatargen.families.liveavatar.build import build_liveavatar_modules, weight_files
+from avatargen.families.liveavatar.build import build_liveavatar_modules, parallel_work, weight_files
 from avatargen.families.liveavatar.check import check_liveavatar_weights
 from avatargen.families.liveavatar.chunks import LiveAvatarChunks
 from avatargen.families.liveavatar.config import LiveAvatarConfig, validate_liveavatar
@@ -16,6 +16,7 @@ FAMILY = Family(
     weight_files=weight_files,
     validate=validate_liveavatar,
     check_weights=check_liveavatar_weights,
+    parallel_work=parallel_work,  # its 4 steps, one KV ring each, spread over ranks (runtime.pipeline_parallel)
     interpolates=False,  # each block continues from the last through the KV rings
     composited=False,  # it renders the whole picture
     overlap=False,  # the decoder stream is the family's state, saved with the rings after each block

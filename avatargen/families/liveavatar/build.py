@@ -1,6 +1,7 @@
 """Builds LiveAvatar's four Modules (the causal DiT, the Wan VAE, umT5, wav2vec2): each built on the meta device and
 placed once, from the files as downloaded (``model.checkpoint`` + ``model.liveavatar.*``, the LoRA merged into each
-DiT weight as it is read) or a seeded init."""
+DiT weight as it is read) or a seeded init. Every rank of a pipeline of steps builds all four whole; only the KV
+rings (made per render, families/liveavatar/chunks.py) are its steps' alone."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ from avatargen.families.wan.stages.text import ByteTokenizer, FolderTokenizer, T
 from avatargen.modules import Module
 from avatargen.pipeline.build import placement_plan
 from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.pipeline_parallel import PipelineRanks
 from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, place
 from avatargen.runtime.precision import Precision
 from avatargen.runtime.tensor_source import RenamedSource, TensorSource, files_of, pth_source, safetensors_files
@@ -66,6 +69,7 @@ class LiveAvatarModels:
     tokenizer: Tokenizer
     monitor: OffloadMonitor
     precision: Precision
+    stage: PipelineRanks | None = None  # this rank's stage of a pipeline of steps (runtime.pipeline_parallel), or None
 
 
 class PeftMergedSource:
@@ -181,7 +185,16 @@ def build_liveavatar_modules(config: Config, device: torch.device, parallel: Par
             raise CheckpointError(f"model.liveavatar.tokenizer: '{folder}' does not exist; download Wan2.2-S2V-14B whole")
         tokenizer = FolderTokenizer(folder, length)
     return LiveAvatarModels(spec, *modules, tokenizer=tokenizer, monitor=monitor,
-                            precision=Precision(run, "model.liveavatar.dtype"))  # fmt: skip
+                            precision=Precision(run, "model.liveavatar.dtype"),
+                            stage=parallel.pipeline_ranks)  # fmt: skip
+
+
+def parallel_work(config: Config) -> SplittableWork:
+    """What a render's ranks can split: its denoising steps (each with its own KV ring) as pipeline stages; its
+    tokens and guidance are not split (no guidance branch; the DiT has no token sequence to cut)."""
+    model = config.model
+    assert isinstance(model, LiveAvatarConfig)
+    return SplittableWork(pipeline_steps=model.liveavatar.sampling_steps)
 
 
 def weight_files(config: Config) -> list[Path]:

@@ -16,6 +16,12 @@ each 48-frame clip behind the re-encoded last 73 frames it showed, after the cli
 
 **Resume.** A resume point after block n holds the four rings (the family's part) and the decoder's past; the cond
 cache and the motion stream are recomputed by ``start`` (deterministic), so ``--resume`` continues bit-exact.
+
+**A pipeline of steps** (``runtime.pipeline_parallel``, avatargen/runtime/pipeline_parallel.py). Each rank runs the
+engine over the same schedule, holds the rings of its own steps only, and runs only those: the first stage makes each
+block's noise and audio features and sends them on with the latents, the last (rank 0) decodes. At a block whose end
+is a checkpoint frame every other stage sends a copy of its rings, taken right after that block, to rank 0, so its
+resume point is the one a single process saves (and resumes in one process, or on any number of stages).
 """
 
 from __future__ import annotations
@@ -39,10 +45,11 @@ from avatargen.families.wan.chunks import to_uint8
 from avatargen.families.wan.framing import pixels_to_unit_range
 from avatargen.families.wan.models.vae import VAEStream
 from avatargen.pipeline.family import ChunkRun
-from avatargen.pipeline.schedule import ChunkSchedule, Emit, NChunk
+from avatargen.pipeline.schedule import ChunkSchedule, Emit, NChunk, checkpoint_grid
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.pipeline.stats import check_finite
 from avatargen.runtime.memory import map_large_allocations
+from avatargen.runtime.pipeline_parallel import StageLink, StepLayout
 
 MOTION_VIDEO_FRAMES = 73  # the reference's motion_frames: the reference repeated, 19 latent frames
 SHIFT = 3.0
@@ -69,6 +76,16 @@ class LiveAvatarChunks:
         self.audio_history_frames = self.audio_context_frames
         self.ring_latent_frames = la.clip_frames // 4
         self.timesteps, self.sigmas = flow_schedule(la.sampling_steps, SHIFT)
+        self.stage = models.stage  # None: every step here
+        steps = len(self.timesteps)
+        self.own_steps = StepLayout(steps, self.stage.stages).steps_of(self.stage.stage) if self.stage else range(steps)
+        self.decodes = self.stage is None or self.stage.next is None
+        # The frames after which the session saves a resume point (render/session.py, start_encoder): every stage
+        # knows them, so each sends its rings' copy at the same blocks as the last one receives them.
+        self.grid = checkpoint_grid(self.schedule, max(1, round(model.fps * config.output.gop_seconds)))
+        audio = models.audio_encoder.model.config
+        # BlockAudio's (1, layers, C, frames): every hidden state (the embeddings' and each layer's) at each frame
+        self.feature_shape = (1, audio.num_hidden_layers + 1, audio.hidden_size, self.block_frames)
 
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: Any, read_box: Any, inputs: Any = None) -> "LiveAvatarRun":
         map_large_allocations()  # freed activations leave at once: the peak does not depend on the duration
@@ -76,19 +93,21 @@ class LiveAvatarChunks:
 
 
 class LiveAvatarRun(ChunkRun):
-    """One render: the cond cache, four KV rings, the decoder stream."""
+    """One render: the cond cache, four KV rings (a pipeline stage: its steps' only), the decoder stream."""
 
     def __init__(self, chunks: LiveAvatarChunks, reference_rgb: np.ndarray, prompt: str, stats: Any):
         self.chunks, self.stats = chunks, stats
         models, model = chunks.models, chunks.config.model
         self.seed = chunks.config.seed
         self.audio = BlockAudio(models.audio_encoder, model.sample_rate, model.fps, chunks.audio_context_frames)
+        self.stream: VAEStream | None = None  # the decoder's (on the stage that decodes)
         with torch.inference_mode():
             image = pixels_to_unit_range(reference_rgb, chunks.device)  # (1, 3, 1, H, W)
             with models.vae.active() as vae:
                 ref_latents = vae.encode(image.expand(-1, -1, 5, -1, -1))[0][:, :, 1:]  # the reference's [:, :, 1:]
                 motion = vae.encode(image.expand(-1, -1, MOTION_VIDEO_FRAMES, -1, -1))[0]  # (1, z, 19, h, w)
-                _, self.stream = vae.decode(motion)  # the decoder's past: the motion frames, as the reference decodes
+                if chunks.decodes:  # the decoder's past: the motion frames, as the reference decodes
+                    _, self.stream = vae.decode(motion)
             check_finite(ref_latents, "Wan VAE", "encoding the reference image")
             ids, mask = models.tokenizer(prompt)
             with models.text_encoder.active() as umt5:
@@ -98,12 +117,17 @@ class LiveAvatarRun(ChunkRun):
                 dtype = dit.patch_embedding.weight.dtype
                 self.text = dit.embed_text(states.to(dtype))
                 ring = chunks.ring_latent_frames * (ref_latents.shape[-2] // 2) * (ref_latents.shape[-1] // 2)
-                self.rings = [KVCache.empty(p.num_layers, ring, p.num_heads, p.head_dim, dtype, chunks.device)
-                              for _ in range(len(chunks.timesteps))]  # fmt: skip
-                dit.sink(ref_latents.to(dtype), motion[:, :, -MOTION_LATENTS:].to(dtype), self.text, self.rings[0])
-                for other in self.rings[1:]:
-                    other.share_cond(self.rings[0])
+                self.rings = {i: KVCache.empty(p.num_layers, ring, p.num_heads, p.head_dim, dtype, chunks.device)
+                              for i in chunks.own_steps}  # fmt: skip  # this stage's steps' rings only
+                first, *others = self.rings.values()
+                dit.sink(ref_latents.to(dtype), motion[:, :, -MOTION_LATENTS:].to(dtype), self.text, first)
+                for other in others:
+                    other.share_cond(first)
         self.latent_shape = (1, p.in_dim, chunks.latent_frames, *ref_latents.shape[-2:])
+        shapes = [self.latent_shape, chunks.feature_shape]  # what a block carries to the next stage
+        self.link = StageLink(chunks.stage, shapes, chunks.device) if chunks.stage else None
+        self.snapshot: tuple[int, dict[int, dict[str, Tensor]]] | None = None  # (block, the other stages' rings)
+        self.handed = -1  # the last block handed over to be decoded (a resume point is saved after it)
 
     def noise(self, block: int) -> Tensor:
         """Block ``block``'s seeded noise."""
@@ -122,41 +146,87 @@ class LiveAvatarRun(ChunkRun):
 
     @torch.inference_mode()
     def n_chunk(self, step: NChunk, audio: Any, state: RollingState) -> None:
-        chunks = self.chunks
-        with self.stats.timed("context"):
-            features = self.audio.features(audio, step.start, step.start + chunks.block_frames)
-        latents = self.noise(step.index)
+        chunks, link = self.chunks, self.link
+        if link is None or link.first:
+            with self.stats.timed("context"):
+                features = self.audio.features(audio, step.start, step.start + chunks.block_frames)
+            latents = self.noise(step.index)
+        else:
+            received = link.receive(step.index)  # (latents, features) after the earlier stages' steps
+            if received is None:
+                return  # the first stage stopped before this block: the engine stops here (stream_ended)
+            latents, features = received  # (1, 16, F, h, w), (1, layers, C, 4 * F)
         with self.stats.timed("a2v"), chunks.models.dit.active() as dit:
-            for i in range(len(chunks.timesteps)):
+            for i in chunks.own_steps:
                 latents = self.denoise_step(dit, latents, i, step.index, features)
         check_finite(latents, "LiveAvatar DiT", f"block {step.index}")
+        checkpointed = link is not None and chunks.grid.contains(step.end)
+        if link is not None and not link.last:
+            link.send(step.index, [latents, features])
+            if checkpointed:  # the rings as they are after this block, for rank 0's resume point
+                link.send_snapshot([t for i in chunks.own_steps for t in self.rings[i].state().values()])
+            return
+        if checkpointed:
+            self.snapshot = (step.index, self._receive_snapshots())
         state.n_windows[step.index] = LatentWindow(step.start, latents)
 
-    def hand_over(self, step: Emit, state: RollingState) -> tuple[Tensor, int]:
-        window = state.n_windows.pop(step.index)
-        return window.latents, step.end - step.start
+    def _receive_snapshots(self) -> dict[int, dict[str, Tensor]]:
+        """On the last stage: every other stage's rings after the block it just finished, by step."""
+        link, chunks = self.link, self.chunks
+        assert link is not None
+        like = next(iter(self.rings.values())).state()  # every step's ring has the same shape
+        layout = StepLayout(len(chunks.timesteps), link.ranks.stages)
+        rings: dict[int, dict[str, Tensor]] = {}
+        for stage in range(link.ranks.stages - 1):
+            steps = layout.steps_of(stage)
+            received = iter(link.receive_snapshot(stage, [t for _ in steps for t in like.values()]))
+            rings |= {i: {name: next(received) for name in like} for i in steps}
+        return rings
+
+    def hand_over(self, step: Emit, state: RollingState) -> tuple[Tensor | None, int]:
+        window = state.n_windows.pop(step.index, None)  # None on a stage that does not decode
+        self.handed = step.index
+        return (window.latents if window is not None else None), step.end - step.start
 
     @torch.inference_mode()
-    def frames(self, segment: tuple[Tensor, int], step: Emit) -> Iterator[np.ndarray]:
+    def frames(self, segment: tuple[Tensor | None, int], step: Emit) -> Iterator[np.ndarray]:
         latents, count = segment
+        if latents is None:
+            return  # another rank decodes this block
         with self.chunks.models.vae.active() as vae:
             video, self.stream = vae.decode(latents.float(), self.stream)  # (1, 3, 4 * frames, H, W)
         yield to_uint8(video[:, :, :count])
 
+    def stream_ended(self) -> bool:
+        return self.link is not None and self.link.ended
+
+    def finish(self) -> None:
+        if self.link is not None:
+            self.link.finish()
+
     def save(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        assert self.stream is not None, "the stage that decodes saves the resume point"
+        others: dict[int, dict[str, Tensor]] = {}
+        if len(self.rings) < len(self.chunks.timesteps):  # a pipeline's last stage: the others' rings came to it
+            assert self.snapshot is not None and self.snapshot[0] == self.handed, "no ring snapshot of this block"
+            others = self.snapshot[1]
         tensors: dict[str, Tensor] = {}
-        for i, ring in enumerate(self.rings):
-            tensors |= {f"ring{i}.{k}": v for k, v in ring.state().items()}
+        for i in range(len(self.chunks.timesteps)):
+            state = self.rings[i].state() if i in self.rings else others[i]
+            tensors |= {f"ring{i}.{k}": v for k, v in state.items()}
         past = [leaf for leaf in pytree.tree_flatten(self.stream.past)[0] if leaf is not None]
         tensors |= {f"decoder_past.{k}": leaf.cpu() for k, leaf in enumerate(past)}
-        return tensors, {"decoder_past": len(past), "frames_seen": self.stream.frames_seen, "rings": len(self.rings)}
+        meta = {"decoder_past": len(past), "frames_seen": self.stream.frames_seen, "rings": len(self.chunks.timesteps)}
+        return tensors, meta
 
     @torch.inference_mode()
     def restore(self, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
-        if int(meta.get("rings", -1)) != len(self.rings):
+        if int(meta.get("rings", -1)) != len(self.chunks.timesteps):
             raise ResumeMismatchError("the resume point holds another number of KV rings than this model's steps")
-        for i, ring in enumerate(self.rings):
+        for i, ring in self.rings.items():
             ring.load({"k": tensors[f"ring{i}.k"], "v": tensors[f"ring{i}.v"]})
+        if self.stream is None:
+            return  # a stage that does not decode
         leaves, spec = pytree.tree_flatten(self.stream.past)
         saved = iter(tensors[f"decoder_past.{k}"].to(self.chunks.device) for k in range(int(meta["decoder_past"])))
         past = pytree.tree_unflatten([None if leaf is None else next(saved) for leaf in leaves], spec)
