@@ -57,7 +57,7 @@ from avatargen.render.request import (
     partial_path_for,
 )
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
-from avatargen.runtime.distributed import ParallelContext, rank_failures, solo_parallel, start_parallel
+from avatargen.runtime.distributed import ParallelContext, note_kept, rank_failures, solo_parallel, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
 
 
@@ -406,6 +406,8 @@ class RenderSession:
                                         "written", self.stop.exit_code) from None  # fmt: skip
         elif isinstance(error, AvatarGenError) and not isinstance(error, PublishError) and rendered:
             error.args = (f"{error}; {self._kept_so_far()}",)  # what was rendered is never deleted by an error after it
+        elif rendered:  # another rank's failure (rank_failures puts that rank's message in its place) or a bug
+            note_kept(error, self._kept_so_far())
 
     # -- the end ---------------------------------------------------------------------------------------------------
 

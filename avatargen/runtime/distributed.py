@@ -212,6 +212,18 @@ def _posted(store: Any, generation: int, world: WorldInfo, wait_s: float) -> dic
     return found
 
 
+_KEPT = "avatargen_kept"  # the attribute note_kept sets
+
+
+def note_kept(error: BaseException, kept: str) -> None:
+    """Say on ``error`` where the video rendered so far is and how to resume (``kept``): if the error came from another
+    rank's failure, ``rank_failures`` ends that rank's line with it."""
+    try:
+        setattr(error, _KEPT, kept)
+    except AttributeError:  # an exception type without a __dict__
+        pass
+
+
 @contextmanager
 def rank_failures() -> Iterator[None]:
     """Around one render: a local error is posted for the other ranks and re-raised (prefixed with the rank on
@@ -230,8 +242,10 @@ def rank_failures() -> Iterator[None]:
         others = _posted(store, generation, world, wait_s=0.0 if isinstance(error, AvatarGenError) else 3.0)
         if others and not isinstance(error, AvatarGenError):
             rank, info = min(others.items())
+            kept = getattr(error, _KEPT, None)
             raise RankFailedError(
-                f"rank {rank} of {world.world_size} failed: {info['message']}; the sharded render stopped on all ranks",
+                f"rank {rank} of {world.world_size} failed: {info['message']}; the render stopped on all ranks"
+                + (f"; {kept}" if kept else ""),
                 info["exit_code"],
             ) from None
         code = getattr(error, "exit_code", EXIT_FAILURE)
