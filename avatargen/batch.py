@@ -32,8 +32,8 @@ from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchMode
 from avatargen.batch_state import (MANIFEST_NAME, bad_row_claim, failed_record_for, read_failure, record_failure,
                                    write_atomic, write_manifest)
-from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, RenderInterrupted,
-                              ResumeMismatchError)
+from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, AvatarGenError, BadInputError, ConfigError,
+                              RenderInterrupted, ResumeMismatchError)
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import foreign_reason, is_avatargen_resume_folder, remove_name
 from avatargen.io.resume_store import resume_folder_for
@@ -429,6 +429,11 @@ def run_batch(
         job.overwrite = overwrite
     world = full_world()
     spread = config.runtime.batch_mode == BatchMode.spread
+    stages = config.runtime.pipeline_parallel
+    if spread and world.world_size > 1 and stages not in (1, "auto"):
+        raise ConfigError(f"runtime.pipeline_parallel={stages} with runtime.batch_mode=spread: each rank renders jobs of "
+                          f"its own; set runtime.batch_mode=shard to give every job the {world.world_size} ranks as "
+                          "pipeline stages")  # fmt: skip
     if world.world_size > 1:
         from avatargen.pipeline.build import resolve_device
         from avatargen.runtime.numa import pin_rank

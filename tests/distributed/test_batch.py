@@ -107,6 +107,21 @@ def test_batch_spreads_jobs_over_two_ranks_claiming_them_as_they_go(tmp_path):
     assert all(probe(out / f"v{i}.mp4")["frames"] == 50 for i in range(3))
 
 
+def test_a_pipeline_of_steps_in_a_spread_batch_is_refused_naming_batch_mode_shard(tmp_path):
+    """Spread, each rank renders jobs alone: it has no ranks to make pipeline stages of; the fix is shard mode."""
+    make_inputs(tmp_path / "in")
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("image,audio,output\nin/face.png,in/a.wav,v.mp4\n")
+    out = tmp_path / "out"
+    result = torchrun("batch", str(jobs), "--out-dir", str(out), "model=liveavatar_tiny", "model.weights=random",
+                      "runtime.pipeline_parallel=2", timeout=120)  # fmt: skip
+    assert result.returncode != 0  # torchrun's own: its children exited 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: runtime.pipeline_parallel=2")]
+    assert errors and all("set runtime.batch_mode=shard" in line for line in errors), result.stderr[-3000:]
+    assert 'avatargen/' not in result.stderr  # no traceback of ours
+    assert not (out / "v.mp4").exists()
+
+
 def test_one_output_named_two_ways_is_a_duplicate_and_status_lists_it_once(tmp_path):
     out = tmp_path / "out"
     (out / "d").mkdir(parents=True)
