@@ -54,6 +54,21 @@ def test_two_stages_give_the_single_process_frames(tmp_path, face_png):
     assert np.array_equal(frames, single), f"frames differ by up to {np.abs(frames.astype(int) - single).max()}"
 
 
+@pytest.mark.slow  # a two-rank batch of two jobs and a render in one process: ~30 s on the shared 2-core machine
+def test_a_shard_mode_batch_runs_each_job_through_the_pipeline_with_the_single_process_frames(tmp_path, face_png):
+    """Two jobs in one process group: the second starts with fresh rings (nothing of the first leaks into it)."""
+    audio = write_speechlike_wav(tmp_path / "a.wav", 1.0)
+    single = _single(tmp_path, face_png, audio)
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(f"image,audio,output\n{face_png},{audio},v0.mp4\n{face_png},{audio},v1.mp4\n")
+    out = tmp_path / "out"
+    result = torchrun("batch", str(jobs), "--out-dir", str(out), *TINY, "runtime.pipeline_parallel=2",
+                      "runtime.batch_mode=shard", timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("v0.mp4", "v1.mp4"):
+        assert np.array_equal(decode_frames(out / name), single), name
+
+
 @pytest.mark.slow  # a four-rank torchrun and a render in one process: ~47 s on the shared 2-core machine
 def test_four_stages_give_the_single_process_frames(tmp_path, face_png):
     audio = write_speechlike_wav(tmp_path / "a.wav", 1.0)
