@@ -79,8 +79,11 @@ def mp4_output(path: Path, opened_as: str | None = None) -> Output:
 
 
 def stdout_output() -> Output:
-    """MPEG-TS on stdout: a stream any player or tool reads from a pipe (``| ffplay -``)."""
-    return Output("stdout", "pipe:1", "mpegts", {"flush_packets": "1"})
+    """MPEG-TS on stdout: a stream any player or tool reads from a pipe (``| ffplay -``).
+
+    Each video PES carries its length (frames under 64 KiB): a demuxer then hands a frame on as soon as its last
+    byte arrives, where with the length left out it waits for the next frame's first (a frame of latency, 40 ms)."""
+    return Output("stdout", "pipe:1", "mpegts", {"flush_packets": "1", "omit_video_pes_length": "0"})
 
 
 def hls_output(playlist: Path, segment_s: float, window: int) -> Output:

@@ -112,6 +112,11 @@ class _AudioTrack:
         with self.lock:
             return frame < self._measured
 
+    def speech_near(self, first: int, last: int) -> bool:
+        """One of frames first..last whose audio has arrived is louder than silence."""
+        with self.lock:
+            return any(self.levels.get(k) is False for k in range(max(first, 0), last + 1))
+
     def silent(self, first: int, last: int) -> bool:
         """Frames first..last (inclusive) are all silence (False while one of them has not arrived)."""
         with self.lock:
@@ -244,13 +249,19 @@ class RealtimePacer:
         audio, catch_up, period = self._audio, self.catch_up, 1.0 / self.fps
         guard = catch_up.guard_frames if catch_up is not None else 0
         frame = max(self._decided, index)
-        while frame <= index + AUDIO_LEAD_FRAMES and audio.has_level(frame + guard):
+        while frame <= index + AUDIO_LEAD_FRAMES and audio.has_level(frame):
             drops_before = sum(1 for k in self._drops if index <= k < frame)
             shown_at = clock + (frame - index - drops_before) * period
             drop = False
             if catch_up is not None and not self._hurry and frame > 0:
                 arrived = audio.arrived(frame)
-                drop = arrived is not None and shown_at - arrived > catch_up.target_s and audio.silent(frame - guard, frame + guard)
+                late = arrived is not None and shown_at - arrived > catch_up.target_s
+                if late and not audio.speech_near(frame - guard, frame + guard):
+                    # Silence so far: whether it may go waits for the audio after it. A frame that is on time or
+                    # has speech near is kept, decided now: its audio goes out as far ahead as it has arrived.
+                    if not audio.has_level(frame + guard):
+                        break
+                    drop = audio.silent(frame - guard, frame + guard)
             audio.decide(frame, send=not drop)
             if drop:
                 self._drops.add(frame)

@@ -68,3 +68,38 @@ def test_a_sink_failure_reaches_the_render():
         for start in range(0, 500, 10):  # more than the queue holds: the writer must not block forever
             pacer.write(frames(start % 250, 10))
         pacer.close()
+
+
+class TimelineSink(ClockSink):
+    """Records the order in which video frames and audio bytes reach the encoder."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, int]] = []  # ("audio", total bytes so far) or ("video", frame value)
+        self.audio_bytes = 0
+
+    def write(self, frames: np.ndarray) -> None:
+        super().write(frames)
+        self.events += [("video", int(f[0, 0, 0])) for f in frames]
+
+    def write_audio(self, pcm: bytes) -> None:
+        self.audio_bytes += len(pcm)
+        self.events.append(("audio", self.audio_bytes))
+
+
+def test_speech_audio_reaches_the_encoder_ahead_of_its_frame_as_far_as_it_has_arrived():
+    """The muxer holds a frame until the audio beside it is in: during speech, each frame's audio goes out as soon
+    as it arrives (speech is never dropped), not only once the guard frames after it are in."""
+    from avatargen.io.pacing import CatchUp
+
+    rate = 48000
+    per_frame = rate // FPS * 4  # stereo s16le bytes
+    sink = TimelineSink()
+    pacer = RealtimePacer(sink, FPS, buffer_s=0.0, audio_rate=rate, catch_up=CatchUp(target_s=0.3))
+    tone = (8000 * np.sin(np.arange(rate // FPS * 3) / 5.0)).astype("<i2")
+    pacer.write_audio(np.repeat(tone, 2).tobytes())  # 3 frames of speech: fewer than the 4 guard frames
+    pacer.write(frames(0, 1))
+    pacer.close()
+    first_video = sink.events.index(("video", 0))
+    sent_before = max((n for kind, n in sink.events[:first_video] if kind == "audio"), default=0)
+    assert sent_before == 3 * per_frame, sink.events
