@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from avatargen.io.pacing import RealtimePacer
+from avatargen.io.pacing import BYTES_PER_SAMPLE, CatchUp, RealtimePacer
 
 FPS = 25
 
@@ -90,10 +90,8 @@ class TimelineSink(ClockSink):
 def test_speech_audio_reaches_the_encoder_ahead_of_its_frame_as_far_as_it_has_arrived():
     """The muxer holds a frame until the audio beside it is in: during speech, each frame's audio goes out as soon
     as it arrives (speech is never dropped), not only once the guard frames after it are in."""
-    from avatargen.io.pacing import CatchUp
-
     rate = 48000
-    per_frame = rate // FPS * 4  # stereo s16le bytes
+    per_frame = rate // FPS * BYTES_PER_SAMPLE
     sink = TimelineSink()
     pacer = RealtimePacer(sink, FPS, buffer_s=0.0, audio_rate=rate, catch_up=CatchUp(target_s=0.3))
     tone = (8000 * np.sin(np.arange(rate // FPS * 3) / 5.0)).astype("<i2")
