@@ -12,7 +12,9 @@ falling smoothly to zero towards the neck, the shoulders and the background, whi
 
 Blinks: per eye, from its two corner landmarks, the strip of skin above the eye is stretched down over it, its lower
 edge (the lash line) sliding down to meet the lower lid, which rises a little; the eye between them is covered, not
-squashed; what they hide takes the cheek's colour where the stretched pixels are not skin. Both fields are
+squashed; what they hide takes the cheek's colour where the stretched pixels are not skin. On a photograph the lid
+slides down with its own texture instead, and what is much darker than the skin above it (a brow, the rim of a pair
+of glasses, in front of the lid) stays where it is. Both fields are
 composed into one sampling grid (head motion of the eyelid-warped reference) and applied with one bicubic
 ``grid_sample`` inside the head's bounding box (bilinear would soften the reference's detail).
 """
@@ -62,6 +64,13 @@ _SKIN_BELOW = 0.62  # the lower lid's skin reaches this far below
 # sliding lid's band above its edge and the skin above that stretched to follow (below the brow).
 _PHOTO_LIDS = (0.20, 0.16)
 _LID_BAND, _LID_REACH = 0.16, 0.30
+# Above the lid, what is much darker than the skin (a brow, the rim of a pair of glasses: in front of the lid) stays
+# where it is: the stretched skin ends _CEILING_GAP below the lowest such pixel, searched in _CEILING_BINS columns
+# across the eye, _CEILING_STEP at a time from _CEILING_START above the lid's crease up to the stretch's reach, for
+# pixels darker than _DARK of the skin's brightness; the limit is smoothed across _CEILING_SPAN columns (no seams),
+# and at least _MIN_STRETCH of skin stays to stretch (a rim sitting on the crease moves a little).
+_CEILING_BINS, _CEILING_SPAN, _CEILING_STEP, _CEILING_START, _CEILING_GAP = 24, 5, 0.02, 0.04, 0.06
+_DARK, _MIN_STRETCH = 0.7, 0.05
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
 _SKIN_TOLERANCE = 16.0  # grey levels from it a lid's pixel may differ in full; twice that: the cheek's colour
@@ -319,28 +328,31 @@ class IdleMotion:
         lids = []
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
-                points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure, self.textured_lids)
+                skin = _cheek_colour(frame, eye, self._origin.numpy())
+                stretch_top = _stretch_top(frame, eye, self._origin.numpy(), skin) if self.textured_lids else None
+                points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure, stretch_top)
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
                     lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3))))
                 else:
-                    lids.append((rows, cols, Lid(covered, lash, _cheek_colour(frame, eye, self._origin.numpy()))))
+                    lids.append((rows, cols, Lid(covered, lash, skin)))
         return points, lids
 
 
 def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
-             textured: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+             stretch_top: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
     lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); and the darkening (h, w) of the lash
     line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none).
 
-    ``textured`` (a photograph): the upper lid, ``_LID_BAND`` above its edge, slides down whole (its creases, lashes
-    and skin keep their detail, where stretching the thin band of skin above the eye over it left a smooth patch),
-    and the skin above it, up to ``_LID_REACH`` more, stretches to follow."""
+    ``stretch_top`` (a photograph; see ``_stretch_top``): the upper lid, ``_LID_BAND`` above its edge, slides down
+    whole (its creases, lashes and skin keep their detail, where stretching the thin band of skin above the eye over it
+    left a smooth patch), and the skin above it, from ``stretch_top``, stretches to follow."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
     t = (offset @ down) / width  # (h, w) eye widths, down positive
     shape = torch.cos(0.5 * math.pi * s.clamp(-1.0, 1.0)).clamp_min(0.0) ** 0.5  # (h, w): 0 at and past the corners
+    textured = stretch_top is not None
     upper_lid, lower_lid = _PHOTO_LIDS if textured else (_UPPER_LID, _LOWER_LID)
     upper, lower = -upper_lid * shape, lower_lid * shape
     meet = upper + _MEET * (lower - upper)
@@ -350,7 +362,8 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
     source = t.clone()
     if textured:
         band_top = upper - _LID_BAND  # the lid's band, now from band_top + (upper_now - upper) to upper_now
-        top = band_top - _LID_REACH
+        column = ((s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (_CEILING_BINS - 1))).round().long()  # (h, w) its bins
+        top = stretch_top[column].minimum(band_top - _MIN_STRETCH)
         moved_top = band_top + (upper_now - upper)
         lid = (t > moved_top) & (t <= upper_now)
         source = torch.where(lid, t - (upper_now - upper), source)
@@ -373,6 +386,32 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
     side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
     covered = depth * side * closure**2  # (h, w): a lid barely moved keeps its own pixels, a shut one is skin
     return points + shift[..., None] * down, covered, lash
+
+
+def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> torch.Tensor:
+    """(_CEILING_BINS,) per column across one eye (s from -1 to 1), where the skin stretched over the closing lid
+    starts (t, eye widths, down positive): ``_LID_REACH`` above the lid's band, or lower, below anything there darker
+    than the ``skin`` (a brow, a glasses rim), which stays in front (a pure function of the frame's pixels)."""
+    centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
+    width = eye[3]
+    s = np.linspace(-1.0, 1.0, _CEILING_BINS)
+    band_top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND  # (bins,) as in ``_eyelids``
+    reach = band_top - _LID_REACH
+    t = band_top[None] - np.arange(_CEILING_START, _LID_REACH, _CEILING_STEP)[:, None]  # (steps, bins) going up
+    where = centre + origin + (s[None, :, None] * _EYE_HALF_SPAN * along + t[..., None] * down) * width  # (n, bins, 2)
+    height, frame_width = frame.shape[:2]
+    x = np.clip(np.rint(where[..., 0]).astype(int), 0, frame_width - 1)
+    y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
+    grey = np.array([0.299, 0.587, 0.114])
+    dark = frame[y, x].astype(np.float64) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
+    first = dark.argmax(axis=0)  # (bins,) the first dark step going up (0 where there is none: masked next)
+    top = np.where(dark.any(axis=0), np.maximum(reach, t[first, np.arange(_CEILING_BINS)] + _CEILING_GAP), reach)
+    half = _CEILING_SPAN // 2
+    padded = np.pad(top, half, mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, _CEILING_SPAN)  # (bins, span)
+    lowest = np.pad(windows.max(axis=1), half, mode="edge")  # a rim seen in one column holds its neighbours too
+    smooth = np.lib.stride_tricks.sliding_window_view(lowest, _CEILING_SPAN).mean(axis=1)
+    return torch.from_numpy(smooth.astype(np.float32))
 
 
 def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:

@@ -90,6 +90,30 @@ def test_the_background_and_the_body_never_move() -> None:
         assert not np.array_equal(moved, frame)
 
 
+def test_a_blink_behind_glasses_closes_the_eye_and_leaves_the_rim_above_it_in_place() -> None:
+    photo = clips.grace_hopper()  # her glasses' upper rim runs about half an eye width above each eye
+    layout = FaceLayout.from_face(shared_detector().find(photo))
+    motion = IdleMotion(layout, photo.shape[:2], FPS, SEED, IdleMotionSettings(head_motion=False), textured_lids=True)
+    shut = max(range(FPS * 10), key=motion.eye_closure)
+    assert motion.eye_closure(shut) > 0.8
+    change = np.abs(_grey(motion.warp(photo, shut)) - _grey(photo))
+    rows, cols = np.mgrid[0 : photo.shape[0], 0 : photo.shape[1]]
+    for corners in (layout.points[0:2], layout.points[2:4]):
+        along = corners[0] - corners[1]
+        width = float(np.linalg.norm(along))
+        along = along / width * np.sign(along[0])
+        offset = np.stack([cols, rows], axis=-1) - corners.mean(axis=0)
+        s, t = offset @ along / width, offset @ np.array([-along[1], along[0]]) / width  # eye widths, t down
+        rim = (np.abs(s) < 0.5) & (t > -0.8) & (t < -0.35)
+        opening = (np.abs(s) < 0.3) & (np.abs(t) < 0.1)
+        assert change[opening].mean() > 15.0  # the lid covers the eye (the rim used to slide down with it: 34-39)
+        assert change[rim].mean() < 6.0, change[rim].mean()
+
+
+def _grey(rgb: np.ndarray) -> np.ndarray:
+    return rgb.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+
+
 def test_any_frame_computed_alone_equals_the_same_frame_in_sequence() -> None:
     avatar = _avatar()
     in_order = _motion(avatar)
