@@ -11,7 +11,8 @@ the skin's: 0.72 on skimage's astronaut, the dark cue 0.57). Either is a
 pure function of the frame (no smoothing, no state: sync keeps offset 0 and a resumed render the same pixels).
 
 On a photograph with its audio file at hand, how far the lips part comes from the speech instead (``drive``, a
-``SpeechDrive``: avatargen/compose/speech_drive.py); the model's frame still gives the interior.
+``SpeechDrive``: avatargen/compose/speech_drive.py), and on rounded vowels the opened mouth is drawn narrower
+(``ROUND_NARROWING``); the model's frame still gives the interior.
 
 ``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed on the reference's
 own lips (``avatargen.face.lips``: inner and outer contours in output pixels; without the lip finder,
@@ -105,6 +106,11 @@ DRIVE_OPENING_HALF_WIDTHS = 0.6
 # share of the opening deep, at most this many half-widths.
 UPPER_TEETH = (0.4, 0.22)
 MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the reference as it is
+# Rounded lips (o, u, w: the ``SpeechDrive``'s roundness, 0 .. 1): the opened mouth drawn narrower, each pixel taken
+# from up to ROUND_NARROWING farther along the mouth, in full out to its corners, falling smoothly to nothing at
+# ROUND_REACH half-widths along it and ROUND_HEIGHT half-widths (plus half the opening) above and below the gap
+# (at roundness 1 the mouth is a quarter narrower; the cheeks, the nose and the chin stay).
+ROUND_NARROWING, ROUND_REACH, ROUND_HEIGHT = 0.35, 2.2, 1.1
 _GREY = torch.tensor([0.299, 0.587, 0.114])
 
 
@@ -222,6 +228,7 @@ class MouthWarp:
         self._below = down - split_at  # (h, w) output pixels below the lip line
         below_lip = self._below / half  # (h, w) half-widths
         self._lip_profile = _bump(along_mouth.abs())  # (h, w): 1 at the centre, 0 at the corners
+        self._along = along_mouth
         # (h, w): 0 down to the lower lip's edge (the lip keeps its thickness), 1 from where the jaw moves in full
         jaw = _smoothstep((below_lip - lip_depth / half) / (JAW_FULL_BELOW - lip_depth / half))
         half_width = 1.0 + (JAW_HALF_WIDTH - 1.0) * jaw
@@ -259,16 +266,19 @@ class MouthWarp:
             return frames
         top, bottom, left, right = self.box
         openings, reading = self.openings(generated, first)
+        rounds = np.zeros(len(openings))
+        if self.drive is not None and first is not None:
+            rounds = self.drive.shapes(first, len(openings))[1]
         for i in np.nonzero(openings >= MIN_OPENING_PX)[0]:
             levels = (float(reading.skin[i]), float(reading.cavity[i]))
             frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), reading.centre[i],
-                                                                 levels)  # fmt: skip
+                                                                 levels, float(rounds[i]))  # fmt: skip
         return frames
 
     def _open_mouth(self, generated: np.ndarray, opening: float, cavity_centre: np.ndarray,
-                    levels: tuple[float, float]) -> np.ndarray:  # fmt: skip
+                    levels: tuple[float, float], roundness: float = 0.0) -> np.ndarray:  # fmt: skip
         """The box with the lips parted by ``opening`` output pixels and the interior of ``generated`` (S, S, 3)
-        between them (``levels``: its skin and cavity grey) -> (h, w, 3) uint8."""
+        between them (``levels``: its skin and cavity grey), narrowed by ``roundness`` -> (h, w, 3) uint8."""
         down, up = LOWER_SHARE * opening, (1.0 - LOWER_SHARE) * opening
         below = self._below  # (h, w)
         lower = below >= 0.5 * (down - up) * self._lip_profile  # (h, w): the lower lip's side of the gap
@@ -280,7 +290,7 @@ class MouthWarp:
         inside = _smoothstep(depth / self._edge)  # (h, w)
         rows, cols = torch.nonzero(inside.amax(dim=1) > 0)[:, 0], torch.nonzero(inside.amax(dim=0) > 0)[:, 0]
         if len(rows) == 0:
-            return _to_uint8(warped)
+            return _to_uint8(self._narrowed(warped, roundness, 0.5 * (down - up), opening))
         gap = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))  # the gap's bounding box
         interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)  # (3, gh, gw)
         if self._upper_teeth:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
@@ -288,7 +298,19 @@ class MouthWarp:
             band = (~lower[gap]) * _bump(depth[gap] / max(reach, 1.0)) * self._lip_profile[gap]  # (gh, gw)
             interior += _smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)
         warped[:, gap[0], gap[1]] += inside[gap] * (interior - warped[:, gap[0], gap[1]])
-        return _to_uint8(warped)
+        return _to_uint8(self._narrowed(warped, roundness, 0.5 * (down - up), opening))
+
+    def _narrowed(self, image: torch.Tensor, roundness: float, gap_below: float, opening: float) -> torch.Tensor:
+        """The opened mouth ``image`` (3, h, w) drawn narrower for rounded lips (see ``ROUND_NARROWING``); its gap's
+        middle ``gap_below`` output pixels below the lip line."""
+        if roundness * ROUND_NARROWING * self.half < 0.05:  # under a twentieth of a pixel at the corners
+            return image
+        height = ROUND_HEIGHT * self.half + 0.5 * opening  # output pixels
+        along = _bump((self._along.abs() - 1.0) / (ROUND_REACH - 1.0))  # (h, w): 1 out to the corners
+        weight = along * _bump((self._below - gap_below).abs() / height)  # (h, w)
+        shift = (roundness * ROUND_NARROWING * self.half) * self._along * weight  # (h, w) output pixels along
+        moved = self._pixels + shift[..., None] * torch.tensor(self._u, dtype=torch.float32)  # (h, w, 2)
+        return self._sample(image[None], moved - self._pixels[0, 0], mode="bicubic")
 
     def _interior(self, generated: np.ndarray, pixels: torch.Tensor, gap_below: float, cavity_centre: np.ndarray,
                   levels: tuple[float, float]) -> torch.Tensor:  # fmt: skip

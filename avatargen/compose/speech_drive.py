@@ -11,6 +11,14 @@ and loud recordings open alike),
 mapped from ``FLOOR_DB`` below it (shut: pauses, the closure of m, b, p) to the speech level (1) as the ``CURVE``
 power of the way. A pure
 function of the audio and the frame index (resume and chunking give the same pixels); no smoothing, so no lag.
+
+How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
+spectrum's tilt over the same window: the energy between ``HIGH_BAND`` over that in ``LOW_BAND``, in dB. Rounded
+vowels (o, u, w) lower the second formant and with it the tilt: espeak-ng's "who knew two moons" has a median tilt
+4 dB under "we see three keys" and "father saw a car". It counts from ``ROUND_FROM`` dB under the track's usual
+tilt in speech (its ``TILT_PERCENTILE`` over the same first ``REFERENCE_S``: a voice's own brightness is not taken
+for spread lips, and a text rich in rounded vowels does not set it), in full ``ROUND_SPAN`` dB further down, and only
+where the mouth opens (a pause is neither).
 """
 
 from __future__ import annotations
@@ -27,13 +35,17 @@ CURVE = 1.5  # ... and the level rises as this power of the way from there to th
 SPEECH_PERCENTILE = 95.0
 REFERENCE_S = 30.0  # the speech level is taken over the first this many seconds (or the whole of a shorter track)
 SILENT_DB = -70.0  # a track whose speech level is below this (dBFS) is silence: shut throughout
+LOW_BAND, HIGH_BAND = (100.0, 1000.0), (1000.0, 4000.0)  # Hz: the first formant's band and the second's and above
+TILT_PERCENTILE = 75.0  # of the tilt over the speech frames: the spread and open vowels' (rounded ones are fewer)
+ROUND_FROM, ROUND_SPAN = 2.5, 5.0  # dB under it where roundness starts, and how much further down it is full
+SPEECH_BELOW_DB = 12.0  # frames within this of the speech level are speech (for the median tilt)
 
 
 class SpeechDrive:
     """The per-frame opening level (0 shut .. 1 the speech level, more on the loudest) of an audio track.
 
     ``blocks`` yields the track as float32 mono blocks at ``sample_rate``; it is read on a thread of its own from the
-    start, one streamed pass keeping 2 numbers a frame; ``levels`` waits until the frames asked for and the first
+    start, one streamed pass keeping 6 numbers a frame; ``levels`` waits until the frames asked for and the first
     ``REFERENCE_S`` (the speech level's) are read, so a long file's first frames wait for seconds of decoding, not
     for all of it."""
 
@@ -41,6 +53,7 @@ class SpeechDrive:
         self.sample_rate, self.fps = int(sample_rate), int(fps)
         self._energy = HalfFrameEnergy(sample_rate, fps)
         self._reference: float | None = None
+        self._tilt = 0.0  # the track's median tilt in speech, set with ``_reference``
         self._done = False
         self._error: BaseException | None = None
         self._changed = threading.Condition()
@@ -55,6 +68,7 @@ class SpeechDrive:
                     self._energy.add(block)
                     if self._reference is None and self._energy.samples >= reference_samples:
                         self._reference = speech_level(self._energy)
+                        self._tilt = speech_tilt(self._energy, self._reference)
                     self._changed.notify_all()
         except BaseException as error:  # noqa: BLE001: raised in ``levels``, on the compositing thread
             self._error = error
@@ -62,27 +76,39 @@ class SpeechDrive:
             with self._changed:
                 if self._reference is None and self._error is None:
                     self._reference = speech_level(self._energy)
+                    self._tilt = speech_tilt(self._energy, self._reference)
                 self._done = True
                 self._changed.notify_all()
 
     def levels(self, first: int, count: int) -> np.ndarray:
         """(count,) levels of frames ``first`` .. ``first + count - 1`` (0 past the audio's end)."""
+        return self.shapes(first, count)[0]
+
+    def shapes(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(count,) levels and (count,) roundness of frames ``first`` .. ``first + count - 1`` (0 past the end)."""
         needed = (2 * (first + count) + 2) * self._energy.half  # samples: the last frame's window, whole
         with self._changed:
             self._changed.wait_for(lambda: self._done or (self._reference is not None and self._energy.samples >= needed))
             if self._error is not None:
                 raise self._error
-            return frame_levels_of(self._energy, self._reference, first, count, self._done)
+            levels = frame_levels_of(self._energy, self._reference, first, count, self._done)
+            return levels, roundness_of(self._energy, self._tilt, levels, first)
 
 
 class HalfFrameEnergy:
-    """The sum of squares of the audio per half video frame (``half`` samples), added to block by block."""
+    """The sum of squares of the audio per half video frame (``half`` samples), and its energy in ``LOW_BAND`` and
+    ``HIGH_BAND`` (``bands``, per complete half frame), added to block by block."""
 
     def __init__(self, sample_rate: int, fps: int) -> None:
         self.fps = fps
         self.half = sample_rate / fps / 2
         self.sums = np.zeros(0)
+        self.bands = np.zeros((0, 2))  # (complete half frames, 2): low, high
         self.samples = 0
+        self._length = int(np.ceil(self.half))  # the FFT's length: a half frame, zero-padded where it is shorter
+        freqs = np.fft.rfftfreq(self._length, 1.0 / sample_rate)
+        self._masks = np.stack([(freqs >= low) & (freqs < high) for low, high in (LOW_BAND, HIGH_BAND)], axis=1)
+        self._tail = np.zeros(0)  # the samples from the first half frame not yet complete
 
     def add(self, block: np.ndarray) -> None:
         bins = ((self.samples + np.arange(len(block))) / self.half).astype(np.int64)  # each sample's half frame
@@ -91,6 +117,18 @@ class HalfFrameEnergy:
             self.sums = np.pad(self.sums, (0, len(sums) - len(self.sums)))
         self.sums[: len(sums)] += sums
         self.samples += len(block)
+        first, done = len(self.bands), int(np.floor(self.samples / self.half))  # half frames: first pending, complete
+        self._tail = np.concatenate([self._tail, np.asarray(block, np.float64)])
+        if done > first:
+            base = int(np.floor(first * self.half))  # the tail's first sample
+            halves = np.arange(first, done)
+            begins = np.floor(halves * self.half).astype(np.int64) - base
+            ends = np.floor((halves + 1) * self.half).astype(np.int64) - base
+            index = begins[:, None] + np.arange(self._length)  # (n, length)
+            frames = np.where(index < ends[:, None], self._tail[np.minimum(index, len(self._tail) - 1)], 0.0)
+            power = np.abs(np.fft.rfft(frames, axis=1)) ** 2  # (n, bins)
+            self.bands = np.concatenate([self.bands, power @ self._masks.astype(np.float64)])
+            self._tail = self._tail[ends[-1] :]
 
     @property
     def frames(self) -> int:
@@ -106,11 +144,34 @@ class HalfFrameEnergy:
         rms = np.sqrt(power.sum(axis=1) / (WINDOW_FRAMES * 2 * self.half))
         return 20.0 * np.log10(np.maximum(rms, 1e-6))
 
+    def tilts(self, first: int, count: int) -> np.ndarray:
+        """(count,) dB of ``HIGH_BAND``'s energy over ``LOW_BAND``'s over each frame's window (as ``decibels``)."""
+        index = 2 * np.arange(first, first + count)[:, None] + np.arange(-1, 3)  # (count, 4) half frames
+        valid = (index >= 0) & (index < len(self.bands))
+        kept = self.bands if len(self.bands) else np.zeros((1, 2))
+        bands = np.where(valid[..., None], kept[np.clip(index, 0, len(kept) - 1)], 0.0).sum(axis=1)  # (count, 2)
+        return 10.0 * np.log10(np.maximum(bands[:, 1], 1e-12) / np.maximum(bands[:, 0], 1e-12))
+
 
 def speech_level(energy: HalfFrameEnergy) -> float:
     """The speech level (dB): the ``SPEECH_PERCENTILE`` of the frames' dB over the first ``REFERENCE_S`` read."""
     frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
     return float(np.percentile(energy.decibels(0, frames), SPEECH_PERCENTILE))
+
+
+def speech_tilt(energy: HalfFrameEnergy, level: float) -> float:
+    """The ``TILT_PERCENTILE`` of the tilt (dB) of the frames within ``SPEECH_BELOW_DB`` of the speech ``level``
+    over the first ``REFERENCE_S`` read (0 where there are none)."""
+    frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
+    speech = energy.decibels(0, frames) >= level - SPEECH_BELOW_DB
+    return float(np.percentile(energy.tilts(0, frames)[speech], TILT_PERCENTILE)) if speech.any() else 0.0
+
+
+def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first: int) -> np.ndarray:
+    """(len(levels),) how round the lips are in frames ``first`` .. whose opening ``levels`` are known (see the
+    module docstring): 0 where the mouth is shut."""
+    below = tilt - ROUND_FROM - energy.tilts(first, len(levels))
+    return np.where(levels > 0.0, np.clip(below / ROUND_SPAN, 0.0, 1.0), 0.0)
 
 
 def frame_levels_of(energy: HalfFrameEnergy, reference: float, first: int, count: int, done: bool) -> np.ndarray:
@@ -125,7 +186,14 @@ def frame_levels_of(energy: HalfFrameEnergy, reference: float, first: int, count
 
 def frame_levels(blocks: Iterable[np.ndarray], sample_rate: int, fps: int) -> np.ndarray:
     """(frames,) the opening level of every video frame of the audio in ``blocks`` (see the module docstring)."""
+    return frame_shapes(blocks, sample_rate, fps)[0]
+
+
+def frame_shapes(blocks: Iterable[np.ndarray], sample_rate: int, fps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(frames,) opening levels and (frames,) roundness of every video frame of the audio in ``blocks``."""
     energy = HalfFrameEnergy(sample_rate, fps)
     for block in blocks:
         energy.add(block)
-    return frame_levels_of(energy, speech_level(energy), 0, energy.frames, True)
+    level = speech_level(energy)
+    levels = frame_levels_of(energy, level, 0, energy.frames, True)
+    return levels, roundness_of(energy, speech_tilt(energy, level), levels, 0)

@@ -1,13 +1,16 @@
 """A photograph's mouth opens with the speech: shut in silence from the frame the sound stops, open from the frame it
-starts (no lag), the same levels however the audio arrives; a mouth open in the picture is closed before it is
-driven."""
+starts (no lag), the same levels however the audio arrives, narrower on rounded vowels; a mouth open in the picture
+is closed before it is driven."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 
 from avatargen.compose.mouth_close import OPEN_GAP, close_mouth, inner_gap
-from avatargen.compose.speech_drive import SpeechDrive, frame_levels
+from avatargen.compose.speech_drive import SpeechDrive, frame_levels, frame_shapes
 from avatargen.face.choice import reference_lips
 from avatargen.face.detector import shared_detector
 from tests.face import photos
@@ -47,6 +50,65 @@ def test_the_levels_do_not_depend_on_how_the_audio_is_cut():
 
 def test_silence_keeps_the_mouth_shut():
     assert frame_levels([np.zeros(RATE, np.float32)], RATE, FPS).max() == 0.0
+
+
+# Vowels' first three formants (Hz; Peterson and Barney's men): rounded o, u; spread i, e; open a.
+FORMANTS = {"i": (270, 2290, 3010), "e": (530, 1840, 2480), "a": (730, 1090, 2440), "o": (570, 840, 2410),
+            "u": (300, 870, 2240)}  # fmt: skip
+
+
+def _vowels(names: str, seconds: float = 0.6) -> np.ndarray:
+    """Each vowel of ``names`` voiced at 120 Hz for ``seconds`` (harmonics under resonance peaks at its formants),
+    all at the same RMS, then as long a pause."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    parts = []
+    for name in names:
+        harmonics = 120.0 * np.arange(1, 33)
+        gain = sum(1.0 / (1.0 + ((harmonics - f) / (60.0 + 0.05 * f)) ** 2) for f in FORMANTS[name]) / harmonics**0.5
+        wave = (gain[:, None] * np.sin(2 * np.pi * harmonics[:, None] * t)).sum(axis=0)
+        parts += [0.1 * wave / np.sqrt((wave**2).mean()), np.zeros_like(t)]
+    return np.concatenate(parts).astype(np.float32)
+
+
+def _middles(names: str, seconds: float = 0.6) -> list[int]:
+    """The video frame in the middle of each vowel of ``_vowels(names, seconds)``."""
+    return [int((2 * k + 0.5) * seconds * FPS) for k in range(len(names))]
+
+
+def test_rounded_vowels_read_round_spread_and_open_ones_do_not_and_pauses_neither():
+    levels, roundness = frame_shapes([_vowels("iuaoeu")], RATE, FPS)
+    middles = dict(zip("iuaoeu", _middles("iuaoeu")))
+    assert min(roundness[middles[v]] for v in "uo") > 0.4
+    assert max(roundness[middles[v]] for v in "iea") == 0.0
+    assert roundness[levels == 0].max() == 0.0
+    pieces = frame_shapes([_vowels("iuaoeu")[i : i + 999] for i in range(0, 20 * RATE, 999)], RATE, FPS)
+    np.testing.assert_allclose(pieces[1], roundness, atol=1e-9)  # however the audio arrives
+
+
+def test_a_rounded_vowel_draws_the_photos_open_mouth_narrower(tmp_path):
+    import soundfile as sf
+
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.io.image import load_reference, save_png
+    from avatargen.render import compositor_for
+
+    dlib = pytest.importorskip("dlib", reason="the mouth's corners are found by dlib's 68 landmarks (avatargen[eval])")
+    from avatargen.face.detector import face_model_folder
+
+    sf.write(tmp_path / "vowels.wav", _vowels("iauieu"), RATE)
+    save_png(tmp_path / "astronaut.png", photos.astronaut())
+    config = to_config(load_config(["pipeline.idle_motion.head_motion=false", "pipeline.idle_motion.blinks_per_minute=0"]))
+    loaded = load_reference(tmp_path / "astronaut.png", 256, "face", lambda line: None)
+    compositor = compositor_for(loaded, config, warn=lambda line: None, speech=tmp_path / "vowels.wav")
+    landmarks = dlib.shape_predictor(str(face_model_folder() / "shape_predictor_68_face_landmarks.dat"))
+    face = max(dlib.get_frontal_face_detector()(compositor.background, 1), key=lambda box: box.width())
+    widths = {}
+    for vowel, frame in zip("iauieu", _middles("iauieu")):
+        out = compositor.compose(loaded.square[None], frame)[0]  # the speech opens it alike on every vowel
+        points = landmarks(out, face)
+        widths.setdefault(vowel, []).append(math.hypot(points.part(54).x - points.part(48).x,
+                                                       points.part(54).y - points.part(48).y))  # fmt: skip
+    assert max(widths["u"]) < 0.95 * min(widths["i"] + widths["a"] + widths["e"]), widths  # 40 px against 44
 
 
 def test_a_smile_is_closed_and_the_rest_of_the_picture_kept():
