@@ -3,6 +3,7 @@ only the mouth and jaw generated, the idle motion on top (avatargen/compose/).""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from functools import partial
 from collections.abc import Iterator
@@ -68,9 +69,19 @@ def compositor_for(
             compositor.mouth.drive = SpeechDrive(partial(_audio_blocks, speech, rate), rate, fps)
     settings = idle_motion_settings(config)
     if settings.active:
-        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, config.seed, settings,
+        seed = motion_seed(config.seed, loaded.picture)
+        compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, seed, settings,
                                      textured_lids=loaded.face is not None and is_photo()).warp_in_place  # fmt: skip
     return compositor
+
+
+def motion_seed(seed: int, picture: np.ndarray) -> int:
+    """The idle motion's seed: the render's ``seed`` mixed with the picture's pixels, so renders of other pictures
+    blink and sway at other times, and a rerun or a resume of the same render at the same ones. The speech is left
+    out: the same audio streamed on stdin or read from its file makes the same video."""
+    digest = hashlib.blake2b(str(picture.shape).encode(), digest_size=8, key=int(seed).to_bytes(8, "little"))
+    digest.update(np.ascontiguousarray(picture[::4, ::4]).tobytes())  # every 16th pixel: ~2 ms for a 4K picture
+    return int.from_bytes(digest.digest(), "little") % (1 << 31)
 
 
 def _audio_blocks(path: Path, sample_rate: int) -> Iterator[np.ndarray]:

@@ -126,3 +126,23 @@ def test_without_the_face_mesh_a_photo_is_still_composited_and_one_note_says_how
     assert compositor is not None and compositor.mouth is not None  # still composited, the mouth still moved
     notes = [line for line in lines if "face mesh is not installed" in line]
     assert len(notes) == 1 and "five landmarks" in notes[0], lines
+
+
+def test_renders_of_other_pictures_or_seeds_blink_at_other_times_and_a_rerun_at_the_same(tmp_path):
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.io.image import save_png
+    from avatargen.render import compositor_for
+
+    speech = _speech(tmp_path, 1.5)
+
+    def blinks(picture: np.ndarray, seed: int = 0) -> np.ndarray:
+        save_png(tmp_path / "picture.png", picture)
+        loaded = load_reference(tmp_path / "picture.png", 256, "face", lambda line: None)
+        config = to_config(load_config([f"seed={seed}"]))
+        warp = compositor_for(loaded, config, warn=lambda line: None, speech=speech).warp
+        return warp.__self__.blink_onsets(60.0)[:5]  # the first blinks' times, seconds
+
+    astronaut = blinks(clips.astronaut())
+    np.testing.assert_array_equal(blinks(clips.astronaut()), astronaut)  # a rerun, a resume
+    assert np.abs(blinks(clips.grace_hopper()) - astronaut).max() > 0.5  # another picture
+    assert np.abs(blinks(clips.astronaut(), seed=1) - astronaut).max() > 0.5  # another seed
