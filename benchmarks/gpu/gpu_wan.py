@@ -104,7 +104,8 @@ def run_child(policy: str, cmd: list[str], timeout_s: float | None) -> dict:
         return {"policy": policy, "error": f"timed out after {timeout_s:.0f} s", "stderr": kept}
     if result.returncode != 0:
         print(f"{policy:>7} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
-        return {"policy": policy, "error": result.stderr[-2000:]}
+        return {"policy": policy, "error": result.stderr[-2000:], "exit": result.returncode,
+                "stdout": result.stdout[-2000:]}  # a child that failed: both ends of what it said
     row = json.loads(result.stdout.strip().splitlines()[-1])
     print(f"{policy:>7} {row['clips']:>5} {row['s_per_step']:>7.2f} {row['peak_device_gib'] or 0:>10.2f} "
           f"{row['peak_rss_mb']:>8.0f} {row['ttff_s']:>7.1f} {row['wall_s']:>7.1f}", flush=True)  # fmt: skip
