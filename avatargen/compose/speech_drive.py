@@ -38,7 +38,7 @@ SILENT_DB = -70.0  # a track whose speech level is below this (dBFS) is silence:
 LOW_BAND, HIGH_BAND = (100.0, 1000.0), (1000.0, 4000.0)  # Hz: the first formant's band and the second's and above
 TILT_PERCENTILE = 75.0  # of the tilt over the speech frames: the spread and open vowels' (rounded ones are fewer)
 ROUND_FROM, ROUND_SPAN = 2.5, 5.0  # dB under it where roundness starts, and how much further down it is full
-SPEECH_BELOW_DB = 12.0  # frames within this of the speech level are speech (for the median tilt)
+SPEECH_BELOW_DB = 12.0  # frames within this of the speech level are speech (for the usual tilt)
 
 
 class SpeechDrive:
@@ -53,7 +53,7 @@ class SpeechDrive:
         self.sample_rate, self.fps = int(sample_rate), int(fps)
         self._energy = HalfFrameEnergy(sample_rate, fps)
         self._reference: float | None = None
-        self._tilt = 0.0  # the track's median tilt in speech, set with ``_reference``
+        self._tilt = 0.0  # the track's usual tilt in speech (``speech_tilt``), set with ``_reference``
         self._done = False
         self._error: BaseException | None = None
         self._changed = threading.Condition()
@@ -102,8 +102,8 @@ class HalfFrameEnergy:
     def __init__(self, sample_rate: int, fps: int) -> None:
         self.fps = fps
         self.half = sample_rate / fps / 2
-        self.sums = np.zeros(0)
-        self.bands = np.zeros((0, 2))  # (complete half frames, 2): low, high
+        self._sums, self._bands = np.zeros(1024), np.zeros((1024, 2))  # with room to grow (``_grown``)
+        self._sum_count = self._band_count = 0
         self.samples = 0
         self._length = int(np.ceil(self.half))  # the FFT's length: a half frame, zero-padded where it is shorter
         freqs = np.fft.rfftfreq(self._length, 1.0 / sample_rate)
@@ -111,13 +111,16 @@ class HalfFrameEnergy:
         self._tail = np.zeros(0)  # the samples from the first half frame not yet complete
 
     def add(self, block: np.ndarray) -> None:
+        if len(block) == 0:
+            return
         bins = ((self.samples + np.arange(len(block))) / self.half).astype(np.int64)  # each sample's half frame
-        sums = np.bincount(bins, weights=np.asarray(block, np.float64) ** 2)
-        if len(sums) > len(self.sums):
-            self.sums = np.pad(self.sums, (0, len(sums) - len(self.sums)))
-        self.sums[: len(sums)] += sums
+        start = int(bins[0])
+        sums = np.bincount(bins - start, weights=np.asarray(block, np.float64) ** 2)  # this block's half frames only
+        self._sums = _grown(self._sums, start + len(sums))
+        self._sums[start : start + len(sums)] += sums
+        self._sum_count = max(self._sum_count, start + len(sums))
         self.samples += len(block)
-        first, done = len(self.bands), int(np.floor(self.samples / self.half))  # half frames: first pending, complete
+        first, done = self._band_count, int(np.floor(self.samples / self.half))  # half frames: first pending, complete
         self._tail = np.concatenate([self._tail, np.asarray(block, np.float64)])
         if done > first:
             base = int(np.floor(first * self.half))  # the tail's first sample
@@ -127,8 +130,20 @@ class HalfFrameEnergy:
             index = begins[:, None] + np.arange(self._length)  # (n, length)
             frames = np.where(index < ends[:, None], self._tail[np.minimum(index, len(self._tail) - 1)], 0.0)
             power = np.abs(np.fft.rfft(frames, axis=1)) ** 2  # (n, bins)
-            self.bands = np.concatenate([self.bands, power @ self._masks.astype(np.float64)])
+            self._bands = _grown(self._bands, done)
+            self._bands[first:done] = power @ self._masks.astype(np.float64)
+            self._band_count = done
             self._tail = self._tail[ends[-1] :]
+
+    @property
+    def sums(self) -> np.ndarray:
+        """(half frames,) the sum of squares of each half frame read so far (the last one may be partial)."""
+        return self._sums[: self._sum_count]
+
+    @property
+    def bands(self) -> np.ndarray:
+        """(complete half frames, 2) the energy in ``LOW_BAND`` and ``HIGH_BAND`` of each."""
+        return self._bands[: self._band_count]
 
     @property
     def frames(self) -> int:
@@ -151,6 +166,15 @@ class HalfFrameEnergy:
         kept = self.bands if len(self.bands) else np.zeros((1, 2))
         bands = np.where(valid[..., None], kept[np.clip(index, 0, len(kept) - 1)], 0.0).sum(axis=1)  # (count, 2)
         return 10.0 * np.log10(np.maximum(bands[:, 1], 1e-12) / np.maximum(bands[:, 0], 1e-12))
+
+
+def _grown(array: np.ndarray, length: int) -> np.ndarray:
+    """``array``, or a copy with room for at least ``length`` rows (doubling: appending stays linear in time)."""
+    if length <= len(array):
+        return array
+    bigger = np.zeros((max(length, 2 * len(array)), *array.shape[1:]))
+    bigger[: len(array)] = array
+    return bigger
 
 
 def speech_level(energy: HalfFrameEnergy) -> float:
