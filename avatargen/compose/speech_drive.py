@@ -53,7 +53,7 @@ class SpeechDrive:
         self.sample_rate, self.fps = int(sample_rate), int(fps)
         self._energy = HalfFrameEnergy(sample_rate, fps)
         self._reference: float | None = None
-        self._tilt = 0.0  # the track's usual tilt in speech (``speech_tilt``), set with ``_reference``
+        self._tilt = 0.0  # the track's usual tilt in speech, set with ``_reference`` (``speech_reference``)
         self._done = False
         self._error: BaseException | None = None
         self._changed = threading.Condition()
@@ -67,16 +67,14 @@ class SpeechDrive:
                 with self._changed:
                     self._energy.add(block)
                     if self._reference is None and self._energy.samples >= reference_samples:
-                        self._reference = speech_level(self._energy)
-                        self._tilt = speech_tilt(self._energy, self._reference)
+                        self._reference, self._tilt = speech_reference(self._energy)
                     self._changed.notify_all()
         except BaseException as error:  # noqa: BLE001: raised in ``levels``, on the compositing thread
             self._error = error
         finally:
             with self._changed:
                 if self._reference is None and self._error is None:
-                    self._reference = speech_level(self._energy)
-                    self._tilt = speech_tilt(self._energy, self._reference)
+                    self._reference, self._tilt = speech_reference(self._energy)
                 self._done = True
                 self._changed.notify_all()
 
@@ -107,7 +105,8 @@ class HalfFrameEnergy:
         self.samples = 0
         self._length = int(np.ceil(self.half))  # the FFT's length: a half frame, zero-padded where it is shorter
         freqs = np.fft.rfftfreq(self._length, 1.0 / sample_rate)
-        self._masks = np.stack([(freqs >= low) & (freqs < high) for low, high in (LOW_BAND, HIGH_BAND)], axis=1)
+        masks = [(freqs >= low) & (freqs < high) for low, high in (LOW_BAND, HIGH_BAND)]
+        self._masks = np.stack(masks, axis=1).astype(np.float64)  # (bins, 2)
         self._tail = np.zeros(0)  # the samples from the first half frame not yet complete
 
     def add(self, block: np.ndarray) -> None:
@@ -131,7 +130,7 @@ class HalfFrameEnergy:
             frames = np.where(index < ends[:, None], self._tail[np.minimum(index, len(self._tail) - 1)], 0.0)
             power = np.abs(np.fft.rfft(frames, axis=1)) ** 2  # (n, bins)
             self._bands = _grown(self._bands, done)
-            self._bands[first:done] = power @ self._masks.astype(np.float64)
+            self._bands[first:done] = power @ self._masks
             self._band_count = done
             self._tail = self._tail[ends[-1] :]
 
@@ -152,20 +151,24 @@ class HalfFrameEnergy:
     def decibels(self, first: int, count: int) -> np.ndarray:
         """(count,) dB of the RMS over each frame's ``WINDOW_FRAMES`` (its own two half frames and one either side;
         silence before the start and past what was read)."""
-        index = 2 * np.arange(first, first + count)[:, None] + np.arange(-1, 3)  # (count, 4) half frames
-        valid = (index >= 0) & (index < len(self.sums))
-        kept = self.sums if len(self.sums) else np.zeros(1)
-        power = np.where(valid, kept[np.clip(index, 0, len(kept) - 1)], 0.0)  # (count, 4)
-        rms = np.sqrt(power.sum(axis=1) / (WINDOW_FRAMES * 2 * self.half))
+        rms = np.sqrt(_window_sums(self.sums, first, count) / (WINDOW_FRAMES * 2 * self.half))
         return 20.0 * np.log10(np.maximum(rms, 1e-6))
 
     def tilts(self, first: int, count: int) -> np.ndarray:
         """(count,) dB of ``HIGH_BAND``'s energy over ``LOW_BAND``'s over each frame's window (as ``decibels``)."""
-        index = 2 * np.arange(first, first + count)[:, None] + np.arange(-1, 3)  # (count, 4) half frames
-        valid = (index >= 0) & (index < len(self.bands))
-        kept = self.bands if len(self.bands) else np.zeros((1, 2))
-        bands = np.where(valid[..., None], kept[np.clip(index, 0, len(kept) - 1)], 0.0).sum(axis=1)  # (count, 2)
+        bands = _window_sums(self.bands, first, count)  # (count, 2)
         return 10.0 * np.log10(np.maximum(bands[:, 1], 1e-12) / np.maximum(bands[:, 0], 1e-12))
+
+
+def _window_sums(values: np.ndarray, first: int, count: int) -> np.ndarray:
+    """(count, ...) the sum of ``values`` (per half frame) over each frame's window: its own two half frames and one
+    either side; none before the start and past what was read."""
+    index = 2 * np.arange(first, first + count)[:, None] + np.arange(-1, 3)  # (count, 4) half frames
+    valid = (index >= 0) & (index < len(values))
+    kept = values if len(values) else np.zeros((1, *values.shape[1:]))
+    picked = kept[np.clip(index, 0, len(kept) - 1)]  # (count, 4, ...): a copy
+    picked[~valid] = 0.0
+    return picked.sum(axis=1)
 
 
 def _grown(array: np.ndarray, length: int) -> np.ndarray:
@@ -177,18 +180,16 @@ def _grown(array: np.ndarray, length: int) -> np.ndarray:
     return bigger
 
 
-def speech_level(energy: HalfFrameEnergy) -> float:
-    """The speech level (dB): the ``SPEECH_PERCENTILE`` of the frames' dB over the first ``REFERENCE_S`` read."""
+def speech_reference(energy: HalfFrameEnergy) -> tuple[float, float]:
+    """Over the first ``REFERENCE_S`` read: the speech level (dB, the ``SPEECH_PERCENTILE`` of the frames' dB) and
+    the usual tilt in speech (dB, the ``TILT_PERCENTILE`` of the tilt of the frames within ``SPEECH_BELOW_DB`` of that
+    level; 0 where there are none)."""
     frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
-    return float(np.percentile(energy.decibels(0, frames), SPEECH_PERCENTILE))
-
-
-def speech_tilt(energy: HalfFrameEnergy, level: float) -> float:
-    """The ``TILT_PERCENTILE`` of the tilt (dB) of the frames within ``SPEECH_BELOW_DB`` of the speech ``level``
-    over the first ``REFERENCE_S`` read (0 where there are none)."""
-    frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
-    speech = energy.decibels(0, frames) >= level - SPEECH_BELOW_DB
-    return float(np.percentile(energy.tilts(0, frames)[speech], TILT_PERCENTILE)) if speech.any() else 0.0
+    decibels = energy.decibels(0, frames)
+    level = float(np.percentile(decibels, SPEECH_PERCENTILE))
+    speech = decibels >= level - SPEECH_BELOW_DB
+    tilt = float(np.percentile(energy.tilts(0, frames)[speech], TILT_PERCENTILE)) if speech.any() else 0.0
+    return level, tilt
 
 
 def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first: int) -> np.ndarray:
@@ -218,6 +219,6 @@ def frame_shapes(blocks: Iterable[np.ndarray], sample_rate: int, fps: int) -> tu
     energy = HalfFrameEnergy(sample_rate, fps)
     for block in blocks:
         energy.add(block)
-    level = speech_level(energy)
+    level, tilt = speech_reference(energy)
     levels = frame_levels_of(energy, level, 0, energy.frames, True)
-    return levels, roundness_of(energy, speech_tilt(energy, level), levels, 0)
+    return levels, roundness_of(energy, tilt, levels, 0)
