@@ -392,18 +392,13 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
     """(_CEILING_BINS,) per column across one eye (s from -1 to 1), where the skin stretched over the closing lid
     starts (t, eye widths, down positive): ``_LID_REACH`` above the lid's band, or lower, below anything there darker
     than the ``skin`` (a brow, a glasses rim), which stays in front (a pure function of the frame's pixels)."""
-    centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
-    width = eye[3]
     s = np.linspace(-1.0, 1.0, _CEILING_BINS)
     band_top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND  # (bins,) as in ``_eyelids``
     reach = band_top - _LID_REACH
     t = band_top[None] - np.arange(_CEILING_START, _LID_REACH, _CEILING_STEP)[:, None]  # (steps, bins) going up
-    where = centre + origin + (s[None, :, None] * _EYE_HALF_SPAN * along + t[..., None] * down) * width  # (n, bins, 2)
-    height, frame_width = frame.shape[:2]
-    x = np.clip(np.rint(where[..., 0]).astype(int), 0, frame_width - 1)
-    y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
+    s = np.broadcast_to(s * _EYE_HALF_SPAN, t.shape)  # eye widths
     grey = np.array([0.299, 0.587, 0.114])
-    dark = frame[y, x].astype(np.float64) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
+    dark = _pixels_at(frame, eye, origin, s, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
     first = dark.argmax(axis=0)  # (bins,) the first dark step going up (0 where there is none: masked next)
     top = np.where(dark.any(axis=0), np.maximum(reach, t[first, np.arange(_CEILING_BINS)] + _CEILING_GAP), reach)
     half = _CEILING_SPAN // 2
@@ -416,14 +411,19 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
 
 def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:
     """(3,) the median colour of ``frame``'s skin just below one eye (a pure function of the frame's pixels)."""
-    centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
-    width = eye[3]
     s, t = np.meshgrid(np.linspace(-0.3, 0.3, 7), np.linspace(*_CHEEK_BAND, 5))  # eye widths
-    where = centre + origin + (s[..., None] * along + t[..., None] * down) * width  # (5, 7, 2) x, y
-    height, frame_width = frame.shape[:2]
-    x = np.clip(np.rint(where[..., 0]).astype(int), 0, frame_width - 1)
+    return torch.from_numpy(column_median(_pixels_at(frame, eye, origin, s, t).reshape(-1, 3)).astype(np.float32))
+
+
+def _pixels_at(frame: np.ndarray, eye: Eye, origin: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """(..., 3) float64 the pixels of ``frame`` nearest the points ``s`` along one eye and ``t`` down across it (eye
+    widths from its centre, in the head box's pixels that start at ``origin``), clipped to the frame."""
+    centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
+    where = centre + origin + (s[..., None] * along + t[..., None] * down) * eye[3]  # (..., 2) x, y
+    height, width = frame.shape[:2]
+    x = np.clip(np.rint(where[..., 0]).astype(int), 0, width - 1)
     y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
-    return torch.from_numpy(column_median(frame[y, x].reshape(-1, 3)).astype(np.float32))
+    return frame[y, x].astype(np.float64)
 
 
 def _closure(phase: float) -> float:

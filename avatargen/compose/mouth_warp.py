@@ -252,12 +252,19 @@ class MouthWarp:
     def openings(self, generated: np.ndarray, first: int | None = None) -> tuple[np.ndarray, MouthReading]:
         """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them;
         with a ``drive`` and ``first`` (the absolute index of the first frame), how far the speech opens them."""
+        openings, reading, _ = self._shapes(generated, first)
+        return openings, reading
+
+    def _shapes(self, generated: np.ndarray, first: int | None) -> tuple[np.ndarray, MouthReading, np.ndarray]:
+        """``openings`` and (t,) how round the lips are (0 without a ``drive``), the drive asked once."""
         reading = mouth_opening(generated, self.cue, self._shut if self.cue == MouthCue.dark else None)
+        rounds = np.zeros(generated.shape[0])
         if self.drive is not None and first is not None:
-            linear = self.drive.levels(first, generated.shape[0]) * DRIVE_OPENING_HALF_WIDTHS * self.half
+            levels, rounds = self.drive.shapes(first, generated.shape[0])
+            linear = levels * DRIVE_OPENING_HALF_WIDTHS * self.half
         else:
             linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
-        return self._max_opening * np.tanh(linear / self._max_opening), reading
+        return self._max_opening * np.tanh(linear / self._max_opening), reading, rounds
 
     def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
         """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
@@ -265,10 +272,7 @@ class MouthWarp:
         if self.box is None:
             return frames
         top, bottom, left, right = self.box
-        openings, reading = self.openings(generated, first)
-        rounds = np.zeros(len(openings))
-        if self.drive is not None and first is not None:
-            rounds = self.drive.shapes(first, len(openings))[1]
+        openings, reading, rounds = self._shapes(generated, first)
         for i in np.nonzero(openings >= MIN_OPENING_PX)[0]:
             levels = (float(reading.skin[i]), float(reading.cavity[i]))
             frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), reading.centre[i],
