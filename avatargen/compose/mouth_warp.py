@@ -1,5 +1,5 @@
-"""``MouthWarp`` (``pipeline.mouth=warp``): the reference's own lips, chin and skin move; only the mouth's interior
-comes from the generated frame.
+"""``MouthWarp`` (``pipeline.mouth=warp``): the reference's own lips, chin and skin move; on a cartoon only the
+mouth's interior comes from the generated frame, on a photograph that interior is drawn in the picture's colours.
 
 Per generated model frame, ``mouth_opening`` reads how open its mouth is, as an area inside the model's mouth box
 over a nominal cavity width, less what the model's closed mouth shows. What counts depends on how the bundled model
@@ -12,7 +12,7 @@ pure function of the frame (no smoothing, no state: sync keeps offset 0 and a re
 
 On a photograph with its audio file at hand, how far the lips part comes from the speech instead (``drive``, a
 ``SpeechDrive``: avatargen/compose/speech_drive.py), and on rounded vowels the opened mouth is drawn narrower
-(``ROUND_NARROWING``); the model's frame still gives the interior.
+(``ROUND_NARROWING``); the model's frame is then not read at all.
 
 ``MouthWarp`` then moves the reference, at output resolution, inside a mouth-and-jaw box placed on the reference's
 own lips (``avatargen.face.lips``: inner and outer contours in output pixels; without the lip finder,
@@ -22,11 +22,12 @@ smile: under its teeth, which stay with the upper lip). Below it the lower lip a
 ``LOWER_SHARE`` of the opening, in full at the lip centre, falling smoothly to nothing at the mouth corners; further
 down the moving part widens to the jaw and fades out below the chin; above it the upper lip rises by the rest,
 fading out towards the nose. One bicubic ``grid_sample`` of the reference gives the moved pixels. The gap that
-opens between the lips, and nothing else, is filled with the generated frame's mouth interior (its dark cavity,
-teeth and tongue where the model draws them), placed so its cavity centre sits in the gap, at the model-to-output
-scale, and its colours shifted so the cavity takes a dark tone of the reference's own lips (teeth in the
-reference's own teeth colour where its open lips show them); its edge is feathered over ``EDGE_HALF_WIDTHS`` under
-the lips.
+opens between the lips, and nothing else, is filled with a mouth interior, its edge feathered over
+``EDGE_HALF_WIDTHS`` under the lips: on a photograph (``MouthCue.colour``) teeth, tongue and the mouth's dark drawn
+in the picture's own colours (``avatargen.compose.mouth_interior``); on a cartoon the generated frame's (its dark
+cavity, teeth and tongue where the model draws them), placed so its cavity centre sits in the gap, at the
+model-to-output scale, and its colours shifted so the cavity takes a dark tone of the reference's own lips (teeth
+in the reference's own teeth colour where its open lips show them).
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageDraw
 
 from avatargen.compose.layout import FaceLayout
+from avatargen.compose.mouth_interior import MouthInterior, estimated_teeth, own_teeth
 from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.face.lips import Lips
 from avatargen.numeric import column_median
@@ -93,8 +94,8 @@ MAX_OPENING_HALF_WIDTHS = 0.88  # (0.30 eye spans before, on a face like the tra
 EDGE_HALF_WIDTHS = 0.075  # the interior's edge is feathered over this (at least a pixel) under the lips
 CAVITY_SHADE = 0.3  # the cavity's tone: the reference's lip colour times this ...
 CAVITY_LIGHTS = (0.7, 1.3)  # ... times this, from the model's darkest cavity pixels to its skin level (tongue, depth)
-TEETH_COLOUR = (192.0, 187.0, 174.0)  # off-white in the mouth's shade, where the model draws teeth ...
-OWN_TEETH_PIXELS = 12  # ... or the reference's own teeth colour, where its open lips show this many pale pixels;
+TEETH_COLOUR = (192.0, 187.0, 174.0)  # off-white in the mouth's shade, where the model draws teeth, or the
+# reference's own teeth colour where its open lips show them (``mouth_interior.own_teeth``);
 # pixels brighter than the model's skin by this share of the way from its grey to white: none .. all (a share,
 # not a ratio to the skin's grey: on dark skin the lips' soft highlights pass 1.2x it and were drawn as teeth)
 TEETH_LEVEL = (0.10, 0.40)
@@ -242,9 +243,15 @@ class MouthWarp:
         lips_colour = patch[band]  # (n, 3)
         lip_colour = lips_colour.median(dim=0).values if len(lips_colour) else patch.reshape(-1, 3).median(dim=0).values
         self._cavity_tone = lip_colour * CAVITY_SHADE  # (3,)
-        self._teeth_colour = _own_teeth(*(teeth_from or (background, lips)))  # (3,)
-        # a mouth closed before it is driven that showed its teeth shows them again under the upper lip as it opens
-        self._upper_teeth = teeth_from is not None and not torch.equal(self._teeth_colour, torch.tensor(TEETH_COLOUR))
+        seen = own_teeth(*(teeth_from or (background, lips)))  # (3,) or None: the picture shows no teeth
+        self._teeth_colour = torch.tensor(TEETH_COLOUR) if seen is None else seen  # (3,)
+        # a photograph's interior: its teeth, tongue and dark in its own colours (the model's is a smear there)
+        self._anatomy = None
+        if cue == MouthCue.colour:
+            teeth = estimated_teeth(background, lips) if seen is None else seen
+            self._anatomy = MouthInterior(teeth, lip_colour)
+        # a cartoon closed before it is driven that showed its teeth shows them again under the upper lip as it opens
+        self._upper_teeth = teeth_from is not None and seen is not None
         self._edge = max(1.0, EDGE_HALF_WIDTHS * half)  # output pixels
         self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
@@ -296,8 +303,13 @@ class MouthWarp:
         if len(rows) == 0:
             return _to_uint8(self._narrowed(warped, roundness, 0.5 * (down - up), opening))
         gap = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))  # the gap's bounding box
-        interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)  # (3, gh, gw)
-        if self._upper_teeth:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
+        if self._anatomy is not None:  # (3, gh, gw)
+            from_top = below[gap] + up * self._upper_profile[gap]  # output pixels under the upper lip's inner edge
+            from_bottom = down * self._lower_profile[gap] - below[gap]  # ... over the lower lip's
+            interior = self._anatomy.draw(from_top, from_bottom, self._along[gap], opening, self.half)
+        else:
+            interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)
+        if self._upper_teeth and self._anatomy is None:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
             reach = min(UPPER_TEETH[0] * opening, UPPER_TEETH[1] * self.half)
             band = (~lower[gap]) * _bump(depth[gap] / max(reach, 1.0)) * self._lip_profile[gap]  # (gh, gw)
             interior += _smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)
@@ -373,24 +385,6 @@ def _profile(points: np.ndarray, centre: np.ndarray, u: np.ndarray, v: np.ndarra
     down = (points - centre) @ v
     order = np.argsort(along)
     return along[order], down[order]
-
-
-def _own_teeth(background: np.ndarray, lips: Lips) -> torch.Tensor:
-    """(3,) the colour the interior draws teeth in: the reference's own, where its open lips show teeth (pale pixels
-    inside the inner contour, at least ``OWN_TEETH_PIXELS``), else ``TEETH_COLOUR``."""
-    height, width = background.shape[:2]
-    x0, y0 = np.maximum(np.floor(lips.inner.min(axis=0)).astype(int), 0)
-    x1, y1 = np.ceil(lips.inner.max(axis=0)).astype(int) + 1
-    x1, y1 = min(x1, width), min(y1, height)
-    if x1 - x0 < 2 or y1 - y0 < 2:
-        return torch.tensor(TEETH_COLOUR)
-    mask = Image.new("L", (x1 - x0, y1 - y0), 0)
-    ImageDraw.Draw(mask).polygon([(x - x0, y - y0) for x, y in lips.inner], fill=1)
-    pixels = background[y0:y1, x0:x1][np.asarray(mask, bool)].astype(np.float32)  # (n, 3)
-    pale = pixels[(pixels.min(axis=1) > 110) & (pixels.max(axis=1) - pixels.min(axis=1) < 70)]
-    if len(pale) < OWN_TEETH_PIXELS:
-        return torch.tensor(TEETH_COLOUR)
-    return torch.from_numpy(column_median(pale))
 
 
 def estimated_lips(background: np.ndarray, layout: FaceLayout) -> Lips:

@@ -1,0 +1,123 @@
+"""``MouthInterior``: what a photograph's open mouth shows between its parted lips, drawn in the picture's own
+colours: the upper teeth under the upper lip, the tongue behind the lower lip once the jaw drops far enough, the
+mouth's dark between them.
+
+Everything is placed in the gap the warp opened, per pixel by its distance from the moved upper lip's inner edge
+(``from_top``) and from the lower lip's (``from_bottom``), so the teeth's edge and the tongue's follow the lips'
+curve and both narrow to nothing at the corners, where the gap does. The colours come from the reference: its own
+teeth where its open lips showed them (``own_teeth``), else teeth estimated from the skin beside the mouth
+(``TEETH_OVER_SKIN`` its grey, a little of its tint): an underexposed photo gets dim teeth, a greyscale one grey
+teeth; the tongue and the dark are shades of its lips.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from avatargen.face.lips import Lips
+from avatargen.numeric import column_median
+
+_GREY = np.array([0.299, 0.587, 0.114])
+
+# The upper teeth show this share of the gap under the upper lip, at most this many mouth half-widths (an incisor
+# is about a fifth of the mouth's width tall); darker towards the corners (the cheeks' shadow) by up to
+# CORNER_SHADOW, and just under the lip (its shadow) by LIP_SHADOW.
+TEETH_SHARE, TEETH_MAX_HALF_WIDTHS = 0.42, 0.3
+CORNER_SHADOW, LIP_SHADOW = 0.55, 0.2
+TEETH_ARCH = 0.3  # the teeth's edge rises towards the corners by this share of their depth (the arch)
+# Where one tooth meets the next, in half-widths from the middle (the incisors' and canines' widths on a mouth
+# about 50 mm wide, foreshortened along the arch): a thin shade TOOTH_GAP_SHADE darker, and the teeth's edge
+# notched by TOOTH_NOTCH pixels there.
+TOOTH_BOUNDS = (0.0, 0.32, 0.56, 0.74, 0.88)
+TOOTH_GAP_SHADE, TOOTH_NOTCH = 0.3, 0.8
+# The tongue rises behind the lower lip to this share of the gap, from none at the first opening (mouth
+# half-widths) to all of it at the second: small openings show teeth and dark only.
+TONGUE_SHARE, TONGUE_OPENINGS = 0.3, (0.25, 0.7)
+TONGUE_SHADE, TONGUE_BACK = 0.5, 0.5  # the tongue: the lips' colour times this, darker to this at its back edge
+CAVITY_SHADE = 0.28  # the mouth's dark: the lips' colour times this
+# Teeth the picture does not show: this times the grey of the skin beside the mouth (skimage's astronaut: her own
+# teeth 1.18, in the mouth's shade), tinted with this share of the skin's own tint.
+TEETH_OVER_SKIN, TEETH_TINT = 1.12, 0.3
+# The picture's own teeth: at least OWN_TEETH_PIXELS inside its open lips brighter than the skin beside the mouth
+# by OWN_TEETH_BRIGHTER and paler (chroma over grey) than OWN_TEETH_PALER of the skin's (+ 0.05 for grey skin).
+OWN_TEETH_PIXELS, OWN_TEETH_BRIGHTER, OWN_TEETH_PALER = 12, 1.05, 0.8
+
+
+class MouthInterior:
+    """The interior of a photograph's open mouth, in ``teeth``, ``lip`` colours (3,) (grey levels)."""
+
+    def __init__(self, teeth: torch.Tensor, lip: torch.Tensor):
+        self.teeth = teeth.float()
+        self.tongue = lip.float() * TONGUE_SHADE
+        self.cavity = lip.float() * CAVITY_SHADE
+
+    def draw(self, from_top: torch.Tensor, from_bottom: torch.Tensor, along: torch.Tensor, opening: float,
+             half: float) -> torch.Tensor:  # fmt: skip
+        """(3, h, w) colours of the gap at pixels ``from_top`` / ``from_bottom`` output pixels under the upper lip's
+        inner edge / over the lower lip's (h, w), ``along`` the mouth in half-widths (-1, 1 at the corners), for an
+        opening of ``opening`` output pixels at the middle of a mouth ``half`` output pixels wide each side."""
+        gap = (from_top + from_bottom).clamp_min(1e-3)  # (h, w) the gap's height in this column
+        corner = 1.0 - CORNER_SHADOW * _smoothstep((along.abs() - 0.35) / 0.6)  # (h, w)
+        teeth_depth = torch.minimum(TEETH_SHARE * gap, torch.full_like(gap, TEETH_MAX_HALF_WIDTHS * half))
+        bounds = torch.tensor(TOOTH_BOUNDS)
+        to_bound = ((along.abs()[..., None] - bounds).abs().amin(dim=-1) * half)  # (h, w) pixels to a tooth's side
+        seam = torch.exp(-((to_bound / 0.7) ** 2))  # (h, w): 1 on a side, none a pixel or so away
+        teeth_depth = teeth_depth * (1.0 - TEETH_ARCH * along**2) - TOOTH_NOTCH * seam
+        teeth = _smoothstep(teeth_depth - from_top + 0.5)  # (h, w): a one-pixel edge
+        lip_shadow = 1.0 - LIP_SHADOW * (1.0 - _smoothstep(from_top / (0.35 * teeth_depth.clamp_min(1.0))))
+        low, high = TONGUE_OPENINGS
+        tongue_height = TONGUE_SHARE * gap * float(_smoothstep(torch.tensor((opening / half - low) / (high - low))))
+        tongue = _smoothstep((tongue_height - from_bottom) / 1.5 + 0.5)  # (h, w): a softer edge
+        back = (from_bottom / tongue_height.clamp_min(1e-3)).clamp(0.0, 1.0)  # (h, w): 0 at the front, 1 at its back
+        colour = self.cavity[:, None, None] * corner  # (3, h, w)
+        tongue_colour = self.tongue[:, None, None] * (1.0 - (1.0 - TONGUE_BACK) * back) * corner
+        colour = colour + tongue * (tongue_colour - colour)
+        teeth_colour = self.teeth[:, None, None] * corner * lip_shadow * (1.0 - TOOTH_GAP_SHADE * seam)
+        return colour + teeth * (teeth_colour - colour)
+
+
+def skin_beside(picture: np.ndarray, lips: Lips) -> np.ndarray:
+    """(3,) the median colour of the cheeks just beside the mouth of ``lips`` (1.3-1.7 half-widths from its middle,
+    either side, up to 0.3 above and below the line between its corners)."""
+    height, width = picture.shape[:2]
+    half = max(lips.width / 2, 1.0)
+    along, down = np.meshgrid(np.r_[-1.7:-1.3:5j, 1.3:1.7:5j], np.linspace(-0.3, 0.3, 5))
+    points = lips.centre + half * (along[..., None] * lips.along + down[..., None] * lips.down)  # (5, 10, 2)
+    x = np.clip(np.rint(points[..., 0]).astype(int), 0, width - 1)
+    y = np.clip(np.rint(points[..., 1]).astype(int), 0, height - 1)
+    return column_median(picture[y, x].reshape(-1, 3).astype(np.float64))
+
+
+def own_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor | None:
+    """(3,) the median colour of the teeth ``picture``'s open ``lips`` show (see ``OWN_TEETH_PIXELS``), or None."""
+    height, width = picture.shape[:2]
+    x0, y0 = np.maximum(np.floor(lips.inner.min(axis=0)).astype(int), 0)
+    x1, y1 = np.ceil(lips.inner.max(axis=0)).astype(int) + 1
+    x1, y1 = min(x1, width), min(y1, height)
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return None
+    mask = Image.new("L", (x1 - x0, y1 - y0), 0)
+    ImageDraw.Draw(mask).polygon([(x - x0, y - y0) for x, y in lips.inner], fill=1)
+    pixels = picture[y0:y1, x0:x1][np.asarray(mask, bool)].astype(np.float64)  # (n, 3)
+    skin = skin_beside(picture, lips)
+    skin_grey = max(float(skin @ _GREY), 1.0)
+    grey = pixels @ _GREY  # (n,)
+    chroma = (pixels.max(axis=1) - pixels.min(axis=1)) / np.maximum(grey, 1.0)
+    skin_chroma = float(skin.max() - skin.min()) / skin_grey
+    pale = pixels[(grey > OWN_TEETH_BRIGHTER * skin_grey) & (chroma < OWN_TEETH_PALER * skin_chroma + 0.05)]
+    return torch.from_numpy(column_median(pale)).float() if len(pale) >= OWN_TEETH_PIXELS else None
+
+
+def estimated_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor:
+    """(3,) teeth in the light of ``picture``'s mouth, for a picture that shows none (see ``TEETH_OVER_SKIN``)."""
+    skin = skin_beside(picture, lips)
+    grey = max(float(skin @ _GREY), 1.0)
+    tint = 1.0 + TEETH_TINT * (skin / grey - 1.0)  # (3,)
+    return torch.from_numpy(np.clip(TEETH_OVER_SKIN * grey * tint, 0.0, 240.0)).float()
+
+
+def _smoothstep(x: torch.Tensor) -> torch.Tensor:
+    x = x.clamp(0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)

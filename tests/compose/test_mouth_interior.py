@@ -1,0 +1,82 @@
+"""A photograph's open mouth shows teeth under the upper lip and the mouth's dark below them, in the picture's own
+light: not a black hole, not the model's bright smear."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from avatargen.config.loader import load_config, to_config
+from avatargen.io.image import load_reference, save_png
+from avatargen.render import compositor_for
+from tests.compose.test_speech_drive import RATE, _bursts
+from tests.face import photos
+
+_GREY = np.array([0.299, 0.587, 0.114])
+
+
+def _loud_frame(tmp_path, picture: np.ndarray, generated_mouth=None) -> tuple[np.ndarray, object]:
+    """Frame 15 (the middle of a loud burst) of ``picture`` composited with its mouth driven by the speech, and the
+    warp; ``generated_mouth``: what to paint into the model's frames' mouth box (None: the reference square)."""
+    wave, _ = _bursts()
+    sf.write(tmp_path / "speech.wav", wave, RATE)
+    save_png(tmp_path / "picture.png", picture)
+    config = to_config(load_config(["pipeline.idle_motion.head_motion=false", "pipeline.idle_motion.blinks_per_minute=0"]))
+    loaded = load_reference(tmp_path / "picture.png", 256, "face", lambda line: None)
+    compositor = compositor_for(loaded, config, warn=lambda line: None, speech=tmp_path / "speech.wav")
+    generated = loaded.square.copy()
+    if generated_mouth is not None:
+        generated_mouth(generated)
+    return compositor.compose(generated[None], 15)[0], compositor
+
+
+def _column_below_the_upper_lip(frame: np.ndarray, compositor) -> np.ndarray:
+    """Grey levels down the mouth's middle from just above the lip line to the bottom of the opened gap."""
+    warp = compositor.mouth
+    x, y = np.rint(warp.lip_centre).astype(int)
+    return frame[y - int(0.3 * warp.half) : y + int(1.0 * warp.half), x - 1 : x + 2].astype(float).mean(axis=1) @ _GREY
+
+
+def _skin_grey(compositor) -> float:
+    from avatargen.compose.mouth_interior import skin_beside
+
+    return float(skin_beside(compositor.background, compositor.mouth.lips) @ _GREY)
+
+
+@pytest.mark.parametrize("kind", ["colour", "greyscale"])
+def test_a_closed_mouth_opens_over_teeth_and_the_dark_of_the_mouth(tmp_path, kind):
+    """Grace Hopper shows no teeth; opened by the speech she shows pale teeth under her upper lip, then the dark of
+    her mouth (the old warp drew one dark hole there); a greyscale photo gets grey teeth."""
+    picture = photos.grace_hopper()
+    if kind == "greyscale":
+        picture = np.repeat((picture @ _GREY).round().astype(np.uint8)[..., None], 3, axis=2)
+    frame, compositor = _loud_frame(tmp_path, picture)
+    column = _column_below_the_upper_lip(frame, compositor)
+    skin = _skin_grey(compositor)
+    dark = np.convolve(column < 0.5 * skin, np.ones(3), mode="valid") == 3  # three dark rows from here on
+    assert dark.any(), (column.round(), skin)  # the mouth's dark ...
+    start = int(np.argmax(dark))
+    assert (column[start - 4 : start] > 0.85 * skin).sum() >= 3, (column.round(), skin)  # ... under teeth
+    if kind == "greyscale":  # no colour comes from anywhere but the picture
+        assert np.abs(frame.astype(int) - frame[..., :1]).max() <= 1
+
+
+def test_an_underexposed_photo_gets_dim_teeth_whatever_the_model_draws(tmp_path):
+    """The astronaut underexposed (her face at 40-90 grey levels), while the model's frames draw a bright blob in the
+    mouth (as the bundled model does on dark photos): the opened mouth is no brighter than her own teeth, in the
+    picture's light (the old warp pasted the blob as a glowing patch of teeth)."""
+    dark = (255.0 * (photos.astronaut() / 255.0) ** 1.8 * 0.45).astype(np.uint8)
+
+    def blob(square: np.ndarray) -> None:
+        side = square.shape[0]
+        square[int(0.58 * side) : int(0.64 * side), int(0.44 * side) : int(0.56 * side)] = 250
+
+    frame, compositor = _loud_frame(tmp_path, dark, blob)
+    changed = np.abs(frame.astype(int) - compositor.background).max(axis=2) > 0
+    assert changed.sum() > 50  # the mouth opened
+    grey = frame @ _GREY
+    skin = _skin_grey(compositor)
+    assert grey[changed].max() < 2.0 * skin, (grey[changed].max(), skin)  # dim teeth: her own are ~1.5x her skin
+    column = _column_below_the_upper_lip(frame, compositor)
+    assert (column > 1.2 * skin).sum() >= 2, (column.round(), skin)  # ... but teeth all the same
