@@ -2,15 +2,20 @@
 
 The bundled model draws a photograph's open mouth as a smear it was never taught (docs/model-card.md, Limits): read
 from its frames, the opening followed loudness at r 0.06-0.75 over the test photos, a frame late, and on a dark or
-grey photo not at all. A photograph's warp is driven by the audio instead (the model's frame still gives the mouth's
-interior), as the training data drove its cartoons' mouths: from loudness.
+grey photo not at all. A photograph's warp is driven by the audio instead, as the training data drove its
+cartoons' mouths: from loudness.
 
 Per video frame ``t``, the level is the RMS of the audio under it and half a frame either side (``WINDOW_FRAMES``),
 in dB over the track's speech level (the 95th percentile of the frames' dB over its first ``REFERENCE_S``, so quiet
-and loud recordings open alike),
-mapped from ``FLOOR_DB`` below it (shut: pauses, the closure of m, b, p) to the speech level (1) as the ``CURVE``
-power of the way. A pure
-function of the audio and the frame index (resume and chunking give the same pixels); no smoothing, so no lag.
+and loud recordings open alike), mapped from ``FLOOR_DB`` below it (shut: pauses) to the speech level (1) as the ``CURVE`` power of the way. The lips
+also shut, at the frame's own resolution (its two half frames), where the sound is dull (``CLOSURE_DB``: little
+energy over 1 kHz) and either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming
+(``HUM_DB``: the nasal murmur of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant
+there). The same shuts n, ng, d, g and often t, k, l, r, which acoustics alone cannot tell from m, b, p. Over 36 s of
+espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of the m and
+all b and p, where loudness alone shut 3 %, 19 % and 56 %; on 82 % of the other consonants (25 %); 95 % of the
+vowels open (100 %), all o and u. A pure function of the audio and the frame index (resume and chunking give the
+same pixels); no smoothing, so no lag.
 
 How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
 spectrum's tilt over the same window: the energy between ``HIGH_BAND`` over that in ``LOW_BAND``, in dB. Rounded
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,6 +45,26 @@ LOW_BAND, HIGH_BAND = (100.0, 1000.0), (1000.0, 4000.0)  # Hz: the first formant
 TILT_PERCENTILE = 75.0  # of the tilt over the speech frames: the spread and open vowels' (rounded ones are fewer)
 ROUND_FROM, ROUND_SPAN = 2.5, 5.0  # dB under it where roundness starts, and how much further down it is full
 SPEECH_BELOW_DB = 12.0  # frames within this of the speech level are speech (for the usual tilt)
+# A half frame is dull from the first to the second this far (dB) under the speech's usual energy in CLOSURE_BAND
+# (its SPEECH_PERCENTILE over the half frames of the first REFERENCE_S) ... (benchmarks/quality/bilabials.py, m
+# shut / other consonants shut / vowels open: 10-16, 10-14, 10-16 dB 0.81 / 0.82 / 0.95; 12-18, 12-16, 10-16 dB
+# 0.67 / 0.73 / 0.97)
+CLOSURE_BAND = (1000.0, 8000.0)  # Hz
+CLOSURE_DB = (10.0, 16.0)
+# ... and quiet (a stop's closure, silent or a voice bar: this far under the speech's usual half frame) or humming
+# (the nasal murmur of m: its energy in HUM_BANDS' upper band this far under its lower; a rounded vowel, as dull as
+# an m, keeps its second formant there: in benchmarks/quality/bilabials.py's speech m -22 dB median, o, u, w -8)
+QUIET_DB = (10.0, 14.0)
+HUM_BANDS, HUM_DB = ((100.0, 500.0), (500.0, 1000.0)), (10.0, 16.0)
+
+
+class Reference(NamedTuple):
+    """What a track's speech is measured against (``speech_reference``), in dB."""
+
+    level: float  # the speech level
+    tilt: float  # the usual tilt in speech
+    high: float  # the usual energy of a half frame in ``CLOSURE_BAND``
+    loud: float  # the usual energy of a half frame
 
 
 class SpeechDrive:
@@ -52,8 +78,7 @@ class SpeechDrive:
     def __init__(self, blocks: Callable[[], Iterable[np.ndarray]], sample_rate: int, fps: int) -> None:
         self.sample_rate, self.fps = int(sample_rate), int(fps)
         self._energy = HalfFrameEnergy(sample_rate, fps)
-        self._reference: float | None = None
-        self._tilt = 0.0  # the track's usual tilt in speech, set with ``_reference`` (``speech_reference``)
+        self._reference: Reference | None = None
         self._done = False
         self._error: BaseException | None = None
         self._changed = threading.Condition()
@@ -67,14 +92,14 @@ class SpeechDrive:
                 with self._changed:
                     self._energy.add(block)
                     if self._reference is None and self._energy.samples >= reference_samples:
-                        self._reference, self._tilt = speech_reference(self._energy)
+                        self._reference = speech_reference(self._energy)
                     self._changed.notify_all()
         except BaseException as error:  # noqa: BLE001: raised in ``levels``, on the compositing thread
             self._error = error
         finally:
             with self._changed:
                 if self._reference is None and self._error is None:
-                    self._reference, self._tilt = speech_reference(self._energy)
+                    self._reference = speech_reference(self._energy)
                 self._done = True
                 self._changed.notify_all()
 
@@ -90,24 +115,28 @@ class SpeechDrive:
             if self._error is not None:
                 raise self._error
             levels = frame_levels_of(self._energy, self._reference, first, count, self._done)
-            return levels, roundness_of(self._energy, self._tilt, levels, first)
+            return levels, roundness_of(self._energy, self._reference.tilt, levels, first)
 
 
 class HalfFrameEnergy:
-    """The sum of squares of the audio per half video frame (``half`` samples), and its energy in ``LOW_BAND`` and
-    ``HIGH_BAND`` (``bands``, per complete half frame), added to block by block."""
+    """The sum of squares of the audio per half video frame (``half`` samples), and its energy in ``LOW_BAND``,
+    ``HIGH_BAND``, ``CLOSURE_BAND`` and the two ``HUM_BANDS`` (``bands``, per complete half frame; the last three
+    under a Hann window: a hum's strong low harmonics would leak into the higher bands through a plain cut), added
+    to block by block."""
 
     def __init__(self, sample_rate: int, fps: int) -> None:
         self.fps = fps
         self.half = sample_rate / fps / 2
-        self._sums, self._bands = np.zeros(1024), np.zeros((1024, 2))  # with room to grow (``_grown``)
+        self._sums, self._bands = np.zeros(1024), np.zeros((1024, 5))  # with room to grow (``_grown``)
         self._sum_count = self._band_count = 0
         self.samples = 0
         self._length = int(np.ceil(self.half))  # the FFT's length: a half frame, zero-padded where it is shorter
         freqs = np.fft.rfftfreq(self._length, 1.0 / sample_rate)
-        masks = [(freqs >= low) & (freqs < high) for low, high in (LOW_BAND, HIGH_BAND)]
-        self._masks = np.stack(masks, axis=1).astype(np.float64)  # (bins, 2)
+        masks = [(freqs >= low) & (freqs < high) for low, high in (LOW_BAND, HIGH_BAND, CLOSURE_BAND, *HUM_BANDS)]
+        self._masks = np.stack(masks, axis=1).astype(np.float64)  # (bins, 5)
         self._tail = np.zeros(0)  # the samples from the first half frame not yet complete
+        window = np.hanning(int(np.floor(self.half)) + 2)[1:-1]  # no zeros at its ends; zero over the padding
+        self._window = np.r_[window, np.zeros(self._length - len(window))]
 
     def add(self, block: np.ndarray) -> None:
         if len(block) == 0:
@@ -128,9 +157,11 @@ class HalfFrameEnergy:
             ends = np.floor((halves + 1) * self.half).astype(np.int64) - base
             index = begins[:, None] + np.arange(self._length)  # (n, length)
             frames = np.where(index < ends[:, None], self._tail[np.minimum(index, len(self._tail) - 1)], 0.0)
-            power = np.abs(np.fft.rfft(frames, axis=1)) ** 2  # (n, bins)
+            plain = np.abs(np.fft.rfft(frames, axis=1)) ** 2  # (n, bins)
+            windowed = np.abs(np.fft.rfft(frames * self._window, axis=1)) ** 2  # (n, bins)
             self._bands = _grown(self._bands, done)
-            self._bands[first:done] = power @ self._masks
+            self._bands[first:done, :2] = plain @ self._masks[:, :2]
+            self._bands[first:done, 2:] = windowed @ self._masks[:, 2:]
             self._band_count = done
             self._tail = self._tail[ends[-1] :]
 
@@ -141,7 +172,7 @@ class HalfFrameEnergy:
 
     @property
     def bands(self) -> np.ndarray:
-        """(complete half frames, 2) the energy in ``LOW_BAND`` and ``HIGH_BAND`` of each."""
+        """(complete half frames, 5) the energy in ``LOW_BAND``, ``HIGH_BAND``, ``CLOSURE_BAND`` and ``HUM_BANDS``."""
         return self._bands[: self._band_count]
 
     @property
@@ -156,8 +187,20 @@ class HalfFrameEnergy:
 
     def tilts(self, first: int, count: int) -> np.ndarray:
         """(count,) dB of ``HIGH_BAND``'s energy over ``LOW_BAND``'s over each frame's window (as ``decibels``)."""
-        bands = _window_sums(self.bands, first, count)  # (count, 2)
+        bands = _window_sums(self.bands, first, count)  # (count, 3)
         return 10.0 * np.log10(np.maximum(bands[:, 1], 1e-12) / np.maximum(bands[:, 0], 1e-12))
+
+    def closing(self, first: int, count: int, reference: Reference) -> np.ndarray:
+        """(count,) how shut the lips are in each frame, from its own two half frames (the more shut; silence past
+        what was read): dull (``CLOSURE_DB``) and quiet (``QUIET_DB``) or humming (``HUM_DB``), 0 .. 1."""
+        done = len(self.bands)
+        decibels = 10.0 * np.log10(np.maximum(np.c_[self.bands[:, 2:], self.sums[:done]], 1e-12))  # (done, 4)
+        dull = _smoothstep((reference.high - decibels[:, 0] - CLOSURE_DB[0]) / (CLOSURE_DB[1] - CLOSURE_DB[0]))
+        hum = _smoothstep((decibels[:, 1] - decibels[:, 2] - HUM_DB[0]) / (HUM_DB[1] - HUM_DB[0]))
+        quiet = _smoothstep((reference.loud - decibels[:, 3] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
+        shut = np.r_[dull * np.maximum(hum, quiet), 1.0]  # (done + 1,): a silent half frame for those not read
+        index = 2 * np.arange(first, first + count)[:, None] + np.arange(2)  # (count, 2) half frames
+        return shut[np.minimum(index, done)].max(axis=1)
 
 
 def _window_sums(values: np.ndarray, first: int, count: int) -> np.ndarray:
@@ -180,16 +223,20 @@ def _grown(array: np.ndarray, length: int) -> np.ndarray:
     return bigger
 
 
-def speech_reference(energy: HalfFrameEnergy) -> tuple[float, float]:
-    """Over the first ``REFERENCE_S`` read: the speech level (dB, the ``SPEECH_PERCENTILE`` of the frames' dB) and
-    the usual tilt in speech (dB, the ``TILT_PERCENTILE`` of the tilt of the frames within ``SPEECH_BELOW_DB`` of that
-    level; 0 where there are none)."""
+def speech_reference(energy: HalfFrameEnergy) -> Reference:
+    """Over the first ``REFERENCE_S`` read: the speech level (the ``SPEECH_PERCENTILE`` of the frames' dB), the
+    usual tilt in speech (the ``TILT_PERCENTILE`` of the tilt of the frames within ``SPEECH_BELOW_DB`` of that level;
+    0 where there are none) and the usual high energy (the ``SPEECH_PERCENTILE`` of the half frames' in
+    ``CLOSURE_BAND``, dB)."""
     frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
     decibels = energy.decibels(0, frames)
     level = float(np.percentile(decibels, SPEECH_PERCENTILE))
     speech = decibels >= level - SPEECH_BELOW_DB
     tilt = float(np.percentile(energy.tilts(0, frames)[speech], TILT_PERCENTILE)) if speech.any() else 0.0
-    return level, tilt
+    highs, louds = energy.bands[: 2 * frames, 2], energy.sums[: 2 * frames]
+    high = float(np.percentile(10.0 * np.log10(np.maximum(highs, 1e-12)), SPEECH_PERCENTILE)) if len(highs) else 0.0
+    loud = float(np.percentile(10.0 * np.log10(np.maximum(louds, 1e-12)), SPEECH_PERCENTILE)) if len(louds) else 0.0
+    return Reference(level, tilt, high, loud)
 
 
 def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first: int) -> np.ndarray:
@@ -199,11 +246,12 @@ def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first
     return np.where(levels > 0.0, np.clip(below / ROUND_SPAN, 0.0, 1.0), 0.0)
 
 
-def frame_levels_of(energy: HalfFrameEnergy, reference: float, first: int, count: int, done: bool) -> np.ndarray:
+def frame_levels_of(energy: HalfFrameEnergy, reference: Reference, first: int, count: int, done: bool) -> np.ndarray:
     """(count,) the levels of frames ``first`` .. (see the module docstring); 0 past the end of a finished track."""
-    if reference < SILENT_DB:  # no speech at all
+    if reference.level < SILENT_DB:  # no speech at all
         return np.zeros(count)
-    levels = np.clip((energy.decibels(first, count) - (reference - FLOOR_DB)) / FLOOR_DB, 0.0, None) ** CURVE
+    levels = np.clip((energy.decibels(first, count) - (reference.level - FLOOR_DB)) / FLOOR_DB, 0.0, None) ** CURVE
+    levels = levels * (1.0 - energy.closing(first, count, reference))
     if done:
         levels[np.arange(first, first + count) >= energy.frames] = 0.0
     return levels
@@ -219,6 +267,11 @@ def frame_shapes(blocks: Iterable[np.ndarray], sample_rate: int, fps: int) -> tu
     energy = HalfFrameEnergy(sample_rate, fps)
     for block in blocks:
         energy.add(block)
-    level, tilt = speech_reference(energy)
-    levels = frame_levels_of(energy, level, 0, energy.frames, True)
-    return levels, roundness_of(energy, tilt, levels, 0)
+    reference = speech_reference(energy)
+    levels = frame_levels_of(energy, reference, 0, energy.frames, True)
+    return levels, roundness_of(energy, reference.tilt, levels, 0)
+
+
+def _smoothstep(x: np.ndarray) -> np.ndarray:
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)

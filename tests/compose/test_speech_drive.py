@@ -19,12 +19,20 @@ RATE, FPS = 16000, 25
 HOP = RATE // FPS
 
 
+def _voice(seconds: float, top: float = 4000.0) -> np.ndarray:
+    """A buzz at 180 Hz with its harmonics up to ``top`` Hz, falling 6 dB an octave (a vowel's source, roughly)."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    harmonics = np.arange(1, int(top // 180) + 1)
+    wave = (np.sin(2 * np.pi * 180 * harmonics[:, None] * t) / harmonics[:, None]).sum(axis=0)
+    return wave / np.abs(wave).max()
+
+
 def _bursts() -> tuple[np.ndarray, np.ndarray]:
-    """2 s of a voiced tone in bursts (frames 10-19 and 30-34 loud, 25-29 quiet) and which frames are silent."""
-    t = np.arange(2 * RATE) / RATE
+    """2 s of a voiced tone in bursts (frames 10-19 and 30-34 loud, 25-29 10 dB quieter) and which frames are
+    silent."""
     envelope = np.zeros(50)
-    envelope[10:20], envelope[25:30], envelope[30:35] = 1.0, 0.1, 1.0
-    wave = np.sin(2 * np.pi * 180 * t) * np.repeat(envelope, HOP)
+    envelope[10:20], envelope[25:30], envelope[30:35] = 1.0, 0.3, 1.0
+    wave = _voice(2.0) * np.repeat(envelope, HOP)
     return wave.astype(np.float32), envelope == 0
 
 
@@ -46,6 +54,18 @@ def test_the_levels_do_not_depend_on_how_the_audio_is_cut():
     np.testing.assert_allclose(pieces, whole, atol=1e-9)
     drive = SpeechDrive(lambda: iter([wave]), RATE, FPS)
     np.testing.assert_allclose(drive.levels(45, 10), np.r_[whole[45:], np.zeros(5)])  # past the end: shut
+
+
+def test_the_lips_meet_on_a_hum_as_loud_as_the_vowels_around_it():
+    """An m between vowels is as loud as they are but has no high frequencies (its sound leaves through the nose,
+    the lips shut): the mouth shuts on it, in its own frames, and opens on the vowels either side."""
+    vowel, hum = _voice(0.4), _voice(0.2, top=400.0)  # frames 0-9, 10-14, 15-24
+    wave = np.concatenate([vowel, hum * np.sqrt(np.mean(vowel**2) / np.mean(hum**2)), vowel]).astype(np.float32)
+    levels = frame_levels([wave], RATE, FPS)
+    decibels = 10 * np.log10([np.mean(part**2) for part in (wave[: 10 * HOP], wave[10 * HOP : 15 * HOP])])
+    assert abs(decibels[0] - decibels[1]) < 0.5  # as loud
+    assert levels[1:9].min() > 0.5 and levels[16:24].min() > 0.5  # open on the vowels ...
+    assert levels[11:14].max() == 0.0  # ... shut on the hum, from its second frame to its last but one
 
 
 def test_silence_keeps_the_mouth_shut():
