@@ -193,14 +193,15 @@ class HalfFrameEnergy:
     def closing(self, first: int, count: int, reference: Reference) -> np.ndarray:
         """(count,) how shut the lips are in each frame, from its own two half frames (the more shut; silence past
         what was read): dull (``CLOSURE_DB``) and quiet (``QUIET_DB``) or humming (``HUM_DB``), 0 .. 1."""
-        done = len(self.bands)
-        decibels = 10.0 * np.log10(np.maximum(np.c_[self.bands[:, 2:], self.sums[:done]], 1e-12))  # (done, 4)
+        begin, end = 2 * first, min(2 * (first + count), len(self.bands))  # only these half frames (linear in time)
+        energies = np.c_[self.bands[begin:end, 2:], self.sums[begin:end]]  # (n, 4)
+        decibels = 10.0 * np.log10(np.maximum(energies, 1e-12))
         dull = _smoothstep((reference.high - decibels[:, 0] - CLOSURE_DB[0]) / (CLOSURE_DB[1] - CLOSURE_DB[0]))
         hum = _smoothstep((decibels[:, 1] - decibels[:, 2] - HUM_DB[0]) / (HUM_DB[1] - HUM_DB[0]))
         quiet = _smoothstep((reference.loud - decibels[:, 3] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
-        shut = np.r_[dull * np.maximum(hum, quiet), 1.0]  # (done + 1,): a silent half frame for those not read
-        index = 2 * np.arange(first, first + count)[:, None] + np.arange(2)  # (count, 2) half frames
-        return shut[np.minimum(index, done)].max(axis=1)
+        shut = np.ones(2 * count)  # silence past what was read: shut
+        shut[: max(end - begin, 0)] = dull * np.maximum(hum, quiet)
+        return shut.reshape(count, 2).max(axis=1)
 
 
 def _window_sums(values: np.ndarray, first: int, count: int) -> np.ndarray:
