@@ -251,7 +251,7 @@ class MouthWarp:
             teeth = estimated_teeth(background, lips) if seen is None else seen
             self._anatomy = MouthInterior(teeth, lip_colour)
         # a cartoon closed before it is driven that showed its teeth shows them again under the upper lip as it opens
-        self._upper_teeth = teeth_from is not None and seen is not None
+        self._upper_teeth = self._anatomy is None and teeth_from is not None and seen is not None
         self._edge = max(1.0, EDGE_HALF_WIDTHS * half)  # output pixels
         self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
@@ -309,7 +309,7 @@ class MouthWarp:
             interior = self._anatomy.draw(from_top, from_bottom, self._along[gap], opening, self.half)
         else:
             interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)
-        if self._upper_teeth and self._anatomy is None:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
+        if self._upper_teeth:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
             reach = min(UPPER_TEETH[0] * opening, UPPER_TEETH[1] * self.half)
             band = (~lower[gap]) * _bump(depth[gap] / max(reach, 1.0)) * self._lip_profile[gap]  # (gh, gw)
             interior += _smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)

@@ -7,9 +7,9 @@ cartoons' mouths: from loudness.
 
 Per video frame ``t``, the level is the RMS of the audio under it and half a frame either side (``WINDOW_FRAMES``),
 in dB over the track's speech level (the 95th percentile of the frames' dB over its first ``REFERENCE_S``, so quiet
-and loud recordings open alike), mapped from ``FLOOR_DB`` below it (shut: pauses) to the speech level (1) as the ``CURVE`` power of the way. The lips
-also shut, at the frame's own resolution (its two half frames), where the sound is dull (``CLOSURE_DB``: little
-energy over 1 kHz) and either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming
+and loud recordings open alike), mapped from ``FLOOR_DB`` below it (shut: pauses) to the speech level (1) as the
+``CURVE`` power of the way. The lips also shut, at the frame's own resolution (its two half frames), where the sound
+is dull (``CLOSURE_DB``: little energy over 1 kHz) and either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming
 (``HUM_DB``: the nasal murmur of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant
 there). The same shuts n, ng, d, g and often t, k, l, r, which acoustics alone cannot tell from m, b, p. Over 36 s of
 espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of the m and

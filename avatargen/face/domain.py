@@ -52,10 +52,9 @@ def looks_like_photo(chip: np.ndarray) -> bool:
 def photo_warning(name: str, composited: bool = False, warped: bool = False) -> str:
     """The one line printed when the bundled model is given a photograph (``composited``: under reference
     compositing, where only the mouth and jaw are generated; ``warped``: with ``pipeline.mouth=warp``, where the
-    photo's own lips move and only the mouth's interior is generated)."""
+    photo's own lips move over teeth and a mouth drawn in its colours)."""
     if warped:
-        expect = ("the photo's own lips and jaw move with the speech and only the mouth's interior is generated, "
-                  "as a shaded cavity")  # fmt: skip
+        expect = "the photo's own lips and jaw move with the speech, over teeth and a mouth drawn in the photo's colours"
     elif composited:
         expect = "the photo stays as it is but for the mouth and jaw, which are drawn in the soft cartoon style it learnt"
     else:

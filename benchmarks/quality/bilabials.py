@@ -128,16 +128,19 @@ def main() -> None:
         frames = np.nonzero((middles >= begin) & (middles < end))[0]
         if len(frames) == 0:
             frames = np.array([min(int(0.5 * (start + end) * FPS), len(levels) - 1)])
-        rows.setdefault(what, []).append(levels[frames].max() if what.startswith(("vowels", "rounded")) else levels[frames].min())
+        vowel = what.endswith("vowels")
+        rows.setdefault(what, []).append(levels[frames].max() if vowel else levels[frames].min())
     import avatargen
 
-    print(f"# {Path(avatargen.__file__).parent} {len(wave) / RATE:.1f} s of espeak-ng speech, {len(SENTENCES)} sentences\n")
+    seconds = len(wave) / RATE
+    print(f"# {Path(avatargen.__file__).parent} {seconds:.1f} s of espeak-ng speech, {len(SENTENCES)} sentences\n")
     print("| phonemes | count | shut (least level <= 0.1) | median least level | vowels: open (most >= 0.3) |")
     print("|---|---|---|---|---|")
     for what in ("m", "b", "p", "other consonants", "vowels", "rounded vowels"):
         values = np.array(rows.get(what, [np.nan]))
-        if what.startswith(("vowels", "rounded")):
-            print(f"| {what} | {len(values)} | | median most level {np.median(values):.2f} | {np.mean(values >= 0.3):.2f} |")
+        if what.endswith("vowels"):
+            opened = np.mean(values >= 0.3)
+            print(f"| {what} | {len(values)} | | median most level {np.median(values):.2f} | {opened:.2f} |")
         else:
             print(f"| {what} | {len(values)} | {np.mean(values <= 0.1):.2f} | {np.median(values):.2f} | |")
 

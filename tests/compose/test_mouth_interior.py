@@ -22,7 +22,8 @@ def _loud_frame(tmp_path, picture: np.ndarray, generated_mouth=None) -> tuple[np
     wave, _ = _bursts()
     sf.write(tmp_path / "speech.wav", wave, RATE)
     save_png(tmp_path / "picture.png", picture)
-    config = to_config(load_config(["pipeline.idle_motion.head_motion=false", "pipeline.idle_motion.blinks_per_minute=0"]))
+    still = ["pipeline.idle_motion.head_motion=false", "pipeline.idle_motion.blinks_per_minute=0"]
+    config = to_config(load_config(still))
     loaded = load_reference(tmp_path / "picture.png", 256, "face", lambda line: None)
     compositor = compositor_for(loaded, config, warn=lambda line: None, speech=tmp_path / "speech.wav")
     generated = loaded.square.copy()
