@@ -3,7 +3,8 @@
 ``head_motion_px``: mean movement of the face (the centroid of its five landmarks) from one frame to the next, in
 pixels of the analysed frame; ``head_range_px``: the spread of its position (95th minus 5th percentile, the larger
 of x and y). ``blinks_per_min``: dips of eye openness under its running median (over 2 s) that last
-``1..MAX_BLINK_S`` seconds, per minute of video with a face; a dip counts from ``BLINK_MIN_DROP`` under the median, or
+``MIN_BLINK_S..MAX_BLINK_S`` seconds (at least a frame; a lone frame the face chip misplaced is not a blink), per
+minute of video with a face; a dip counts from ``BLINK_MIN_DROP`` under the median, or
 ``BLINK_NOISE`` times the openness's own noise where that is more (a robust spread of its ratio to the median). A
 cartoon's drawn blink drops the openness by half; a photograph's lid, its lashes and creases kept, by 15-18 % (its
 noise 0.8 %). People blink about 15-20 times a minute; 0 on a long clip is a frozen stare.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 BLINK_MIN_DROP, BLINK_NOISE = 0.1, 6.0
-MAX_BLINK_S = 0.5
+MIN_BLINK_S, MAX_BLINK_S = 0.06, 0.5
 
 
 def measure_head_motion(centre: np.ndarray, fps: float) -> dict:
@@ -45,5 +46,6 @@ def measure_blinks(eyes: np.ndarray, fps: float) -> dict:
     closed = ratio < 1.0 - max(BLINK_MIN_DROP, BLINK_NOISE * noise)
     edges = np.diff(np.concatenate([[0], closed.astype(np.int8), [0]]))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    count = int(np.sum((ends - starts) <= MAX_BLINK_S * fps))
+    shortest = max(1, int(round(MIN_BLINK_S * fps)))  # 2 frames at 25 fps
+    count = int(np.sum(((ends - starts) >= shortest) & ((ends - starts) <= MAX_BLINK_S * fps)))
     return {"blinks": count, "blinks_per_min": round(count / minutes, 2)}
