@@ -5,9 +5,10 @@ mouth's dark between them.
 Everything is placed in the gap the warp opened, per pixel by its distance from the moved upper lip's inner edge
 (``from_top``) and from the lower lip's (``from_bottom``), so the teeth's edge and the tongue's follow the lips'
 curve and both narrow to nothing at the corners, where the gap does. The colours come from the reference: its own
-teeth where its open lips showed them (``own_teeth``), else teeth estimated from the skin beside the mouth
-(``TEETH_OVER_SKIN`` its grey, a little of its tint): an underexposed photo gets dim teeth, a greyscale one grey
-teeth; the tongue and the dark are shades of its lips.
+teeth where its open lips showed them (``own_teeth``), else teeth estimated from the skin of the cheeks beside the
+nose (``cheek_skin``: not the mouth's sides, which a beard may cover; ``TEETH_OVER_SKIN`` its grey, a little of its
+tint): an underexposed photo gets dim teeth, a greyscale one grey teeth; the tongue and the dark are shades of its
+lips.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ TOOTH_GAP_SHADE, TOOTH_NOTCH = 0.3, 0.8
 TONGUE_SHARE, TONGUE_OPENINGS = 0.3, (0.25, 0.7)
 TONGUE_SHADE, TONGUE_BACK = 0.5, 0.5  # the tongue: the lips' colour times this, darker to this at its back edge
 CAVITY_SHADE = 0.28  # the mouth's dark: the lips' colour times this
-# Teeth the picture does not show: this times the grey of the skin beside the mouth (skimage's astronaut: her own
-# teeth 1.18, in the mouth's shade), tinted with this share of the skin's own tint.
+# Teeth the picture does not show: this times the grey of the cheeks (skimage's astronaut: her own teeth 1.18 times
+# the skin beside her mouth, 1.22 times her cheeks', in the mouth's shade), tinted with this share of their tint.
 TEETH_OVER_SKIN, TEETH_TINT = 1.12, 0.3
-# The picture's own teeth: at least OWN_TEETH_PIXELS inside its open lips brighter than the skin beside the mouth
-# by OWN_TEETH_BRIGHTER and paler (chroma over grey) than OWN_TEETH_PALER of the skin's (+ 0.05 for grey skin).
+# The picture's own teeth: at least OWN_TEETH_PIXELS inside its open lips brighter than the cheeks by
+# OWN_TEETH_BRIGHTER and paler (chroma over grey) than OWN_TEETH_PALER of their skin's (+ 0.05 for grey skin).
 OWN_TEETH_PIXELS, OWN_TEETH_BRIGHTER, OWN_TEETH_PALER = 12, 1.05, 0.8
 
 
@@ -78,12 +79,12 @@ class MouthInterior:
         return colour + teeth * (teeth_colour - colour)
 
 
-def skin_beside(picture: np.ndarray, lips: Lips) -> np.ndarray:
-    """(3,) the median colour of the cheeks just beside the mouth of ``lips`` (1.3-1.7 half-widths from its middle,
-    either side, up to 0.3 above and below the line between its corners)."""
+def cheek_skin(picture: np.ndarray, lips: Lips) -> np.ndarray:
+    """(3,) the median colour of the cheeks beside the nose, above the mouth of ``lips`` (1.1-1.7 half-widths to
+    either side of its middle, 1.2-2.0 above it): skin on a bearded face too, which the mouth's sides are not."""
     height, width = picture.shape[:2]
     half = max(lips.width / 2, 1.0)
-    along, down = np.meshgrid(np.r_[-1.7:-1.3:5j, 1.3:1.7:5j], np.linspace(-0.3, 0.3, 5))
+    along, down = np.meshgrid(np.r_[-1.7:-1.1:5j, 1.1:1.7:5j], np.linspace(-2.0, -1.2, 5))
     points = lips.centre + half * (along[..., None] * lips.along + down[..., None] * lips.down)  # (5, 10, 2)
     x = np.clip(np.rint(points[..., 0]).astype(int), 0, width - 1)
     y = np.clip(np.rint(points[..., 1]).astype(int), 0, height - 1)
@@ -101,7 +102,7 @@ def own_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor | None:
     mask = Image.new("L", (x1 - x0, y1 - y0), 0)
     ImageDraw.Draw(mask).polygon([(x - x0, y - y0) for x, y in lips.inner], fill=1)
     pixels = picture[y0:y1, x0:x1][np.asarray(mask, bool)].astype(np.float64)  # (n, 3)
-    skin = skin_beside(picture, lips)
+    skin = cheek_skin(picture, lips)
     skin_grey = max(float(skin @ _GREY), 1.0)
     grey = pixels @ _GREY  # (n,)
     chroma = (pixels.max(axis=1) - pixels.min(axis=1)) / np.maximum(grey, 1.0)
@@ -112,7 +113,7 @@ def own_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor | None:
 
 def estimated_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor:
     """(3,) teeth in the light of ``picture``'s mouth, for a picture that shows none (see ``TEETH_OVER_SKIN``)."""
-    skin = skin_beside(picture, lips)
+    skin = cheek_skin(picture, lips)
     grey = max(float(skin @ _GREY), 1.0)
     tint = 1.0 + TEETH_TINT * (skin / grey - 1.0)  # (3,)
     return torch.from_numpy(np.clip(TEETH_OVER_SKIN * grey * tint, 0.0, 240.0)).float()

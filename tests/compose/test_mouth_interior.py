@@ -40,16 +40,17 @@ def _column_below_the_upper_lip(frame: np.ndarray, compositor) -> np.ndarray:
 
 
 def _skin_grey(compositor) -> float:
-    from avatargen.compose.mouth_interior import skin_beside
+    from avatargen.compose.mouth_interior import cheek_skin
 
-    return float(skin_beside(compositor.background, compositor.mouth.lips) @ _GREY)
+    return float(cheek_skin(compositor.background, compositor.mouth.lips) @ _GREY)
 
 
-@pytest.mark.parametrize("kind", ["colour", "greyscale"])
+@pytest.mark.parametrize("kind", ["colour", "greyscale", "bearded"])
 def test_a_closed_mouth_opens_over_teeth_and_the_dark_of_the_mouth(tmp_path, kind):
     """Grace Hopper shows no teeth; opened by the speech she shows pale teeth under her upper lip, then the dark of
-    her mouth (the old warp drew one dark hole there); a greyscale photo gets grey teeth."""
-    picture = photos.grace_hopper()
+    her mouth (the old warp drew one dark hole there); a greyscale photo gets grey teeth; with a dark beard round her
+    mouth, teeth as pale as without (the teeth's tone comes from the cheeks, not from the mouth's sides)."""
+    picture = photos.bearded() if kind == "bearded" else photos.grace_hopper()
     if kind == "greyscale":
         picture = np.repeat((picture @ _GREY).round().astype(np.uint8)[..., None], 3, axis=2)
     frame, compositor = _loud_frame(tmp_path, picture)

@@ -67,6 +67,26 @@ def masked() -> np.ndarray:
     return np.asarray(image)
 
 
+def bearded() -> np.ndarray:
+    """Grace Hopper with a full dark beard and moustache painted around her lips (hair-like noise), her lips bare."""
+    from avatargen.face.choice import reference_lips
+    from avatargen.face.detector import shared_detector
+
+    picture = grace_hopper()
+    lips = reference_lips(picture, shared_detector().find(picture)).lips
+    half, centre, u, v = lips.width / 2, lips.centre, lips.along, lips.down
+    ring = [centre + half * (2.0 * np.cos(t) * u + (2.5 if np.sin(t) > 0 else 0.9) * np.sin(t) * v)
+            for t in np.linspace(0, 2 * np.pi, 48)]  # from under the nose to below the chin
+    mask = Image.new("L", picture.shape[1::-1], 0)
+    ImageDraw.Draw(mask).polygon([tuple(p) for p in ring], fill=255)
+    ImageDraw.Draw(mask).polygon([tuple(p) for p in lips.outer], fill=0)
+    weight = np.asarray(mask.filter(ImageFilter.GaussianBlur(2)), np.float64)[..., None] / 255.0
+    noise = np.random.default_rng(0).normal(0.0, 18.0, picture.shape[:2])
+    hair = np.clip(np.array([70.0, 52.0, 40.0]) + noise[..., None], 0, 255).astype(np.uint8)
+    hair = np.asarray(Image.fromarray(hair).filter(ImageFilter.GaussianBlur(0.7)), np.float64)
+    return (picture * (1.0 - weight) + hair * weight).astype(np.uint8)
+
+
 def smiling_render(size: int = 384, seed: int = 7) -> np.ndarray:
     """(size, size, 3): one of the project's synthetic faces smiling, its mouth a little open over its teeth."""
     frame, _ = FaceRenderer(identity_from_seed(seed), size=size).render(FacePose(smile=0.8, mouth_open=0.3))
