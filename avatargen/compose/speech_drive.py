@@ -11,10 +11,11 @@ and loud recordings open alike), mapped from ``FLOOR_DB`` below it (shut: pauses
 ``CURVE`` power of the way. The lips also shut, at the frame's own resolution (its two half frames), where the sound
 is dull (``CLOSURE_DB``: little energy over 1 kHz) and either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming
 (``HUM_DB``: the nasal murmur of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant
-there). The same shuts n, ng, d, g and often t, k, l, r, which acoustics alone cannot tell from m, b, p. Over 36 s of
-espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of the m and
-all b and p, where loudness alone shut 3 %, 19 % and 56 %; on 82 % of the other consonants (25 %); 95 % of the
-vowels open (100 %), all o and u. A pure function of the audio and the frame index (resume and chunking give the
+there), and not hissing (``HISS_DB``: s, z, sh and the bursts of t and k keep the lips apart). The same shuts n,
+ng, d, g, th, f, v and often t, k, l, r, which acoustics alone cannot tell from m, b, p. Over 36 s of espeak-ng
+sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of the m and all b and p,
+where loudness alone shut 3 %, 19 % and 56 %; on 67 % of the other consonants (25 %); 95 % of the vowels open
+(100 %), all o and u. A pure function of the audio and the frame index (resume and chunking give the
 same pixels); no smoothing, so no lag.
 
 How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
@@ -46,9 +47,9 @@ TILT_PERCENTILE = 75.0  # of the tilt over the speech frames: the spread and ope
 ROUND_FROM, ROUND_SPAN = 2.5, 5.0  # dB under it where roundness starts, and how much further down it is full
 SPEECH_BELOW_DB = 12.0  # frames within this of the speech level are speech (for the usual tilt)
 # A half frame is dull from the first to the second this far (dB) under the speech's usual energy in CLOSURE_BAND
-# (its SPEECH_PERCENTILE over the half frames of the first REFERENCE_S) ... (benchmarks/quality/bilabials.py, m
-# shut / other consonants shut / vowels open: 10-16, 10-14, 10-16 dB 0.81 / 0.82 / 0.95; 12-18, 12-16, 10-16 dB
-# 0.67 / 0.73 / 0.97)
+# (its SPEECH_PERCENTILE over the half frames of the first REFERENCE_S) ... (benchmarks/quality/bilabials.py before
+# HISS_DB, m shut / other consonants shut / vowels open: 10-16, 10-14, 10-16 dB 0.81 / 0.82 / 0.95; 12-18, 12-16,
+# 10-16 dB 0.67 / 0.73 / 0.97)
 CLOSURE_BAND = (1000.0, 8000.0)  # Hz
 CLOSURE_DB = (10.0, 16.0)
 # ... and quiet (a stop's closure, silent or a voice bar: this far under the speech's usual half frame) or humming
@@ -56,6 +57,10 @@ CLOSURE_DB = (10.0, 16.0)
 # an m, keeps its second formant there: in benchmarks/quality/bilabials.py's speech m -22 dB median, o, u, w -8)
 QUIET_DB = (10.0, 14.0)
 HUM_BANDS, HUM_DB = ((100.0, 500.0), (500.0, 1000.0)), (10.0, 16.0)
+# ... and not hissing: the lips stay open where HISS_BAND's energy is within the first (dB) of its usual, and may
+# shut from the second under it (s, z, sh and the bursts of t and k hiss there; m, b, n and vowels do not). Other
+# consonants shut at 8-12 / 10-14 / 12-16 / 16-20 dB: 0.72 / 0.69 / 0.67 / 0.64, m 0.81 until 12-16, then 0.75, 0.72.
+HISS_BAND, HISS_DB = (4000.0, 8000.0), (12.0, 16.0)
 
 
 class Reference(NamedTuple):
@@ -65,6 +70,7 @@ class Reference(NamedTuple):
     tilt: float  # the usual tilt in speech
     high: float  # the usual energy of a half frame in ``CLOSURE_BAND``
     loud: float  # the usual energy of a half frame
+    hiss: float  # the usual energy of a half frame in ``HISS_BAND``
 
 
 class SpeechDrive:
@@ -120,20 +126,21 @@ class SpeechDrive:
 
 class HalfFrameEnergy:
     """The sum of squares of the audio per half video frame (``half`` samples), and its energy in ``LOW_BAND``,
-    ``HIGH_BAND``, ``CLOSURE_BAND`` and the two ``HUM_BANDS`` (``bands``, per complete half frame; the last three
-    under a Hann window: a hum's strong low harmonics would leak into the higher bands through a plain cut), added
+    ``HIGH_BAND``, ``CLOSURE_BAND``, the two ``HUM_BANDS`` and ``HISS_BAND`` (``bands``, per complete half frame; the
+    last four under a Hann window: a hum's strong low harmonics would leak into the higher bands through a plain cut), added
     to block by block."""
 
     def __init__(self, sample_rate: int, fps: int) -> None:
         self.fps = fps
         self.half = sample_rate / fps / 2
-        self._sums, self._bands = np.zeros(1024), np.zeros((1024, 5))  # with room to grow (``_grown``)
+        self._sums, self._bands = np.zeros(1024), np.zeros((1024, 6))  # with room to grow (``_grown``)
         self._sum_count = self._band_count = 0
         self.samples = 0
         self._length = int(np.ceil(self.half))  # the FFT's length: a half frame, zero-padded where it is shorter
         freqs = np.fft.rfftfreq(self._length, 1.0 / sample_rate)
-        masks = [(freqs >= low) & (freqs < high) for low, high in (LOW_BAND, HIGH_BAND, CLOSURE_BAND, *HUM_BANDS)]
-        self._masks = np.stack(masks, axis=1).astype(np.float64)  # (bins, 5)
+        bands = (LOW_BAND, HIGH_BAND, CLOSURE_BAND, *HUM_BANDS, HISS_BAND)
+        masks = [(freqs >= low) & (freqs < high) for low, high in bands]
+        self._masks = np.stack(masks, axis=1).astype(np.float64)  # (bins, 6)
         self._tail = np.zeros(0)  # the samples from the first half frame not yet complete
         window = np.hanning(int(np.floor(self.half)) + 2)[1:-1]  # no zeros at its ends; zero over the padding
         self._window = np.r_[window, np.zeros(self._length - len(window))]
@@ -172,7 +179,8 @@ class HalfFrameEnergy:
 
     @property
     def bands(self) -> np.ndarray:
-        """(complete half frames, 5) the energy in ``LOW_BAND``, ``HIGH_BAND``, ``CLOSURE_BAND`` and ``HUM_BANDS``."""
+        """(complete half frames, 6) the energy in ``LOW_BAND``, ``HIGH_BAND``, ``CLOSURE_BAND``, ``HUM_BANDS`` and
+        ``HISS_BAND``."""
         return self._bands[: self._band_count]
 
     @property
@@ -192,15 +200,17 @@ class HalfFrameEnergy:
 
     def closing(self, first: int, count: int, reference: Reference) -> np.ndarray:
         """(count,) how shut the lips are in each frame, from its own two half frames (the more shut; silence past
-        what was read): dull (``CLOSURE_DB``) and quiet (``QUIET_DB``) or humming (``HUM_DB``), 0 .. 1."""
+        what was read): dull (``CLOSURE_DB``) and quiet (``QUIET_DB``) or humming (``HUM_DB``), and not hissing
+        (``HISS_DB``), 0 .. 1."""
         begin, end = 2 * first, min(2 * (first + count), len(self.bands))  # only these half frames (linear in time)
-        energies = np.c_[self.bands[begin:end, 2:], self.sums[begin:end]]  # (n, 4)
+        energies = np.c_[self.bands[begin:end, 2:], self.sums[begin:end]]  # (n, 5)
         decibels = 10.0 * np.log10(np.maximum(energies, 1e-12))
         dull = _smoothstep((reference.high - decibels[:, 0] - CLOSURE_DB[0]) / (CLOSURE_DB[1] - CLOSURE_DB[0]))
         hum = _smoothstep((decibels[:, 1] - decibels[:, 2] - HUM_DB[0]) / (HUM_DB[1] - HUM_DB[0]))
-        quiet = _smoothstep((reference.loud - decibels[:, 3] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
+        quiet = _smoothstep((reference.loud - decibels[:, 4] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
+        hushed = _smoothstep((reference.hiss - decibels[:, 3] - HISS_DB[0]) / (HISS_DB[1] - HISS_DB[0]))
         shut = np.ones(2 * count)  # silence past what was read: shut
-        shut[: max(end - begin, 0)] = dull * np.maximum(hum, quiet)
+        shut[: max(end - begin, 0)] = dull * np.maximum(hum, quiet) * hushed
         return shut.reshape(count, 2).max(axis=1)
 
 
@@ -234,10 +244,10 @@ def speech_reference(energy: HalfFrameEnergy) -> Reference:
     level = float(np.percentile(decibels, SPEECH_PERCENTILE))
     speech = decibels >= level - SPEECH_BELOW_DB
     tilt = float(np.percentile(energy.tilts(0, frames)[speech], TILT_PERCENTILE)) if speech.any() else 0.0
-    highs, louds = energy.bands[: 2 * frames, 2], energy.sums[: 2 * frames]
-    high = float(np.percentile(10.0 * np.log10(np.maximum(highs, 1e-12)), SPEECH_PERCENTILE)) if len(highs) else 0.0
-    loud = float(np.percentile(10.0 * np.log10(np.maximum(louds, 1e-12)), SPEECH_PERCENTILE)) if len(louds) else 0.0
-    return Reference(level, tilt, high, loud)
+    halves = np.c_[energy.bands[: 2 * frames, [2, 5]], energy.sums[: len(energy.bands[: 2 * frames])]]  # (n, 3)
+    usual = np.percentile(10.0 * np.log10(np.maximum(halves, 1e-12)), SPEECH_PERCENTILE, axis=0) if len(halves) else np.zeros(3)
+    high, hiss, loud = (float(value) for value in usual)
+    return Reference(level, tilt, high, loud, hiss)
 
 
 def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first: int) -> np.ndarray:

@@ -68,6 +68,21 @@ def test_the_lips_meet_on_a_hum_as_loud_as_the_vowels_around_it():
     assert levels[11:14].max() == 0.0  # ... shut on the hum, from its second frame to its last but one
 
 
+def test_a_faint_hiss_keeps_the_mouth_open():
+    """A faint s between bright vowels (18 dB under them): as dull below 4 kHz as a stop's closure (16 dB under their
+    energy over 1 kHz), but hissing above it, where the lips are apart: the mouth stays a little open there."""
+    t = np.arange(int(0.4 * RATE)) / RATE
+    harmonics = np.arange(1, 4000 // 180 + 1)[:, None]
+    vowel = (np.sin(2 * np.pi * 180 * harmonics * t) / np.sqrt(harmonics)).sum(axis=0)  # 3 dB an octave: formants
+    spectrum = np.fft.rfft(np.random.default_rng(0).normal(size=int(0.2 * RATE)))
+    spectrum[np.fft.rfftfreq(int(0.2 * RATE), 1 / RATE) < 4000] = 0.0
+    hiss = np.fft.irfft(spectrum)
+    hiss *= np.sqrt(np.mean(vowel**2) / np.mean(hiss**2)) * 10 ** (-18 / 20)
+    wave = np.concatenate([vowel, hiss, vowel]) / np.abs(vowel).max()
+    levels = frame_levels([wave.astype(np.float32)], RATE, FPS)
+    assert levels[11:14].min() > 0.05, levels[9:16]  # 0 where a hiss counted as a closure
+
+
 def test_silence_keeps_the_mouth_shut():
     assert frame_levels([np.zeros(RATE, np.float32)], RATE, FPS).max() == 0.0
 
