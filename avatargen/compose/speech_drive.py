@@ -9,14 +9,14 @@ Per video frame ``t``, the level is the RMS of the audio under it and half a fra
 in dB over the track's speech level (the 95th percentile of the frames' dB over its first ``REFERENCE_S``, so quiet
 and loud recordings open alike), mapped from ``FLOOR_DB`` below it (shut: pauses) to the speech level (1) as the
 ``CURVE`` power of the way. The lips also shut, at the frame's own resolution (its two half frames), where the sound
-is dull (``CLOSURE_DB``: little energy over 1 kHz) and either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming
-(``HUM_DB``: the nasal murmur of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant
-there), and not hissing (``HISS_DB``: s, z, sh and the bursts of t and k keep the lips apart). The same shuts n,
-ng, d, g, th, f, v and often t, k, l, r, which acoustics alone cannot tell from m, b, p. Over 36 s of espeak-ng
-sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of the m and all b and p,
-where loudness alone shut 3 %, 19 % and 56 %; on 67 % of the other consonants (25 %); 95 % of the vowels open
-(100 %), all o and u. A pure function of the audio and the frame index (resume and chunking give the
-same pixels); no smoothing, so no lag.
+is dull (``CLOSURE_DB``: little energy over 1 kHz) and either quiet (``QUIET_DB``: the closure of b and p, silent
+or a voice bar) or humming (``HUM_DB``: the nasal murmur of m, nothing between 0.5 and 1 kHz; an o or u, as dull,
+keeps its second formant there), and not hissing (``HISS_DB``: s, z, sh and the bursts of t and k keep the lips
+apart). The same shuts n, ng, d, g, th, f, v and often t, k, l, r, which acoustics alone cannot tell from m, b, p.
+Over 36 s of espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of
+the m and all b and p, where loudness alone shut 3 %, 19 % and 56 %; on 67 % of the other consonants (25 %); 95 %
+of the vowels open (100 %), all o and u. A pure function of the audio and the frame index (resume and chunking give
+the same pixels); no smoothing, so no lag.
 
 How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
 spectrum's tilt over the same window: the energy between ``HIGH_BAND`` over that in ``LOW_BAND``, in dB. Rounded
@@ -127,8 +127,8 @@ class SpeechDrive:
 class HalfFrameEnergy:
     """The sum of squares of the audio per half video frame (``half`` samples), and its energy in ``LOW_BAND``,
     ``HIGH_BAND``, ``CLOSURE_BAND``, the two ``HUM_BANDS`` and ``HISS_BAND`` (``bands``, per complete half frame; the
-    last four under a Hann window: a hum's strong low harmonics would leak into the higher bands through a plain cut), added
-    to block by block."""
+    last four under a Hann window: a hum's strong low harmonics would leak into the higher bands through a plain
+    cut), added to block by block."""
 
     def __init__(self, sample_rate: int, fps: int) -> None:
         self.fps = fps
@@ -195,7 +195,7 @@ class HalfFrameEnergy:
 
     def tilts(self, first: int, count: int) -> np.ndarray:
         """(count,) dB of ``HIGH_BAND``'s energy over ``LOW_BAND``'s over each frame's window (as ``decibels``)."""
-        bands = _window_sums(self.bands, first, count)  # (count, 3)
+        bands = _window_sums(self.bands, first, count)  # (count, 6)
         return 10.0 * np.log10(np.maximum(bands[:, 1], 1e-12) / np.maximum(bands[:, 0], 1e-12))
 
     def closing(self, first: int, count: int, reference: Reference) -> np.ndarray:
@@ -237,17 +237,18 @@ def _grown(array: np.ndarray, length: int) -> np.ndarray:
 def speech_reference(energy: HalfFrameEnergy) -> Reference:
     """Over the first ``REFERENCE_S`` read: the speech level (the ``SPEECH_PERCENTILE`` of the frames' dB), the
     usual tilt in speech (the ``TILT_PERCENTILE`` of the tilt of the frames within ``SPEECH_BELOW_DB`` of that level;
-    0 where there are none) and the usual high energy (the ``SPEECH_PERCENTILE`` of the half frames' in
-    ``CLOSURE_BAND``, dB)."""
+    0 where there are none) and the usual energy of a half frame in ``CLOSURE_BAND``, in all, and in ``HISS_BAND``
+    (their ``SPEECH_PERCENTILE``); all in dB."""
     frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
     decibels = energy.decibels(0, frames)
     level = float(np.percentile(decibels, SPEECH_PERCENTILE))
     speech = decibels >= level - SPEECH_BELOW_DB
     tilt = float(np.percentile(energy.tilts(0, frames)[speech], TILT_PERCENTILE)) if speech.any() else 0.0
-    halves = np.c_[energy.bands[: 2 * frames, [2, 5]], energy.sums[: len(energy.bands[: 2 * frames])]]  # (n, 3)
-    usual = np.percentile(10.0 * np.log10(np.maximum(halves, 1e-12)), SPEECH_PERCENTILE, axis=0) if len(halves) else np.zeros(3)
-    high, hiss, loud = (float(value) for value in usual)
-    return Reference(level, tilt, high, loud, hiss)
+    halves = min(2 * frames, len(energy.bands))
+    energies = np.c_[energy.bands[:halves, 2], energy.sums[:halves], energy.bands[:halves, 5]]  # (halves, 3)
+    decibels = 10.0 * np.log10(np.maximum(energies, 1e-12))
+    usual = np.percentile(decibels, SPEECH_PERCENTILE, axis=0) if halves else [0.0] * 3
+    return Reference(level, tilt, *(float(value) for value in usual))
 
 
 def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first: int) -> np.ndarray:
