@@ -9,9 +9,11 @@ in flight and pinned host memory for the rest).
     python benchmarks/gpu/gpu_wan.py --policies none block --clips 2 --steps 4 --json-out out/gpu_wan.json
     python benchmarks/gpu/gpu_wan.py --model wan_tiny --device cpu --policies none   # the script itself, on a CPU
 
-Each policy's render runs in a child process under ``--timeout-s``; a child that runs out of time prints every
-thread's stack to its stderr first (faulthandler), and that stack is kept in its row of the JSON, which is
-rewritten after every policy, so a run cut short still says how far each policy got and where it was.
+Each policy's render runs in a child process under ``--timeout-s``; a child that runs out of time is asked for every
+thread's stack (SIGUSR1, faulthandler) before it is killed, and that stack is kept in its row of the JSON, which is
+rewritten after every policy, so a run cut short still says how far each policy got and where it was. (The child
+does not time its own dump: faulthandler's watchdog thread reads the other threads' frames as they change, and
+once crashed a child it woke in the middle of its imports.)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FPS = 25
+STACKS_S = 1.0  # a child out of time has this long to print its stacks before it is killed
 
 
 def run_one(model: str, device: str, policy: str, clips: int, steps: int, image: str) -> dict:
@@ -77,8 +81,8 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        if args.timeout_s:  # the stacks of a render about to be cut short: where its time went
-            faulthandler.dump_traceback_later(max(1.0, args.timeout_s - 5), exit=False)
+        if args.timeout_s:  # the stacks of a render about to be cut short, when the parent asks: where its time went
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         print(json.dumps(run_one(args.model, args.device, args.child, args.clips, args.steps, args.image)))
         return
     rows = []
@@ -94,19 +98,23 @@ def main() -> None:
 
 def run_child(policy: str, cmd: list[str], timeout_s: float | None) -> dict:
     """One policy's row: its measurements, or its error (the end of its stderr: the stacks, when it timed out)."""
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=timeout_s)
-    except subprocess.TimeoutExpired as stopped:
-        stderr = stopped.stderr.decode(errors="replace") if isinstance(stopped.stderr, bytes) else stopped.stderr or ""
+        stdout, stderr = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGUSR1)  # its stacks, then the kill
+        time.sleep(STACKS_S)
+        child.kill()
+        stdout, stderr = child.communicate()
         print(f"{policy:>7} timed out after {timeout_s:.0f} s (its stacks are in the JSON row)", flush=True)
-        stacks = stderr.rfind("Timeout (")  # faulthandler's header: deep stacks would push it out of a plain tail
-        kept = stderr[stacks:][:12000] if stacks >= 0 else stderr[-6000:]
+        heads = [at for at in (stderr.find("Thread 0x"), stderr.find("Current thread 0x")) if at >= 0]
+        kept = stderr[min(heads):][:12000] if heads else stderr[-6000:]  # from the stacks' start, not a tail
         return {"policy": policy, "error": f"timed out after {timeout_s:.0f} s", "stderr": kept}
-    if result.returncode != 0:
-        print(f"{policy:>7} failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
-        return {"policy": policy, "error": result.stderr[-2000:], "exit": result.returncode,
-                "stdout": result.stdout[-2000:]}  # a child that failed: both ends of what it said
-    row = json.loads(result.stdout.strip().splitlines()[-1])
+    if child.returncode != 0:
+        print(f"{policy:>7} failed: {stderr.strip().splitlines()[-1] if stderr.strip() else child.returncode}")
+        return {"policy": policy, "error": stderr[-2000:], "exit": child.returncode,
+                "stdout": stdout[-2000:]}  # a child that failed: both ends of what it said
+    row = json.loads(stdout.strip().splitlines()[-1])
     print(f"{policy:>7} {row['clips']:>5} {row['s_per_step']:>7.2f} {row['peak_device_gib'] or 0:>10.2f} "
           f"{row['peak_rss_mb']:>8.0f} {row['ttff_s']:>7.1f} {row['wall_s']:>7.1f}", flush=True)  # fmt: skip
     return row
