@@ -92,7 +92,7 @@ main() {
   timeout 150 $PY benchmarks/gpu/gpu_offload.py --budget-s 120 --json-out "$OUT/gpu_offload.json"
   bench_rc=$?
 
-  # InfiniteTalk at full size last, with what is left: each policy in a child that prints its stacks before its
+  # InfiniteTalk at full size last, with what is left: each policy in a child that prints its stacks when its
   # time is up (the row in gpu_wan.json says where a slow policy was).
   left=$((BUDGET - (SECONDS - START) - 10))
   if ((left >= 120)); then
