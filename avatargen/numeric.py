@@ -19,6 +19,21 @@ def column_median(values: np.ndarray) -> np.ndarray:
     return (middle[half - 1] + middle[half]) / values.dtype.type(2)
 
 
+def smoothstep(x):
+    """0 below 0, 1 above 1, and 3x^2 - 2x^3 between (zero slope at both ends): of a numpy array or a torch
+    tensor, elementwise."""
+    x = x.clip(0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def nearest_pixels(picture: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """(..., 3) float64: the pixels of ``picture`` (H, W, 3) nearest the points (..., 2) x, y, clipped to it."""
+    height, width = picture.shape[:2]
+    x = np.clip(np.rint(points[..., 0]).astype(int), 0, width - 1)
+    y = np.clip(np.rint(points[..., 1]).astype(int), 0, height - 1)
+    return picture[y, x].astype(np.float64)
+
+
 class SeededUniform:
     """``np.random.default_rng(entropy).uniform(low, high)``, draw for draw and bit for bit (numpy's ``SeedSequence``
     and ``PCG64`` in Python integers), without importing ``numpy.random``: 17-45 ms of a render's time to first

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.errors import ConfigError
-from avatargen.numeric import SeededUniform, column_median
+from avatargen.numeric import SeededUniform, column_median, nearest_pixels
 from avatargen.threads import torch_threads
 
 # The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
@@ -419,11 +419,7 @@ def _pixels_at(frame: np.ndarray, eye: Eye, origin: np.ndarray, s: np.ndarray, t
     """(..., 3) float64 the pixels of ``frame`` nearest the points ``s`` along one eye and ``t`` down across it (eye
     widths from its centre, in the head box's pixels that start at ``origin``), clipped to the frame."""
     centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
-    where = centre + origin + (s[..., None] * along + t[..., None] * down) * eye[3]  # (..., 2) x, y
-    height, width = frame.shape[:2]
-    x = np.clip(np.rint(where[..., 0]).astype(int), 0, width - 1)
-    y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
-    return frame[y, x].astype(np.float64)
+    return nearest_pixels(frame, centre + origin + (s[..., None] * along + t[..., None] * down) * eye[3])
 
 
 def _closure(phase: float) -> float:

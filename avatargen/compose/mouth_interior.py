@@ -18,7 +18,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from avatargen.face.lips import Lips
-from avatargen.numeric import column_median
+from avatargen.numeric import column_median, nearest_pixels, smoothstep
 
 _GREY = np.array([0.299, 0.587, 0.114])
 
@@ -60,17 +60,17 @@ class MouthInterior:
         inner edge / over the lower lip's (h, w), ``along`` the mouth in half-widths (-1, 1 at the corners), for an
         opening of ``opening`` output pixels at the middle of a mouth ``half`` output pixels wide each side."""
         gap = (from_top + from_bottom).clamp_min(1e-3)  # (h, w) the gap's height in this column
-        corner = 1.0 - CORNER_SHADOW * _smoothstep((along.abs() - 0.35) / 0.6)  # (h, w)
+        corner = 1.0 - CORNER_SHADOW * smoothstep((along.abs() - 0.35) / 0.6)  # (h, w)
         teeth_depth = torch.minimum(TEETH_SHARE * gap, torch.full_like(gap, TEETH_MAX_HALF_WIDTHS * half))
         bounds = torch.tensor(TOOTH_BOUNDS)
         to_bound = ((along.abs()[..., None] - bounds).abs().amin(dim=-1) * half)  # (h, w) pixels to a tooth's side
         seam = torch.exp(-((to_bound / 0.7) ** 2))  # (h, w): 1 on a side, none a pixel or so away
         teeth_depth = teeth_depth * (1.0 - TEETH_ARCH * along**2) - TOOTH_NOTCH * seam
-        teeth = _smoothstep(teeth_depth - from_top + 0.5)  # (h, w): a one-pixel edge
-        lip_shadow = 1.0 - LIP_SHADOW * (1.0 - _smoothstep(from_top / (0.35 * teeth_depth.clamp_min(1.0))))
+        teeth = smoothstep(teeth_depth - from_top + 0.5)  # (h, w): a one-pixel edge
+        lip_shadow = 1.0 - LIP_SHADOW * (1.0 - smoothstep(from_top / (0.35 * teeth_depth.clamp_min(1.0))))
         low, high = TONGUE_OPENINGS
-        tongue_height = TONGUE_SHARE * gap * float(_smoothstep(torch.tensor((opening / half - low) / (high - low))))
-        tongue = _smoothstep((tongue_height - from_bottom) / 1.5 + 0.5)  # (h, w): a softer edge
+        tongue_height = TONGUE_SHARE * gap * float(smoothstep(torch.tensor((opening / half - low) / (high - low))))
+        tongue = smoothstep((tongue_height - from_bottom) / 1.5 + 0.5)  # (h, w): a softer edge
         back = (from_bottom / tongue_height.clamp_min(1e-3)).clamp(0.0, 1.0)  # (h, w): 0 at the front, 1 at its back
         colour = self.cavity[:, None, None] * corner  # (3, h, w)
         tongue_colour = self.tongue[:, None, None] * (1.0 - (1.0 - TONGUE_BACK) * back) * corner
@@ -82,13 +82,10 @@ class MouthInterior:
 def cheek_skin(picture: np.ndarray, lips: Lips) -> np.ndarray:
     """(3,) the median colour of the cheeks beside the nose, above the mouth of ``lips`` (1.1-1.7 half-widths to
     either side of its middle, 1.2-2.0 above it): skin on a bearded face too, which the mouth's sides are not."""
-    height, width = picture.shape[:2]
     half = max(lips.width / 2, 1.0)
     along, down = np.meshgrid(np.r_[-1.7:-1.1:5j, 1.1:1.7:5j], np.linspace(-2.0, -1.2, 5))
     points = lips.centre + half * (along[..., None] * lips.along + down[..., None] * lips.down)  # (5, 10, 2)
-    x = np.clip(np.rint(points[..., 0]).astype(int), 0, width - 1)
-    y = np.clip(np.rint(points[..., 1]).astype(int), 0, height - 1)
-    return column_median(picture[y, x].reshape(-1, 3).astype(np.float64))
+    return column_median(nearest_pixels(picture, points).reshape(-1, 3))
 
 
 def own_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor | None:
@@ -117,8 +114,3 @@ def estimated_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor:
     grey = max(float(skin @ _GREY), 1.0)
     tint = 1.0 + TEETH_TINT * (skin / grey - 1.0)  # (3,)
     return torch.from_numpy(np.clip(TEETH_OVER_SKIN * grey * tint, 0.0, 240.0)).float()
-
-
-def _smoothstep(x: torch.Tensor) -> torch.Tensor:
-    x = x.clamp(0.0, 1.0)
-    return x * x * (3.0 - 2.0 * x)

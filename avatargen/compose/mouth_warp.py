@@ -45,7 +45,7 @@ from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_interior import MouthInterior, estimated_teeth, own_teeth
 from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.face.lips import Lips
-from avatargen.numeric import column_median
+from avatargen.numeric import column_median, nearest_pixels, smoothstep
 
 # The model's mouth box in its own frame (fractions of the side; the framing of the training frames puts every mouth
 # there: composite.MOUTH_REGION spans x 0.37-0.63, y 0.51-0.70) and the skin bands just above and below it.
@@ -231,11 +231,11 @@ class MouthWarp:
         self._lip_profile = _bump(along_mouth.abs())  # (h, w): 1 at the centre, 0 at the corners
         self._along = along_mouth
         # (h, w): 0 down to the lower lip's edge (the lip keeps its thickness), 1 from where the jaw moves in full
-        jaw = _smoothstep((below_lip - lip_depth / half) / (JAW_FULL_BELOW - lip_depth / half))
+        jaw = smoothstep((below_lip - lip_depth / half) / (JAW_FULL_BELOW - lip_depth / half))
         half_width = 1.0 + (JAW_HALF_WIDTH - 1.0) * jaw
-        fade = 1.0 - _smoothstep((below_lip - JAW_FULL_BELOW) / (JAW_STILL_BELOW - JAW_FULL_BELOW))
+        fade = 1.0 - smoothstep((below_lip - JAW_FULL_BELOW) / (JAW_STILL_BELOW - JAW_FULL_BELOW))
         self._lower_profile = _bump(along_mouth.abs() / half_width) * fade  # (h, w)
-        nose = _smoothstep(1.0 + below_lip / UPPER_FADE)  # (h, w): 0 towards the nose, 1 at the lip line
+        nose = smoothstep(1.0 + below_lip / UPPER_FADE)  # (h, w): 0 towards the nose, 1 at the lip line
         self._upper_profile = self._lip_profile * nose  # (h, w)
         patch = torch.from_numpy(np.ascontiguousarray(background[top:bottom, left:right])).float()  # (h, w, 3)
         self._patch = patch.permute(2, 0, 1)[None]  # (1, 3, h, w)
@@ -298,7 +298,7 @@ class MouthWarp:
         source = torch.where(lower, source.clamp_min(0.0), source.clamp_max(0.0))
         moved = self._pixels + (source - below)[..., None] * torch.tensor(self._v, dtype=torch.float32)  # (h, w, 2)
         warped = self._sample(self._patch, moved - self._pixels[0, 0], mode="bicubic")  # (3, h, w)
-        inside = _smoothstep(depth / self._edge)  # (h, w)
+        inside = smoothstep(depth / self._edge)  # (h, w)
         rows, cols = torch.nonzero(inside.amax(dim=1) > 0)[:, 0], torch.nonzero(inside.amax(dim=0) > 0)[:, 0]
         if len(rows) == 0:
             return _to_uint8(self._narrowed(warped, roundness, 0.5 * (down - up), opening))
@@ -312,7 +312,7 @@ class MouthWarp:
         if self._upper_teeth:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
             reach = min(UPPER_TEETH[0] * opening, UPPER_TEETH[1] * self.half)
             band = (~lower[gap]) * _bump(depth[gap] / max(reach, 1.0)) * self._lip_profile[gap]  # (gh, gw)
-            interior += _smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)
+            interior += smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)
         warped[:, gap[0], gap[1]] += inside[gap] * (interior - warped[:, gap[0], gap[1]])
         return _to_uint8(self._narrowed(warped, roundness, 0.5 * (down - up), opening))
 
@@ -409,13 +409,9 @@ def _lip_line(picture: np.ndarray, guess: np.ndarray, u: np.ndarray, v: np.ndarr
     columns depart most in colour from the cheeks beside the mouth (closed lips: where they meet; a smile: the
     lower edge of its upper teeth, about); ``guess`` itself where nothing there departs. ``u``, ``v``: along the
     mouth and down the face; ``span``: the eye span in pixels."""
-    height, width = picture.shape[:2]
 
     def colours(along: np.ndarray, down: np.ndarray) -> np.ndarray:  # spans from the guess -> (..., 3) float
-        where = guess + (along[..., None] * u + down[..., None] * v) * span
-        x = np.clip(np.rint(where[..., 0]).astype(int), 0, width - 1)
-        y = np.clip(np.rint(where[..., 1]).astype(int), 0, height - 1)
-        return picture[y, x].astype(np.float64)
+        return nearest_pixels(picture, guess + (along[..., None] * u + down[..., None] * v) * span)
 
     rows = np.arange(LIP_SEARCH[0] * span, LIP_SEARCH[1] * span + 1.0) / span  # spans, one pixel apart
     beside = np.meshgrid(np.r_[-0.6:-0.45:4j, 0.45:0.6:4j], np.linspace(-0.05, 0.2, 6))
@@ -472,17 +468,12 @@ def _teeth(grey: torch.Tensor, skin: float) -> torch.Tensor:
     """(h, w) in [0, 1]: how much of ``grey`` the interior draws as teeth: its share of the way from the ``skin``
     grey to white, through ``TEETH_LEVEL``."""
     share = (grey - skin) / max(255.0 - skin, 1.0)
-    return _smoothstep((share - TEETH_LEVEL[0]) / (TEETH_LEVEL[1] - TEETH_LEVEL[0]))
-
-
-def _smoothstep(x: torch.Tensor) -> torch.Tensor:
-    x = x.clamp(0.0, 1.0)
-    return x * x * (3.0 - 2.0 * x)
+    return smoothstep((share - TEETH_LEVEL[0]) / (TEETH_LEVEL[1] - TEETH_LEVEL[0]))
 
 
 def _bump(x: torch.Tensor) -> torch.Tensor:
     """1 at 0, falling smoothly (zero slope at both ends) to 0 at 1 and beyond."""
-    return 1.0 - _smoothstep(x)
+    return 1.0 - smoothstep(x)
 
 
 def _to_uint8(image: torch.Tensor) -> np.ndarray:

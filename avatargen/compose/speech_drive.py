@@ -35,6 +35,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from avatargen.numeric import smoothstep
+
 WINDOW_FRAMES = 2.0  # the RMS window, in frames, centred on the frame's own
 FLOOR_DB = 24.0  # this far below the speech level the mouth is shut ...
 CURVE = 1.5  # ... and the level rises as this power of the way from there to the speech level (loud syllables open
@@ -195,7 +197,7 @@ class HalfFrameEnergy:
 
     def tilts(self, first: int, count: int) -> np.ndarray:
         """(count,) dB of ``HIGH_BAND``'s energy over ``LOW_BAND``'s over each frame's window (as ``decibels``)."""
-        bands = _window_sums(self.bands, first, count)  # (count, 6)
+        bands = _window_sums(self.bands[:, :2], first, count)  # (count, 2)
         return 10.0 * np.log10(np.maximum(bands[:, 1], 1e-12) / np.maximum(bands[:, 0], 1e-12))
 
     def closing(self, first: int, count: int, reference: Reference) -> np.ndarray:
@@ -205,10 +207,10 @@ class HalfFrameEnergy:
         begin, end = 2 * first, min(2 * (first + count), len(self.bands))  # only these half frames (linear in time)
         energies = np.c_[self.bands[begin:end, 2:], self.sums[begin:end]]  # (n, 5)
         decibels = 10.0 * np.log10(np.maximum(energies, 1e-12))
-        dull = _smoothstep((reference.high - decibels[:, 0] - CLOSURE_DB[0]) / (CLOSURE_DB[1] - CLOSURE_DB[0]))
-        hum = _smoothstep((decibels[:, 1] - decibels[:, 2] - HUM_DB[0]) / (HUM_DB[1] - HUM_DB[0]))
-        quiet = _smoothstep((reference.loud - decibels[:, 4] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
-        hushed = _smoothstep((reference.hiss - decibels[:, 3] - HISS_DB[0]) / (HISS_DB[1] - HISS_DB[0]))
+        dull = smoothstep((reference.high - decibels[:, 0] - CLOSURE_DB[0]) / (CLOSURE_DB[1] - CLOSURE_DB[0]))
+        hum = smoothstep((decibels[:, 1] - decibels[:, 2] - HUM_DB[0]) / (HUM_DB[1] - HUM_DB[0]))
+        quiet = smoothstep((reference.loud - decibels[:, 4] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
+        hushed = smoothstep((reference.hiss - decibels[:, 3] - HISS_DB[0]) / (HISS_DB[1] - HISS_DB[0]))
         shut = np.ones(2 * count)  # silence past what was read: shut
         shut[: max(end - begin, 0)] = dull * np.maximum(hum, quiet) * hushed
         return shut.reshape(count, 2).max(axis=1)
@@ -282,8 +284,3 @@ def frame_shapes(blocks: Iterable[np.ndarray], sample_rate: int, fps: int) -> tu
     reference = speech_reference(energy)
     levels = frame_levels_of(energy, reference, 0, energy.frames, True)
     return levels, roundness_of(energy, reference.tilt, levels, 0)
-
-
-def _smoothstep(x: np.ndarray) -> np.ndarray:
-    x = np.clip(x, 0.0, 1.0)
-    return x * x * (3.0 - 2.0 * x)
