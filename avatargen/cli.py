@@ -92,12 +92,12 @@ def _run(action: Callable[[], None], debug: bool) -> None:
 
 @app.command(epilog=EXIT_CODES)
 def render(
-    image: Optional[Path] = typer.Option(None, "--image", "-i", help="Reference image (PNG, JPEG, WebP; any size and mode).", show_default=False),
-    video: Optional[Path] = typer.Option(None, "--video", help="Instead of --image: a source video to dub with the audio (its head and body motion followed, its audio replaced; models that follow a video: docs/models.md).", show_default=False),
-    audio: List[Path] = typer.Option(..., "--audio", "-a", help="Driving audio (wav, flac, mp3, ogg, m4a; any rate, mono or stereo); - reads WAV (or raw PCM, see --audio-rate) from stdin until it ends. Twice for two speakers (left first; docs/models.md)."),
+    image_text: Optional[str] = typer.Option(None, "--image", "-i", help="Reference image (PNG, JPEG, WebP; any size and mode); a file or s3://BUCKET/KEY.", show_default=False),
+    video_text: Optional[str] = typer.Option(None, "--video", help="Instead of --image: a source video to dub with the audio (its head and body motion followed, its audio replaced; models that follow a video: docs/models.md).", show_default=False),
+    audio_text: List[str] = typer.Option(..., "--audio", "-a", help="Driving audio (wav, flac, mp3, ogg, m4a; any rate, mono or stereo), a file or s3://BUCKET/KEY; - reads WAV (or raw PCM, see --audio-rate) from stdin until it ends. Twice for two speakers (left first; docs/models.md)."),
     person_box: Optional[List[str]] = typer.Option(None, "--person-box", help="Two speakers: X0,Y0,X1,Y1 (pixels of the picture) of each speaker, in the order of the -a files; default: found in the picture.", show_default=False),
     audio_type: str = typer.Option("para", "--audio-type", help="Two speakers: para (they talk at once) or add (the first file, then the second)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml. - writes MPEG-TS to stdout (| ffplay -).", show_default=False),
+    output_text: Optional[str] = typer.Option(None, "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml. s3://BUCKET/KEY.mp4 uploads it when finished (docs/batch.md). - writes MPEG-TS to stdout (| ffplay -).", show_default=False),
     publish: Optional[List[str]] = typer.Option(None, "--publish", help="Also publish live while rendering (repeatable): DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY. Same encode as the file.", show_default=False),
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
@@ -118,18 +118,30 @@ def render(
     that resumes the render.
     """
 
+    from avatargen.bulk.locations import ObjectUrl, where
     from avatargen.io import image_prefetch as prefetch
 
+    def located(text: str | None) -> Path | ObjectUrl | None:
+        return None if text is None else where(text)
+
     def action() -> None:
+        nonlocal image, video, output, audio, local_image
+        image, video, output = located(image_text), located(video_text), located(output_text)
+        audio = [where(text) for text in audio_text]
+        local_image = image if isinstance(image, Path) and video is None else None
         # The picture's face search starts now, in a process of its own, while this one imports torch.
-        with prefetch.beside(image if video is None else None):
+        with prefetch.beside(local_image):
             render_action()
+
+    image = video = output = local_image = None
+    audio: list = []
 
     def render_action() -> None:
         from avatargen.config.live import live_overrides
         from avatargen.config.loader import load_config
+        from avatargen.bulk.remote_render import render_anywhere
         from avatargen.progress import RenderProgress
-        from avatargen.render import RenderRequest, render as run_render
+        from avatargen.render import RenderRequest
 
         from avatargen.io.audio_stream import RawPcm
 
@@ -140,8 +152,8 @@ def render(
             cfg.output.realtime = True
         if face is not None:
             cfg.pipeline.face = face
-        if image is not None and cfg.pipeline.image_fit.value == "face":
-            prefetch.frame(image, cfg.model.image_size, cfg.pipeline.face)  # the search's second step, under way
+        if local_image is not None and cfg.pipeline.image_fit.value == "face":
+            prefetch.frame(local_image, cfg.model.image_size, cfg.pipeline.face)  # the search's second step, under way
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
         raw = RawPcm(audio_rate, audio_channels if audio_channels is not None else 1) if audio_rate is not None else None
@@ -150,9 +162,10 @@ def render(
         boxes = tuple(parse_box(box) for box in person_box or [])
         request = RenderRequest(image=image, audio=audio[0], output=output, prompt=prompt, raw_audio=raw, video=video,
                                 extra_audio=tuple(audio[1:]), person_boxes=boxes, audio_type=audio_type)  # fmt: skip
-        if evaluate and (request.output_file is None or str(audio[0]) == "-" or len(audio) > 1):
-            raise BadInputError("--eval measures an MP4 file against one speaker's audio file; give --output OUT.mp4 "
-                                "and one --audio FILE")  # fmt: skip
+        if evaluate and (request.output_file is None or str(audio[0]) == "-" or len(audio) > 1
+                         or any(isinstance(x, ObjectUrl) for x in (output, audio[0], image))):  # fmt: skip
+            raise BadInputError("--eval measures a local MP4 file against one speaker's local audio file; give "
+                                "--output OUT.mp4 and one --audio FILE")  # fmt: skip
         if evaluate:
             from avatargen.face.detector import INSTALL_HINT, face_networks_installed
 
@@ -168,7 +181,7 @@ def render(
             # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.
             return RenderProgress(fps, total, enabled=not quiet and sys.stderr.isatty())
 
-        report = run_render(
+        report = render_anywhere(
             request, cfg, progress_factory=progress, record_seams=evaluate, resume=resume, resume_command=_resume_command(),
             overwrite=overwrite,
         )
@@ -325,46 +338,61 @@ def synth(
 
 @app.command(epilog=EXIT_CODES)
 def batch(
-    jobs: Path = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder. Or the word status: show the state of the out-dir given after it."),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Folder for the outputs and batch_report.json (shared by every worker).", show_default=False),
+    jobs: str = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV, a file or s3://BUCKET/KEY; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder. Or the word status: show the state of the out-dir given after it."),
+    out_dir: Optional[str] = typer.Option(None, "--out-dir", help="Folder (or s3://BUCKET/PREFIX) for the outputs and batch_report.json (shared by every worker).", show_default=False),
+    ray: bool = typer.Option(False, "--ray/--no-ray", help="Run the jobs on a Ray cluster (batch.engine=ray): long-lived worker actors keep the model loaded; a lost node's job resumes on another (pip install 'avatargen[ray]'; docs/batch.md).", show_default=True),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --ray: the cluster to join (HOST:PORT, ray://HOST:10001, auto; batch.ray.address) [default: RAY_ADDRESS, else a local Ray on this machine].", show_default=False),
     retry_failed: bool = typer.Option(False, "--retry-failed/--no-retry-failed", help="Try again the jobs that failed for good (OUT.failed.json) before this worker started.", show_default=True),
     allow_outside_out_dir: bool = typer.Option(False, "--allow-outside-out-dir/--no-allow-outside-out-dir", help="Let jobs write outside --out-dir (absolute or ../ outputs, output.publish elsewhere); refused by default.", show_default=True),
     json_out: bool = typer.Option(False, "--json/--no-json", help="With status: print one JSON object.", show_default=True),
-    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP.replace("OUTPUT's", "each job's output's")),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP.replace("OUTPUT's", "each job's output's") + " Also the batch's own side files (batch_report.json, batch_jobs.json, OUT.failed.json)."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP + " Applied to every job, before its own overrides.", show_default=False),
 ) -> None:
     """Work through the jobs of JOBS into --out-dir as one worker among any number (several processes, machines, a
-    Slurm array, torchrun ranks); `avatargen batch status DIR [--json]` shows done / running / failed / pending.
+    Slurm array, torchrun ranks), or as the driver of Ray workers (--ray); `avatargen batch status DIR [--json]`
+    shows done / running / failed / pending.
 
-    Each worker takes the next job that is neither finished (OUT.mp4), nor locked by a live worker (OUT.lock), nor
+    Each worker takes the next job that is neither finished (OUT.mp4), nor claimed by a live worker (OUT.lock), nor
     failed for good (OUT.failed.json), renders it, and waits for the jobs others hold until every job is finished or
-    failed; a job whose worker died is resumed from its last checkpoint. Under torchrun, runtime.batch_mode=spread
-    makes every rank such a worker; shard renders each job with all ranks. Exit code: 0 if every job is finished, 2
-    if the failures were all bad input or config, 1 otherwise; details per job in DIR/batch_report.json
-    (docs/distributed.md).
+    failed; a job whose worker died is resumed from its last checkpoint. JOBS, the inputs and --out-dir may be in
+    S3-compatible storage (s3://...). Under torchrun, runtime.batch_mode=spread makes every rank such a worker;
+    shard renders each job with all ranks. Exit code: 0 if every job is finished, 2 if the failures were all bad
+    input or config, 1 otherwise (130/143 when stopped: rerun the same command to continue); details per job in
+    DIR/batch_report.json (docs/batch.md).
     """
     code = EXIT_FAILURE
 
     def action() -> None:
         nonlocal code
-        if str(jobs) == "status" and not jobs.is_file():
-            from avatargen.batch_state import batch_status, print_status
+        from avatargen.bulk.locations import is_url, where
 
-            folder = out_dir if out_dir is not None else (Path(overrides[0]) if overrides else None)
-            if folder is None or len(overrides or []) > (0 if out_dir is not None else 1):
-                raise BadInputError("give one out-dir: avatargen batch status DIR [--json]")
-            print_status(batch_status(folder), folder, json_out)
+        if jobs == "status" and not Path(jobs).is_file():
+            from avatargen.bulk.status import print_status
+            from avatargen.bulk.batch_files import open_out_dir
+            from avatargen.config.loader import load_config, to_config
+
+            folder = out_dir if out_dir is not None else (overrides[0] if overrides else None)
+            rest = (overrides or [])[0 if out_dir is not None else 1:]
+            if folder is None or any("=" not in word for word in rest):
+                raise BadInputError("give one out-dir: avatargen batch status DIR [--json] [storage.KEY=VALUE ...]")
+            config = to_config(load_config(rest))
+            location = where(folder)
+            if not is_url(folder) and not Path(folder).is_dir():
+                raise BadInputError(f"out-dir '{folder}' does not exist; give the --out-dir of a batch")
+            print_status(open_out_dir(location, config).states(), folder, json_out)
             code = 0
             return
         if out_dir is None:
             raise BadInputError("give --out-dir DIR: the folder for the outputs (shared by every worker)")
-        from avatargen.batch import run_batch
+        from avatargen.bulk.batch import run_batch
 
+        extra = (["batch.engine=ray"] if ray or ray_address else []) + ([f"batch.ray.address={ray_address}"] if ray_address else [])
         # A job stopped mid-render is resumed by the next worker that claims it: running this command again does it.
         again = shlex.join(["avatargen", *sys.argv[1:]])
-        code = run_batch(jobs, out_dir, overrides or [], warn=say, allow_outside=allow_outside_out_dir,
-                         retry_failed=retry_failed, resume_command=again, overwrite=overwrite)  # fmt: skip
+        code = run_batch(where(jobs), where(out_dir), [*(overrides or []), *extra], warn=say,
+                         allow_outside=allow_outside_out_dir, retry_failed=retry_failed, resume_command=again,
+                         overwrite=overwrite)  # fmt: skip
 
     _run(action, debug)
     raise typer.Exit(code)

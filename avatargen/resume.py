@@ -9,6 +9,7 @@ where the encoder also forces a keyframe. SIGINT/SIGTERM ask the pipeline to sto
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import signal
 import threading
@@ -69,6 +70,12 @@ class StopRequests:
         for callback in self._callbacks if first else ():
             callback()
 
+    def request(self, signum: int = signal.SIGINT) -> None:
+        """Ask for a stop from code, as a first signal would (any thread: a batch driver stopping its workers, a
+        worker that lost its claim on a job)."""
+        if self.signum is None:
+            self._handle(signum, None)
+
     def finishing(self) -> None:
         """From now on signals only count: what is left (closing the partial MP4, cutting its audio at its video)
         takes a moment, and cutting it short would leave audio past the last frame."""
@@ -97,6 +104,7 @@ NOT_FINGERPRINTED = (
     "runtime.dist_timeout_s", "runtime.numa",
     "runtime.offload", "runtime.offload_resident_blocks",
 )  # fmt: skip
+NOT_FINGERPRINTED_SECTIONS = ("batch", "storage")  # how jobs are handed out and where files are kept
 
 
 def fingerprint(
@@ -104,14 +112,16 @@ def fingerprint(
     dtype: str = "float32", layout: Any = None,
 ) -> dict[str, str]:
     """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config but
-    ``NOT_FINGERPRINTED`` (with the device, thread count and compute dtype this process resolved: ``runtime.dtype=auto``
+    ``NOT_FINGERPRINTED`` and ``NOT_FINGERPRINTED_SECTIONS`` (with the device, thread count and compute dtype this process resolved: ``runtime.dtype=auto``
     can resolve differently on another machine; and, for a render whose ranks split the work, the guidance and
-    sequence degrees of its ``layout``: they change float sums), and the ``weight_files`` (path, size, mtime; none
-    for random weights)."""
+    sequence degrees of its ``layout``: they change float sums), and the ``weight_files`` (``weights_signature``; none for random
+    weights)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     for key in NOT_FINGERPRINTED:
         section, _, leaf = key.partition(".")
         container.get(section, {}).pop(leaf, None)
+    for section in NOT_FINGERPRINTED_SECTIONS:
+        container.pop(section, None)
     container.setdefault("runtime", {}).update(device=str(device), threads=torch.get_num_threads(), dtype=dtype)
     if layout is not None and layout.split:  # FSDP alone changes no frame: a sharded render resumes in one process
         container["runtime"]["layout"] = {"guidance": layout.guidance, "sequence": layout.sequence}
@@ -122,9 +132,26 @@ def fingerprint(
         "config": text_digest(json.dumps(container, sort_keys=True)),
     }
     if weight_files:
-        files = weight_files
-        found["weights"] = text_digest(json.dumps([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]))
+        found["weights"] = text_digest(json.dumps([weights_signature(f) for f in weight_files]))
     return found
+
+
+SIGNATURE_BYTES = 1 << 20  # read from each end of a weights file for its signature
+
+
+def weights_signature(file: Path) -> tuple[str, int, str]:
+    """What tells a weights file from another, wherever it is installed: its name, size, and a digest of its first
+    and last MiB (a safetensors header and the first and last tensors' bytes). Not its path or mtime: a render
+    stopped on one node of a cluster resumes on another, whose copy of the same weights lies elsewhere or was
+    written at another time; reading 2 MiB a file keeps this fast for weights of any size."""
+    digest = hashlib.sha256()
+    size = file.stat().st_size
+    with open(file, "rb") as handle:
+        digest.update(handle.read(SIGNATURE_BYTES))
+        if size > 2 * SIGNATURE_BYTES:
+            handle.seek(size - SIGNATURE_BYTES)
+        digest.update(handle.read(SIGNATURE_BYTES))
+    return file.name, size, digest.hexdigest()
 
 
 def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn: Callable[[str], None]) -> RenderCheckpoint | None:
@@ -164,7 +191,9 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
                             f"{error.__class__.__name__} {error}); render without --resume to start over") from None
 
 
-def checkpoint_saver(store: ResumeStore) -> Callable[[RenderCheckpoint], None]:
+def checkpoint_saver(store: ResumeStore, after: Callable[[], None] | None = None) -> Callable[[RenderCheckpoint], None]:
+    """Saves each checkpoint into ``store``, then calls ``after`` (e.g. a copy of the resume state to a bucket)."""
+
     def save(checkpoint: RenderCheckpoint) -> None:
         try:
             store.save(*checkpoint.to_tensors())
@@ -176,5 +205,7 @@ def checkpoint_saver(store: ResumeStore) -> Callable[[RenderCheckpoint], None]:
             if f"os error {errno.EFBIG})" in str(err) or f"os error {errno.ENOSPC})" in str(err):
                 raise disk_full_error(store.folder, str(err).splitlines()[0]) from None
             raise
+        if after is not None:
+            after()
 
     return save

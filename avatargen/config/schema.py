@@ -89,6 +89,21 @@ class BatchMode(Enum):
     shard = "shard"  # every job is rendered by all ranks together, sharded (big models)
 
 
+class BatchEngine(Enum):
+    """Who hands out the jobs of ``avatargen batch`` (docs/batch.md)."""
+
+    workers = "workers"  # any number of worker processes, each claiming jobs itself (lock files or bucket claims)
+    ray = "ray"  # a Ray driver schedules long-lived worker actors over a Ray cluster (``--ray``)
+
+
+class AddressingStyle(Enum):
+    """How S3 requests name the bucket (``storage.addressing_style``)."""
+
+    auto = "auto"  # boto3's choice (virtual-hosted on AWS)
+    path = "path"  # http://endpoint/bucket/key: most self-hosted stores
+    virtual = "virtual"  # http://bucket.endpoint/key
+
+
 @dataclass
 class ModelConfig:
     """The keys every model family shares. ``fps``, ``image_size`` and ``sample_rate`` are properties of a trained
@@ -175,6 +190,37 @@ class RuntimeConfig:
 
 
 @dataclass
+class RayConfig:
+    """The Ray engine of ``avatargen batch`` (``--ray``; docs/batch.md, "Ray cluster")."""
+
+    address: Optional[str] = None  # a running cluster: HOST:PORT, ray://HOST:10001 or auto; null: RAY_ADDRESS, else a local Ray (127.0.0.1)
+    workers: int = 0  # worker actors; 0: as many as the cluster's free CPUs (GPUs with num_gpus > 0) fit
+    num_cpus: float = 1.0  # CPUs each worker reserves (also its torch threads when runtime.threads is 0)
+    num_gpus: float = 0.0  # GPUs each worker reserves: 1 on a GPU cluster
+    forward_aws_env: bool = True  # give the workers the driver's AWS_* variables (endpoint, region, credentials)
+
+
+@dataclass
+class BatchConfig:
+    """How ``avatargen batch`` runs its jobs (docs/batch.md)."""
+
+    engine: BatchEngine = BatchEngine.workers
+    max_retries: int = 2  # a job that fails other than by bad input, or loses its worker, is tried this many more times
+    ray: RayConfig = field(default_factory=RayConfig)
+
+
+@dataclass
+class StorageConfig:
+    """Object storage for ``s3://`` inputs and outputs (docs/batch.md, "Object storage")."""
+
+    endpoint_url: Optional[str] = None  # S3-compatible endpoint; null: AWS_ENDPOINT_URL(_S3) or ~/.aws/config, else AWS
+    region: Optional[str] = None  # null: AWS_REGION / AWS_DEFAULT_REGION / ~/.aws/config, else us-east-1
+    addressing_style: AddressingStyle = AddressingStyle.auto
+    scratch_dir: Optional[str] = None  # where s3:// renders download inputs and write before upload; null: the temp folder
+    lease_s: float = 30.0  # a claim in a bucket that its worker has not renewed for this long is free again
+
+
+@dataclass
 class Config:
     """The whole resolved configuration of one render."""
 
@@ -182,6 +228,8 @@ class Config:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
     seed: int = 0
 
 

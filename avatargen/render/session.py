@@ -81,6 +81,7 @@ class RenderOptions:
     resume_command: str = ""
     output_lock: OutputLock | None = None
     overwrite: bool = False  # replace what is at the output's names even when avatargen did not write it
+    after_checkpoint: Callable[[], None] | None = None  # called after each checkpoint is saved in OUT.resume/
 
 
 @dataclass
@@ -109,16 +110,19 @@ def render(
     resume_command: str = "",
     output_lock: OutputLock | None = None,
     overwrite: bool = False,
+    after_checkpoint: Callable[[], None] | None = None,
+    stop: StopRequests | None = None,
 ) -> dict[str, Any]:
     """Render ``request`` with config ``cfg``; returns the report printed by ``--json`` (``RenderOptions`` says what
     the other arguments do).
 
     SIGINT/SIGTERM stop it after the current step with ``RenderInterrupted`` (exit code 130/143), whose message
-    names the partial MP4 and ``resume_command``. The output file is written under its lock (``OUT.lock``): a second
-    render of it fails at once (``OutputLockedError``).
+    names the partial MP4 and ``resume_command``; so does ``stop.request()`` from code (another thread). The output
+    file is written under its lock (``OUT.lock``): a second render of it fails at once (``OutputLockedError``).
     """
-    options = RenderOptions(progress_factory, warn, record_seams, resume, resume_command, output_lock, overwrite)
-    with StopRequests() as stop, rank_failures():
+    options = RenderOptions(progress_factory, warn, record_seams, resume, resume_command, output_lock, overwrite,
+                            after_checkpoint)  # fmt: skip
+    with stop if stop is not None else StopRequests() as stop, rank_failures():
         return RenderSession(request, cfg, options, stop).run()
 
 
@@ -366,7 +370,7 @@ class RenderSession:
             run = dict(record_seams=self.options.record_seams, resume=self.checkpoint, should_stop=should_stop,
                        **self._work_options())  # fmt: skip
             if store is not None:
-                run.update(checkpoints=self.grid, on_checkpoint=checkpoint_saver(store))
+                run.update(checkpoints=self.grid, on_checkpoint=checkpoint_saver(store, self.options.after_checkpoint))
             pipeline.models.monitor.reset()  # the modules outlive a render (batch reuses them); their costs do not
             args = (self.opened.reference, audio, sinks, self.request.prompt)
             if progress_cm is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from avatargen.batch import read_jobs
+from avatargen.bulk.jobs import read_jobs
 from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
 from tests.distributed.torchrun import torchrun
 from tests.ffmpeg_probe import probe
@@ -60,7 +60,7 @@ def test_a_publish_override_outside_the_out_dir_fails_that_job_before_it_renders
     outside = tmp_path / "live" / "x.m3u8"
     jobs.write_text(json.dumps({"image": "in/face.png", "audio": "in/a.wav", "output": "a.mp4",
                                 "overrides": [f"output.publish=[{outside}]"]}) + "\n")  # fmt: skip
-    from avatargen.batch import run_batch
+    from avatargen.bulk.batch import run_batch
 
     assert run_batch(jobs, tmp_path / "out", FAST, warn=lambda message: None) == 2
     report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
@@ -133,10 +133,14 @@ def test_one_output_named_two_ways_is_a_duplicate_and_status_lists_it_once(tmp_p
     assert first.problem is None and other.problem is None
     for twin in (dotted, linked):
         assert "is also the output of job 0; give each job its own output" in twin.problem
-    from avatargen.batch_state import batch_status, write_manifest
+    from avatargen.bulk.local_dir import LocalOutDir
+    from avatargen.bulk.status import MANIFEST_NAME
+    from avatargen.bulk.batch_files import manifest_chunks
+    from avatargen.bulk.jobs import Job
 
-    write_manifest(out, [job.claimed_as for job in (first, dotted, linked, other)] + [out / "d" / ".." / "y.mp4"])
-    listed = [state.output for state in batch_status(out) if not state.output.startswith("(job")]
+    extra = Job(9, None, None, out / "d" / ".." / "y.mp4")
+    LocalOutDir(out).write_side(MANIFEST_NAME, manifest_chunks([first, dotted, linked, other, extra]))
+    listed = [state.output for state in LocalOutDir(out).states() if not state.output.startswith("(job")]
     assert sorted(listed) == [str((out / "x.mp4").resolve()), str((out / "y.mp4").resolve())]
 
 
@@ -153,7 +157,7 @@ def test_jobs_files_with_a_byte_order_mark_parse(tmp_path):
 def test_a_bad_row_is_reported_with_the_fields_it_gives_not_folders(tmp_path):
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text(json.dumps({"audio": "a.wav"}) + "\n")
-    from avatargen.batch import run_batch
+    from avatargen.bulk.batch import run_batch
 
     said: list[str] = []
     assert run_batch(jobs, tmp_path / "out", FAST, warn=said.append) == 2
@@ -165,7 +169,7 @@ def test_a_bad_row_is_reported_with_the_fields_it_gives_not_folders(tmp_path):
 
 
 def test_a_jobs_file_where_the_report_goes_is_refused_before_it_is_overwritten(tmp_path):
-    from avatargen.batch import run_batch
+    from avatargen.bulk.batch import run_batch
     from avatargen.errors import BadInputError
 
     out = tmp_path / "out"
@@ -182,7 +186,7 @@ def test_rows_that_dub_a_video_or_give_two_speakers(tmp_path):
     """The row forms of --video, -a twice, --person-box and --audio-type (JSONL lists, CSV ';'), rendered."""
     import subprocess
 
-    from avatargen.batch import run_batch
+    from avatargen.bulk.batch import run_batch
     from avatargen.io.ffmpeg import ffmpeg_exe
 
     make_inputs(tmp_path / "in")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from avatargen.batch import run_batch
+from avatargen.bulk.batch import run_batch
 from tests.conftest import FAST, REPO, kill_tree, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
 

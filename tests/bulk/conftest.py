@@ -1,0 +1,71 @@
+"""Fixtures of the bulk tests: one SeaweedFS per test process, a bucket per test, Ray clusters on loopback.
+
+Every test module here marks itself ``xdist_group("bulk")``: one test process runs them all, sharing the servers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.bulk.servers import RayCluster, S3Server, start_s3
+from tests.conftest import FAST, REPO, write_face_png, write_speechlike_wav
+
+# The bulk tests' render settings: one thread, float32 linear layers (the int8 choice is a timed probe: a process on
+# a busy core could choose otherwise and give other frames), untrained weights.
+BULK = [*FAST, "runtime.quantize=none"]
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> S3Server:
+    pytest.importorskip("boto3")
+    server = start_s3(tmp_path_factory.mktemp("seaweedfs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server) -> str:
+    name = f"t{os.getpid()}-{next(_names)}"
+    s3_server.client().create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_env(s3_server) -> dict[str, str]:
+    """The environment a CLI run needs to reach the store (and import this checkout)."""
+    return {**os.environ, "PYTHONPATH": str(REPO), **s3_server.env}
+
+
+def upload_jobs(s3_server: S3Server, bucket: str, folder: Path, seconds: list[float], missing: set[int] = frozenset(),
+                bad_rows: int = 0) -> list[dict]:  # fmt: skip
+    """A face, one speech-like WAV per job, and ``jobs.jsonl`` in ``s3://bucket/in/`` (also kept in ``folder``)."""
+    client = s3_server.client()
+    folder.mkdir(parents=True, exist_ok=True)
+    write_face_png(folder / "face.png")
+    client.upload_file(str(folder / "face.png"), bucket, "in/face.png")
+    rows = []
+    for index, length in enumerate(seconds):
+        name = f"a{index}.wav"
+        write_speechlike_wav(folder / name, length)
+        if index not in missing:
+            client.upload_file(str(folder / name), bucket, f"in/{name}")
+        rows.append({"image": "face.png", "audio": name, "output": f"v{index}.mp4"})
+    rows += [{"image": "face.png", "output": f"bad{n}.mp4"} for n in range(bad_rows)]  # no audio: cannot run
+    client.put_object(Bucket=bucket, Key="in/jobs.jsonl", Body="".join(json.dumps(r) + "\n" for r in rows).encode())
+    return rows
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(s3_server) -> RayCluster:
+    pytest.importorskip("ray")
+    saved = dict(os.environ)
+    cluster = RayCluster(2, {"PYTHONPATH": str(REPO), **s3_server.env})
+    yield cluster
+    cluster.shutdown()
+    os.environ.clear()
+    os.environ.update(saved)
