@@ -58,6 +58,8 @@ def progress_line(job: Job, result: JobResult, who: str) -> str:
         return f"{who}: job {job.index} failed{f' ({given})' if given else ''}: {result.error}"
     if result.status == "stopped":
         return f"{who}: job {job.index} stopped at a chunk boundary; it resumes from its last checkpoint"
+    if result.status == "skipped":
+        return f"{who}: job {job.index} dropped: {result.error}"
     resumed = f", resumed from frame {result.resumed_from}" if result.resumed_from else ""
     return f"{who}: job {job.index} ok: '{job.output}', {result.frames} frames in {result.seconds:.1f} s{resumed}"
 

@@ -98,8 +98,8 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
                           worker=WORKER, ran=True)  # fmt: skip
     except (RankFailedError, KeyboardInterrupt):
         raise  # another rank died mid-job: the group cannot go on
-    except ClaimLostError as lost:
-        return result_for(job, ctx.rank, "skipped", started, error=str(lost), worker=WORKER)
+    except ClaimLostError as lost:  # another worker renders it now: this one's work on it is dropped
+        return result_for(job, ctx.rank, "skipped", started, error=str(lost), worker=WORKER, ran=True)
     except AvatarGenError as err:
         return result_for(job, ctx.rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True)
     except Exception as err:  # a bug in one job must not stop the others: record it with its inputs

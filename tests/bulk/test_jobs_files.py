@@ -1,0 +1,85 @@
+"""Jobs files a batch must survive (pipes, devices, huge or deeply nested rows) and the side files it must not take
+from a user."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from avatargen.bulk.jobs import MAX_LINE_BYTES, read_jobs
+from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
+
+
+def _one_line_error(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_a_fifo_or_a_device_as_the_jobs_file_is_refused_at_once_in_one_line(tmp_path):
+    fifo = tmp_path / "jobs.jsonl"
+    os.mkfifo(fifo)
+    for jobs in (fifo, Path("/dev/zero")):  # nobody writes the pipe: opening it plainly would block for ever
+        line = _one_line_error(run_cli("batch", str(jobs), "--out-dir", str(tmp_path / "out"), *FAST, timeout=60))
+        assert "is not a regular file" in line and "give a JSONL or CSV file" in line, line
+
+
+def test_an_over_long_line_and_a_deeply_nested_row_fail_alone(tmp_path):
+    jobs = tmp_path / "jobs.jsonl"
+    good = json.dumps({"image": "f.png", "audio": "a.wav", "output": "ok.mp4"})
+    with jobs.open("w") as rows:
+        rows.write(json.dumps({"image": "f.png", "audio": "a.wav", "output": "big.mp4", "prompt": "x" * (MAX_LINE_BYTES + 10)}) + "\n")
+        rows.write("[" * 100_000 + "]" * 100_000 + "\n")
+        rows.write('{"a": ' * 5000 + "1" + "}" * 5000 + "\n")
+        rows.write(good + "\n")
+    big, brackets, nested, fine = read_jobs(jobs, tmp_path / "out")
+    assert "line 1: longer than 1 MiB" in big.problem
+    assert "line 2:" in brackets.problem and "line 3:" in nested.problem
+    assert fine.problem is None and fine.output == tmp_path / "out" / "ok.mp4"
+
+
+def test_an_output_that_is_not_mp4_is_a_bad_row_and_does_not_fail_the_mp4_of_the_same_name(tmp_path):
+    write_face_png(tmp_path / "face.png")
+    write_speechlike_wav(tmp_path / "a.wav", 0.4)
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(json.dumps({"image": "face.png", "audio": "a.wav", "output": name}) + "\n" for name in ("x.mov", "x.mp4")))
+    from avatargen.bulk.batch import run_batch
+
+    said: list[str] = []
+    assert run_batch(jobs, tmp_path / "out", FAST, warn=said.append) == 2
+    report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
+    assert [j["status"] for j in report["jobs"]] == ["failed", "ok"], said
+    assert "must end in .mp4" in report["jobs"][0]["error"] and not (tmp_path / "out" / "x.failed.json").exists()
+
+
+def test_a_users_files_at_the_batch_side_names_are_refused_unless_overwrite(tmp_path):
+    write_face_png(tmp_path / "face.png")
+    write_speechlike_wav(tmp_path / "a.wav", 0.4)
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"image": "face.png", "audio": "a.wav", "output": "x.mp4"}) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "batch_report.json").write_text("my own notes\n")
+    line = _one_line_error(run_cli("batch", str(jobs), "--out-dir", str(out), *FAST))
+    assert "batch_report.json' is not a file avatargen batch wrote" in line and "--overwrite" in line
+    assert (out / "batch_report.json").read_text() == "my own notes\n" and not (out / "x.mp4").exists()
+    (out / "batch_report.json").unlink()
+    (out / "x.failed.json").write_text('{"mine": true}\n')  # a user's file where the job records a failure
+    result = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST)
+    report = json.loads((out / "batch_report.json").read_text())
+    assert result.returncode == 2 and "x.failed.json' is not a file avatargen batch wrote" in report["jobs"][0]["error"]
+    assert (out / "x.failed.json").read_text() == '{"mine": true}\n' and not (out / "x.mp4").exists()
+    assert run_cli("batch", str(jobs), "--out-dir", str(out), "--overwrite", *FAST).returncode == 0
+    assert (out / "x.mp4").is_file()
+
+
+def test_ray_missing_is_one_line_with_the_install_command(tmp_path):
+    hidden = tmp_path / "no_ray"
+    (hidden / "ray").mkdir(parents=True)
+    (hidden / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")  # as if not installed
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"image": "f.png", "audio": "a.wav", "output": "x.mp4"}) + "\n")
+    env = {**os.environ, "PYTHONPATH": f"{hidden}:{REPO}"}
+    line = _one_line_error(run_cli("batch", str(jobs), "--out-dir", str(tmp_path / "out"), "--ray", *FAST, env=env))
+    assert "pip install 'avatargen[ray]'" in line, line
