@@ -40,9 +40,10 @@ from avatargen.bulk.status import MANIFEST_NAME
 from avatargen.bulk.batch_files import batch_jobs, manifest_chunks, open_out_dir, prepare_out_dir, write_report
 from avatargen.bulk.workers import POLL_S
 from avatargen.config.schema import Config
-from avatargen.errors import EXIT_FAILURE, BadInputError, MissingExtraError, RenderInterrupted
+from avatargen.errors import EXIT_FAILURE, AvatarGenError, BadInputError, MissingExtraError, RenderInterrupted
 
 INSTALL_HINT = "pip install 'avatargen[ray]'"
+PING_S = 2.0  # how often a lost worker is asked whether Ray has started it again
 AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
                  "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_CA_BUNDLE")  # fmt: skip
 
@@ -149,11 +150,11 @@ class Dispatcher:
         self.held: list[Job] = []  # jobs another run holds: looked at again every POLL_S
         self.in_flight: dict[Any, tuple[Job, int, Any]] = {}
         self.returning: dict[Any, Any] = {}  # where() pings of restarting workers
+        self.lost: list[tuple[float, Any]] = []  # workers Ray is restarting: (when to ask again, worker)
         self.lost_workers = 0
         self.frames_done = 0  # frames of the jobs finished by this run: the cluster's rate
         self.exhausted = False
         self.held_at = 0.0
-        self.names: dict[Any, str] = {}
 
     def next_job(self) -> tuple[Job, int] | None:
         if self.retry:
@@ -193,9 +194,13 @@ class Dispatcher:
                 for _, _, worker in self.in_flight.values():
                     worker.stop.remote()
             self.dispatch()
+            self._ping_lost()
             waiting = list(self.in_flight) + list(self.returning)
             if not waiting:
-                time.sleep(0.2 if self.held else 0)
+                if not self.idle and not self.lost:
+                    raise AvatarGenError("every Ray worker of this batch is gone; check the cluster (ray status) and "
+                                         "run the same command again: jobs resume from their checkpoints")  # fmt: skip
+                time.sleep(0.2)  # jobs another run holds, or lost workers not back yet: look again soon
                 continue
             ready, _ = self.ray.wait(waiting, num_returns=1, timeout=0.5)
             for ref in ready:
@@ -208,10 +213,17 @@ class Dispatcher:
     def _returned(self, ref: Any) -> None:
         worker = self.returning.pop(ref)
         try:
-            self.names[worker] = self.ray.get(ref)
+            self.ray.get(ref)
             self.idle.append(worker)
         except self.ray.exceptions.RayError:
-            self.returning[worker.where.remote()] = worker  # not up yet: ask again
+            self.lost.append((time.monotonic() + PING_S, worker))  # not back yet: ask again in a while
+
+    def _ping_lost(self) -> None:
+        """Ask the lost workers whose time has come whether Ray has started them again."""
+        now = time.monotonic()
+        for when, worker in [item for item in self.lost if item[0] <= now]:
+            self.lost.remove((when, worker))
+            self.returning[worker.where.remote()] = worker
 
     def _answered(self, ref: Any) -> None:
         job, attempt, worker = self.in_flight.pop(ref)
@@ -220,7 +232,7 @@ class Dispatcher:
             answer: WorkerAnswer = self.ray.get(ref)
         except self.ray.exceptions.RayError as error:  # the worker died (its process, raylet or node)
             self.lost_workers += 1
-            self.returning[worker.where.remote()] = worker  # Ray restarts it; it takes jobs again once it answers
+            self.lost.append((time.monotonic(), worker))  # Ray restarts it; it takes jobs again once it answers
             if self.stop.signum is not None:
                 return  # stopping: the job resumes on the next run
             reason = str(error).strip().splitlines()[0][:160]
@@ -255,6 +267,12 @@ class Dispatcher:
             self.warn(progress_line(job, result, f"worker {result.worker}"))
 
 
+def _counting(jobs: Iterator[Job], last: list[Job]) -> Iterator[Job]:
+    for job in jobs:
+        last[:] = [job]
+        yield job
+
+
 def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: Config, warn: Callable[[str], None],
                allow_outside: bool, retry_failed: bool, resume_command: str, overwrite: bool) -> int:  # fmt: skip
     """Run the batch on Ray (see the module's docstring); the batch's exit code, or 130/143 when stopped."""
@@ -264,14 +282,7 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
     outputs = open_out_dir(out_dir, config)
     jobs = lambda: batch_jobs(jobs_file, out_dir, config, allow_outside, overwrite)  # noqa: E731
     prepare_out_dir(outputs, jobs_file, overwrite)  # the bucket and its credentials are checked before Ray starts
-    count = [0]
-
-    def counted() -> Iterator[Job]:
-        for job in jobs():
-            count[0] += 1
-            yield job
-
-    outputs.write_side(MANIFEST_NAME, manifest_chunks(counted()))
+    next(jobs(), None)  # so is the jobs file
     joined = connect(ray, config)
     log = ResultLog()
     code = EXIT_FAILURE
@@ -284,10 +295,13 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
                                       resume_command)  # fmt: skip
             remote = ray.remote(num_cpus=config.batch.ray.num_cpus, num_gpus=config.batch.ray.num_gpus,
                                 max_restarts=-1, max_task_retries=0, max_concurrency=2)(RenderWorker)  # fmt: skip
-            workers = [remote.remote(settings) for _ in range(workers_wanted)]
-            warn(f"avatargen batch: {count[0]} job(s) on {joined}: {workers_wanted} worker(s) of "
+            workers = [remote.remote(settings) for _ in range(workers_wanted)]  # they start while the jobs are counted
+            counted: list[Job] = []  # the jobs are counted while the manifest streams them: only the last is held
+            outputs.write_side(MANIFEST_NAME, manifest_chunks(_counting(jobs(), counted)))  # for `avatargen batch status`
+            count = len(counted) and counted[0].index + 1
+            warn(f"avatargen batch: {count} job(s) on {joined}: {workers_wanted} worker(s) of "
                  f"{config.batch.ray.num_cpus:g} CPU, {config.batch.ray.num_gpus:g} GPU")  # fmt: skip
-            with BatchProgress(count[0], enabled=sys.stderr.isatty()) as progress:
+            with BatchProgress(count, enabled=sys.stderr.isatty()) as progress:
                 dispatcher = Dispatcher(ray, workers, jobs(), outputs, config, log, warn, progress, stop)
                 dispatcher.run()
             code = write_report(outputs, log, {"jobs_file": str(jobs_file), "out_dir": str(out_dir), "engine": "ray",
@@ -300,4 +314,3 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
         raise RenderInterrupted(f"batch stopped by {name}: {log.counts['stopped']} job(s) kept their resume state; "
                                 f"continue with: {resume_command}", 128 + stop.signum)  # fmt: skip
     return code
-

@@ -63,7 +63,6 @@ class ObjectInfo:
 def _boto3() -> Any:
     try:
         import boto3
-        import botocore  # noqa: F401
     except ImportError:
         raise BadInputError(f"s3:// locations need boto3, the AWS SDK: {INSTALL_HINT}") from None
     return boto3

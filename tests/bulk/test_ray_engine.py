@@ -16,7 +16,7 @@ import pytest
 
 from tests.bulk.conftest import BULK, upload_jobs
 from tests.bulk.servers import RayCluster, parent_pid
-from tests.conftest import REPO, kill_tree
+from tests.conftest import REPO, kill_tree, run_cli
 from tests.ffmpeg_probe import decode_frames
 
 pytestmark = pytest.mark.xdist_group("bulk")
@@ -102,6 +102,28 @@ def test_two_drivers_on_one_out_dir_never_render_a_job_twice(s3_server, bucket, 
     assert _keys(s3_server, bucket, "out/v") == {f"out/v{i}.mp4" for i in range(6)} | {f"out/v{i}.yaml" for i in range(6)}
 
 
+def test_ray_workers_share_a_local_out_dir_with_the_file_lock_workers_format(ray_cluster, tmp_path):
+    """An out-dir on a file system (one every node mounts; here, this machine's): the same files, claims and status
+    as the file-lock workers'; the rows that fail report as they do there."""
+    from tests.conftest import FAST, write_face_png, write_speechlike_wav
+
+    write_face_png(tmp_path / "face.png")
+    rows = [{"image": "face.png", "audio": write_speechlike_wav(tmp_path / f"a{i}.wav", 0.4).name, "output": f"v{i}.mp4"}
+            for i in range(3)] + [{"image": "face.png", "audio": "missing.wav", "output": "gone.mp4"}]  # fmt: skip
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "out"
+    result = run_cli("batch", str(jobs), "--out-dir", str(out), "--ray-address", ray_cluster.address, *FAST)
+    assert result.returncode == 2, result.stderr
+    assert all((out / f"v{i}.mp4").is_file() for i in range(3)) and not list(out.glob("*.lock"))
+    assert "missing.wav" in json.loads((out / "gone.failed.json").read_text())["error"]
+    status = json.loads(run_cli("batch", "status", str(out), "--json").stdout)
+    assert (status["done"], status["failed"], status["running"], status["pending"]) == (3, 1, 0, 0)
+    again = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST)  # the file-lock workers take over the out-dir
+    report = json.loads((out / "batch_report.json").read_text())
+    assert again.returncode == 2 and [j["status"] for j in report["jobs"]] == ["skipped"] * 3 + ["failed"]
+
+
 @pytest.mark.slow
 def test_a_node_killed_mid_job_loses_nothing_the_job_resumes_on_the_other_node_bit_exact(s3_server, bucket, s3_env, tmp_path):
     """Its own cluster: this test takes a node away. SIGKILL of the raylet running job 0 and of everything it started
@@ -136,6 +158,10 @@ def test_ctrl_c_on_the_driver_keeps_the_running_jobs_and_the_same_command_finish
     upload_jobs(s3_server, bucket, tmp_path, [8.0, 0.4, 0.4])
     driver = _driver(ray_cluster, bucket, s3_env)
     _wait_for(lambda: "out/v0.resume/state-62.safetensors" in _keys(s3_server, bucket, "out/v0.resume/"), driver)
+    status = json.loads(run_cli("batch", "status", f"s3://{bucket}/out", "--json", env=s3_env).stdout)
+    running = [j for j in status["jobs"] if j["state"] == "running"]
+    assert [j["output"] for j in running] == [f"s3://{bucket}/out/v0.mp4"], status  # where, while the run goes on
+    assert running[0]["pid"] == _worker_of(s3_server, bucket, "v0.mp4") and running[0]["resumable"]
     time.sleep(1.0)
     driver.send_signal(signal.SIGINT)
     code, stderr = _finish(driver, timeout=120)
