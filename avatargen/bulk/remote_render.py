@@ -35,6 +35,7 @@ from avatargen.io.owned_names import OVERWRITE_FIX
 from avatargen.render import RenderRequest, render
 from avatargen.render.request import config_path_for
 from avatargen.resume import StopRequests
+from avatargen.runtime.world import world_info
 
 MADE_WITH = {"made-with": "avatargen"}  # the metadata of every object a render uploads: a rerun knows it as its own
 _KEPT_MARKERS = ("; the video so far is in ", "; the video of this run is in ", "; the video is in ")
@@ -76,6 +77,8 @@ def render_anywhere(request: RenderRequest, cfg: DictConfig, *, claim: BucketCla
         local = _fetch_inputs(store, request, folder / "in")
         if not isinstance(request.output, ObjectUrl):
             return render(local, cfg, stop=stop, **options)
+        if not world_info().is_primary:  # a torchrun rank that follows rank 0's render: it writes nothing
+            return render(replace(local, output=folder / request.output.name), cfg, stop=stop, **options)
         return _render_to_bucket(store, local, request.output, cfg, folder / "out", claim, owner, stop, options)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

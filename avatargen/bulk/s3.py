@@ -101,6 +101,9 @@ class Store:
             status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code in _REFUSED or status == 403:
                 return BadInputError(f"{self.endpoint} refused the S3 credentials for '{url}' ({code}); {CREDENTIAL_FIX}")
+            if code == "InvalidBucketName":
+                return BadInputError(f"'{url.bucket}' is not a valid bucket name at {self.endpoint} (S3: 3-63 "
+                                     "lowercase letters, digits, dots and hyphens); fix the URL")  # fmt: skip
             if code == "NoSuchBucket":
                 return BadInputError(f"bucket '{url.bucket}' does not exist at {self.endpoint}; create it or fix '{url}'")
             if code in _MISSING and missing is not None:
