@@ -109,6 +109,7 @@ def test_wrong_credentials_are_one_line_and_exit_2_before_any_render(s3_server, 
     upload_jobs(s3_server, bucket, tmp_path, [0.4])
     env = {**s3_env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
     for command in (["batch", f"s3://{bucket}/in/jobs.jsonl", "--out-dir", f"s3://{bucket}/out"],
+                    ["batch", f"s3://{bucket}/in/jobs.jsonl", "--out-dir", f"s3://{bucket}/out", "--ray"],  # before Ray starts
                     ["render", "-i", f"s3://{bucket}/in/face.png", "-a", f"s3://{bucket}/in/a0.wav", "-o", f"s3://{bucket}/out/x.mp4"]):  # fmt: skip
         result = run_cli(*command, *BULK, env=env)
         lines = result.stderr.strip().splitlines()
