@@ -54,7 +54,7 @@ class Dtype(Enum):
 class Quantize(Enum):
     """Whether linear layers run in int8 (avatargen/runtime/quantize.py)."""
 
-    auto = "auto"  # int8 on a CPU computing in float32 where a timed probe finds it faster
+    auto = "auto"  # float linear layers, as none: int8 changes the frames, only int8 asks for it
     none = "none"  # float linear layers
     int8 = "int8"
 
@@ -185,7 +185,7 @@ class RuntimeConfig:
     dist_timeout_s: float = 300.0  # process-group init and every collective: a lost rank ends the group, not hangs it
     numa: bool = True  # under torchrun, pin each rank to the CPUs of its GPU's (or its share of) NUMA node
     dtype: Dtype = Dtype.auto  # compute precision of the stage forwards, resolved once per render
-    quantize: Quantize = Quantize.auto  # the bundled model's DiTs' linear layers in int8 (auto: where it pays)
+    quantize: Quantize = Quantize.auto  # the bundled model's DiTs' linear layers in int8 (auto: float, as none)
     overlap: Optional[bool] = None  # emit segments on a second thread while A2V generates; null: on for one CPU process
 
 

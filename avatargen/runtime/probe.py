@@ -1,5 +1,5 @@
-"""Timed probes that settle a render's ``auto`` choices on this CPU (``runtime.dtype``, ``runtime.quantize``): the
-best of a few calls on one core, the thread count restored afterwards."""
+"""Timed probes of this CPU (``runtime.dtype=auto``'s bf16 check, and how fast int8 linear layers would be, for
+``avatargen doctor``): the best of a few calls on one core, the thread count restored afterwards."""
 
 from __future__ import annotations
 

@@ -6,13 +6,15 @@ saturate their 16-bit sums), multiplies in integers and returns float32. It runs
 engines: FBGEMM (torch's ``x86`` engine) or oneDNN (``onednn``, chosen when ``ONEDNN_MAX_CPU_ISA`` caps oneDNN's
 instruction set, which FBGEMM would not keep to).
 
-``auto`` turns it on only where it pays and the frames stay as good (docs/performance.md, "Speed per CPU class"): the
-forwards compute in float32 (a CPU without fast bf16: bf16 already does better), on a CPU, in one process with the
-weights resident, and a short timed probe (an A2V-shaped linear layer in float32 and in int8, best of a few, one
-core) finds int8 at least ``MIN_SPEEDUP`` times faster. The probe runs once per process.
+``auto`` (the default) leaves the layers in float: int8 runs only where ``runtime.quantize=int8`` asks for it. int8
+rounds every layer's input to 8 bits, so a change in the last bit of a number before a layer (another thread count,
+kernel or CPU) can round one of its inputs the other way: a render's frames then move by up to ~200 grey levels at the
+lips, where float layers move them by at most 2 (docs/reliability.md, "Equal frames"). No timing decides it: a timed
+probe's verdict differs from run to run on a busy CPU, and a render's frames must not depend on how long something
+took.
 
 PyTorch has deprecated the quantized tensors these engines take (they still run in the torch this package pins);
-where they are gone, ``auto`` leaves the layers as they are and ``int8`` says so.
+where they are gone, ``int8`` says so.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from torch import Tensor, nn
 from avatargen.errors import ConfigError
 from avatargen.runtime.probe import best_time_s, one_cpu_thread
 
-MIN_SPEEDUP = 1.15  # int8 must beat float32 by this much in the probe, or auto leaves the layers in float
 PROBE_SHAPE = (256, 192, 768)  # (rows, in, out): the A2V MLP's first layer over a quarter of a window's frame tokens
 PROBE_REPEATS = 4  # best of
 REDUCE_RANGE = True  # 7-bit inputs: no saturation in AVX2's 16-bit multiply-adds
@@ -39,15 +40,16 @@ class Quantization:
     """Whether the DiTs' linear layers run in int8, on which engine, and why (reported by ``--json``)."""
 
     int8: bool
-    reason: str  # e.g. "probe: int8 1.4x fp32 (x86)", "bfloat16 compute", "forced"
+    reason: str  # "forced", or why ``auto`` left the layers in float
     engine: str = ""
 
     def describe(self) -> str:
-        """One line for the report: ``int8 (probe: int8 1.4x fp32 (x86))`` or ``none (bfloat16 compute)``."""
+        """One line for the report: ``int8 (forced)``, ``none (auto: int8 only where runtime.quantize=int8 asks)``."""
         return f"{'int8' if self.int8 else 'none'} ({self.reason})"
 
 
 OFF = Quantization(False, "not asked")
+AUTO = Quantization(False, "auto: int8 only where runtime.quantize=int8 asks")
 
 
 class Int8Linear(nn.Module):
@@ -111,8 +113,9 @@ def engine_for_this_cpu() -> str | None:
 
 @lru_cache(maxsize=4)
 def probe_int8_speedup(engine: str) -> float:
-    """float32 time / int8 time of an A2V-shaped linear layer on one core with ``engine`` (> 1: int8 is faster).
-    Measured once per process and engine (~10 ms); the thread count and the engine are restored afterwards."""
+    """float32 time / int8 time of an A2V-shaped linear layer on one core with ``engine`` (> 1: int8 is faster), for
+    ``avatargen doctor``: no render decides anything from it. Measured once per process and engine (~10 ms); the
+    thread count and the engine are restored afterwards."""
     rows, inputs, outputs = PROBE_SHAPE
     generator = torch.Generator().manual_seed(0)
     layer = nn.Linear(inputs, outputs)
@@ -132,10 +135,13 @@ def probe_int8_speedup(engine: str) -> float:
 def choose_quantization(setting: str, device: torch.device, dtype: torch.dtype, single_process: bool,
                         resident: bool) -> Quantization:  # fmt: skip
     """Resolve ``runtime.quantize`` for a render computing in ``dtype`` on ``device`` (``single_process``: no ranks
-    split it; ``resident``: no offload). ``int8`` where it cannot run raises ConfigError naming why."""
+    split it; ``resident``: no offload): float layers for ``auto`` and ``none``; ``int8`` where it can run, else
+    ConfigError naming why. A function of the setting and the machine only (see the module docstring)."""
     if setting == "none":
         return Quantization(False, "forced")
-    if setting not in ("auto", "int8"):
+    if setting == "auto":
+        return AUTO
+    if setting != "int8":
         raise ValueError(f"unknown runtime.quantize '{setting}'; valid: auto, none, int8")
     engine = engine_for_this_cpu() if device.type == "cpu" else None
     blocker = None
@@ -148,12 +154,5 @@ def choose_quantization(setting: str, device: torch.device, dtype: torch.dtype, 
     elif engine is None:
         blocker = "this torch has no quantized CPU engine"
     if blocker is not None:
-        if setting == "int8":
-            raise ConfigError(f"runtime.quantize=int8 cannot run here ({blocker}); use runtime.quantize=auto or none")
-        return Quantization(False, blocker)
-    if setting == "int8":
-        return Quantization(True, "forced", engine)
-    ratio = probe_int8_speedup(engine)
-    if ratio < MIN_SPEEDUP:
-        return Quantization(False, f"probe: int8 {ratio:.1f}x fp32 < {MIN_SPEEDUP}x ({engine})", engine)
-    return Quantization(True, f"probe: int8 {ratio:.1f}x fp32 ({engine})", engine)
+        raise ConfigError(f"runtime.quantize=int8 cannot run here ({blocker}); use runtime.quantize=auto or none")
+    return Quantization(True, "forced", engine)

@@ -17,9 +17,7 @@ def test_sharded_render_frames_equal_the_single_process_render(tmp_path, face_pn
     audio = write_speechlike_wav(tmp_path / "a.wav", 2.0)
     single, sharded = tmp_path / "single.mp4", tmp_path / "out" / "sharded.mp4"
     # The shipped checkpoint: each rank reads only its rows of every DiT tensor from the memory-mapped files.
-    # runtime.quantize=none: on a CPU computing in float32 one process may take int8 linear layers, ranks never do.
-    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(single), "-q", "runtime.threads=1",
-                     "runtime.quantize=none")  # fmt: skip
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(single), "-q", "runtime.threads=1")
     assert result.returncode == 0, result.stderr
     result = torchrun("render", "-i", str(face_png), "-a", str(audio), "-o", str(sharded), "-q", "runtime.threads=1")
     assert result.returncode == 0, result.stderr

@@ -1,5 +1,6 @@
-"""runtime.quantize: int8 linear layers where the forwards compute in float32 on a CPU and a timed probe finds them
-faster; frames within the measured tolerance of float linear layers (docs/performance.md, "Speed per CPU class")."""
+"""runtime.quantize: int8 linear layers only where ``int8`` asks for them (``auto`` keeps them float, whatever a
+timing says); int8 frames within the measured tolerance of float linear layers (docs/performance.md, "Speed per CPU
+class")."""
 
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ MIN_PSNR_DB = 38.0
 MAX_MEAN_ABS_GREY = 2.5
 
 
-@needs_engine
-@pytest.mark.parametrize("ratio, expected", [(2.0, True), (1.1, False)])
-def test_auto_is_int8_where_the_probe_finds_it_faster_on_a_float32_cpu(monkeypatch, ratio, expected) -> None:
-    monkeypatch.setattr(quantize, "probe_int8_speedup", lambda engine: ratio)
+def test_auto_keeps_float_linear_layers_without_timing_anything(monkeypatch) -> None:
+    # a timed probe used to decide: its verdict flipped on a busy CPU and the same command made two videos
+    monkeypatch.setattr(quantize, "probe_int8_speedup", lambda engine: pytest.fail("a render's choice was timed"))
     chosen = choose_quantization("auto", CPU, torch.float32, single_process=True, resident=True)
-    assert chosen.int8 is expected and chosen.reason.startswith(f"probe: int8 {ratio:.1f}x fp32")
+    assert not chosen.int8 and "runtime.quantize=int8" in chosen.reason
+    assert not choose_quantization("none", CPU, torch.float32, True, True).int8
 
 
 @pytest.mark.parametrize("dtype, single, resident, why", [
@@ -41,13 +42,9 @@ def test_auto_is_int8_where_the_probe_finds_it_faster_on_a_float32_cpu(monkeypat
     (torch.float32, False, True, "one process"),
     (torch.float32, True, False, "resident"),
 ])  # fmt: skip
-def test_auto_leaves_the_layers_in_float_where_int8_does_not_run_and_int8_says_why(monkeypatch, dtype, single, resident, why) -> None:
-    monkeypatch.setattr(quantize, "probe_int8_speedup", lambda engine: pytest.fail("probed where int8 cannot run"))
-    chosen = choose_quantization("auto", CPU, dtype, single_process=single, resident=resident)
-    assert not chosen.int8 and why in chosen.reason
+def test_int8_where_it_does_not_run_says_why(dtype, single, resident, why) -> None:
     with pytest.raises(ConfigError, match=f"runtime.quantize=int8 cannot run here.*{why}.*runtime.quantize=auto or none"):
         choose_quantization("int8", CPU, dtype, single_process=single, resident=resident)
-    assert not choose_quantization("none", CPU, torch.float32, True, True).int8
 
 
 @needs_engine
