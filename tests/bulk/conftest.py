@@ -14,9 +14,7 @@ import pytest
 from tests.bulk.servers import RayCluster, S3Server, start_s3
 from tests.conftest import FAST, REPO, write_face_png, write_speechlike_wav
 
-# The bulk tests' render settings: one thread, float32 linear layers (the int8 choice is a timed probe: a process on
-# a busy core could choose otherwise and give other frames), untrained weights.
-BULK = [*FAST, "runtime.quantize=none"]
+BULK = FAST  # the bulk tests' render settings: one thread, untrained weights
 _names = itertools.count()
 
 
