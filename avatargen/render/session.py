@@ -30,7 +30,7 @@ from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, Publi
 from avatargen.face.domain import square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
-from avatargen.io.console import say
+from avatargen.io.console import RANDOM_WEIGHTS, Note, say
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import YAML_HEADER, foreign_reason, remove_name, write_text_atomic
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
@@ -244,7 +244,8 @@ class RenderSession:
         """Threads, the device, and this process's place among torchrun's ranks (alone, or one rank of a render)."""
         config = self.config
         if config.model.weights == WeightsSource.random:
-            self.warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")
+            self.warn(Note(RANDOM_WEIGHTS, "note: model.weights=random: untrained weights, the video is noise (for tests "
+                           "and benchmarks only)"))  # fmt: skip
         else:
             self.weights = str(resolve_checkpoint(config, self.family.shipped_checkpoints))
         if config.runtime.threads:
