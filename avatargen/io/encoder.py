@@ -20,7 +20,7 @@ from avatargen.errors import BadInputError, DiskFullError, PublishError
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, local_file, start_ffmpeg
 from avatargen.io.outputs import MP4_MOVFLAGS, Output, mp4_output, tee_event, tee_target
-from avatargen.io.owned_names import create_fresh, fd_url, metadata_args, remove_name
+from avatargen.io.owned_names import create_fresh, fd_url, metadata_args, remove_name, ts_metadata_args
 
 ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo s16le at this rate
 _NO_SPACE = "No space left on device"
@@ -190,7 +190,7 @@ class Encoder:
         if period > 0:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
-        args += metadata_args()  # avatargen's mark: a rerun knows the file as its own (io.owned_names)
+        args += metadata_args() + ts_metadata_args()  # avatargen's marks: a rerun knows its files as its own (io.owned_names)
         if len(self.outputs) == 1 and self.outputs[0].kind == "mp4":
             # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
             # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:

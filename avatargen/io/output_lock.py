@@ -62,11 +62,12 @@ def read_holder(lock_file: Path) -> LockHolder:
 
 
 class OutputLock:
-    """The lock of one output file. ``try_acquire()`` or ``acquire()``, then ``release()`` (or use ``with``)."""
+    """The lock of one output file (``OUT.lock``; ``path``: another lock file, a publish target's). ``try_acquire()``
+    or ``acquire()``, then ``release()`` (or use ``with``)."""
 
-    def __init__(self, output: Path):
+    def __init__(self, output: Path, path: Path | None = None):
         self.output = Path(output)
-        self.path = lock_path_for(self.output)
+        self.path = Path(path) if path is not None else lock_path_for(self.output)
         self._fd: int | None = None
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import struct
@@ -98,8 +99,8 @@ def is_avatargen_resume_folder(folder: Path) -> bool:
 
 
 def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> str | None:
-    """Why ``path`` (of ``kind`` mp4, partial, yaml, lock, resume) is not avatargen's own, or None when it is free or
-    avatargen's (a rerun may replace it)."""
+    """Why ``path`` (of ``kind`` mp4, partial, yaml, lock, resume, temp, join; a publish's playlist, segment) is not
+    avatargen's own, or None when it is free or avatargen's (a rerun may replace it)."""
     if not os.path.lexists(path):
         return None
     if kind == "temp":  # a hidden temporary name: a file or link there is a killed render's, a folder is not
@@ -131,7 +132,117 @@ def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> 
         return None
     if kind == "lock" and _is_lock_file(path):
         return None
+    if kind == "segment" and is_avatargen_segment(path):
+        return None
+    if kind == "playlist" and _is_avatargen_playlist(path):
+        return None
     return "is a file avatargen did not write"
+
+
+# --- a publish target's names: DIR/NAME.m3u8 and its segments ------------------------------------------------------
+
+_TS_PACKET = 188
+_TS_HEAD = 4 * _TS_PACKET  # the SDT that names the provider comes in the first packets of every segment
+
+
+def ts_metadata_args() -> list[str]:
+    """ffmpeg output options that mark MPEG-TS (an HLS segment, stdout's stream) as avatargen's: the provider in the
+    service description each segment starts with."""
+    return ["-metadata", f"service_provider={MP4_TAG}"]
+
+
+def is_avatargen_segment(path: Path) -> bool:
+    """Whether ``path`` (a link not followed) is MPEG-TS that names avatargen as its provider."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = file.read(_TS_HEAD)
+    return head[:1] == b"\x47" and MP4_TAG.encode() in head
+
+
+def segment_pattern(playlist: Path) -> re.Pattern[str]:
+    """The names of ``playlist``'s segments (``NAME_00000.ts``, ...: ``io.outputs.hls_output``)."""
+    return re.compile(re.escape(playlist.stem) + r"_\d{5,}\.ts")
+
+
+def _is_avatargen_playlist(path: Path) -> bool:
+    """A playlist avatargen wrote: it lists only its own segment names, and those of them still there are
+    avatargen's (one at least: a playlist's text carries no mark of its own)."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read(1 << 20).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    if not text.startswith("#EXTM3U"):
+        return False
+    pattern = segment_pattern(path)
+    listed = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if not listed or not all(pattern.fullmatch(name) for name in listed):
+        return False
+    present = [path.with_name(name) for name in listed if os.path.lexists(path.with_name(name))]
+    return bool(present) and all(is_avatargen_segment(segment) for segment in present)
+
+
+def publish_lock_path(playlist: Path) -> Path:
+    """The lock a render holds while it publishes to ``playlist``: ``NAME.m3u8.lock`` beside it."""
+    return playlist.with_name(f"{playlist.name}.lock")
+
+
+def playlist_names(playlist: Path) -> list[tuple[Path, str]]:
+    """The names a publish to ``playlist`` writes and replaces, each with its kind (``foreign_reason``): the playlist,
+    its lock, the segments already there, and the temporary names the HLS muxer writes before it renames them
+    (``NAME.m3u8.tmp``, ``NAME_00000.ts.tmp``)."""
+    names = [(playlist, "playlist"), (publish_lock_path(playlist), "lock"), (playlist.with_name(f"{playlist.name}.tmp"), "temp")]
+    pattern = segment_pattern(playlist)
+    try:
+        entries = sorted(os.listdir(playlist.parent if str(playlist.parent) else "."))
+    except OSError:
+        entries = []  # the folder is made later; nothing in it yet
+    for name in entries:
+        if pattern.fullmatch(name):
+            names.append((playlist.with_name(name), "segment"))
+        elif name.endswith(".tmp") and pattern.fullmatch(name.removesuffix(".tmp")):
+            names.append((playlist.with_name(name), "temp"))
+    return names
+
+
+def clear_playlist_names(playlist: Path) -> None:
+    """Remove what an earlier publish to ``playlist`` left (checked by ``check_owned_names``, or replaced by
+    ``--overwrite``): the playlist, its segments and temporary files, links as links. The HLS muxer then creates
+    every name afresh: a link left at a temporary name would be written through."""
+    for path, kind in playlist_names(playlist):
+        if kind != "lock":
+            remove_name(path)
+
+
+def another_renders_name(path: Path, what: str = "output") -> str | None:
+    """Why ``path`` (an output or a publish target) is a name a render of another output writes or removes, or None.
+
+    Every render of ``X.mp4`` owns ``X.partial.mp4``, hidden temporary names (``.X.joining.mp4``,
+    ``.X.partial.mp4.trim.mp4``, ``..X.joining.mp4.join/``) and everything inside ``X.resume/``, which it removes when
+    it ends. A render whose own output were one of those would destroy the other's work or have its own destroyed
+    (two renders of ``a.mp4`` and ``a.partial.mp4``), whichever ran first: refused by name, so no order of starting
+    them matters. Folders are compared as they resolve (a link to ``a.resume/`` counts)."""
+    name = Path(path).name
+    shown = f"{what} '{path}'"
+    if name.endswith(".partial.mp4") and name != ".partial.mp4":
+        owner = f"{name.removesuffix('.partial.mp4')}.mp4"
+        return (f"{shown} is the name a render of '{owner}' writes its video to until it is complete; two renders "
+                "must not share a name: choose a name that does not end in .partial.mp4")  # fmt: skip
+    if name.startswith(".") and name.endswith((".joining.mp4", ".partial.mp4.trim.mp4")):
+        return f"{shown} is a hidden temporary name of a render of another output; choose another name"
+    for folder in [Path(os.path.realpath(Path(path).parent)), *Path(os.path.realpath(Path(path).parent)).parents]:
+        if folder.name.endswith(".resume") and folder.name != ".resume":
+            owner = f"{folder.name.removesuffix('.resume')}.mp4"
+            return (f"{shown} is inside '{folder}', the folder where a render of '{owner}' keeps its resume state "
+                    "and which it removes when it ends; choose another folder")  # fmt: skip
+        if folder.name.startswith("..") and folder.name.endswith(".joining.mp4.join"):
+            return f"{shown} is inside '{folder}', a temporary folder of another render; choose another folder"
+    return None
 
 
 def check_owned_names(names: list[tuple[Path, str]], overwrite: bool, resume_folder: Path | None = None) -> None:
