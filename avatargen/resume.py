@@ -22,6 +22,7 @@ from safetensors import SafetensorError
 
 from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, ResumeMismatchError
 from avatargen.io.mp4_join import salvage_part
+from avatargen.io.owned_names import part_id_of
 from avatargen.io.encoder import disk_full_error
 from avatargen.io.resume_store import OtherFormatError, ResumeStore, file_digest, text_digest
 from avatargen.pipeline.checkpoint import RenderCheckpoint
@@ -145,7 +146,14 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
             f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
             "resume with the same inputs and config, or render without --resume to start over"
         )
-    on_disk = salvage_part(partial) if (partial.is_file() and not partial.is_symlink()) else 0
+    on_disk = 0
+    if partial.is_file() and not partial.is_symlink():
+        found_id = part_id_of(partial)  # None: killed before its header, nothing in it to splice
+        if found_id is not None and found_id != store.part_id:
+            raise BadInputError(f"cannot resume '{output_name}': '{partial}' is not the video of its stopped render "
+                                "(another video is at that name); move it away to keep it, or render without "
+                                "--resume to start over")  # fmt: skip
+        on_disk = salvage_part(partial) if found_id is not None else 0
     chosen = store.choose(on_disk)
     if chosen is None:
         warn(f"note: --resume: no checkpoint of '{output_name}' is covered by its saved video; rendering from the start")

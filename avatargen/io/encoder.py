@@ -63,7 +63,9 @@ class Encoder:
     timeline frame ``f`` with ``(f + shift) % period == 0``: the render's checkpoints, where a resumed render can
     start a new part. ``hold_fds`` are descriptors ffmpeg keeps open while it lives: the output's lock
     (``io.output_lock``), so that the lock is free only once no process writes the output any more. ffmpeg dies with
-    this process (``io.ffmpeg.die_with_parent``). Use as a context manager: an exception aborts, otherwise closes.
+    this process (``io.ffmpeg.die_with_parent``). ``part_id`` goes into the partial MP4's tag: the run of a render
+    that wrote it (``io.resume_store.ResumeStore.part_id``). Use as a context manager: an exception aborts, otherwise
+    closes.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Encoder:
         on_dropped: Callable[[Output, str], None] | None = None,
         audio_pipe: bool = False,
         hold_fds: tuple[int, ...] = (),
+        part_id: str | None = None,
     ) -> None:
         if width <= 0 or height <= 0 or width % 2 or height % 2:
             raise ValueError(f"width and height must be positive and even for yuv420p, got {width}x{height}")
@@ -99,6 +102,7 @@ class Encoder:
         self._result: Path | None = None  # set once closed or aborted
         self._closed = False
         self._failure: Exception | None = None  # why ffmpeg died mid-write; close() raises it again
+        self._part_id = part_id
 
         mix = audio_path if isinstance(audio_path, AudioMix) or audio_path is None else AudioMix((Path(audio_path),))
         for file in mix.paths if mix is not None else ():
@@ -190,7 +194,7 @@ class Encoder:
         if period > 0:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
-        args += metadata_args() + ts_metadata_args()  # avatargen's marks: a rerun knows its files as its own (io.owned_names)
+        args += metadata_args(self._part_id) + ts_metadata_args()  # avatargen's marks: a rerun knows its files as its own (io.owned_names)
         if len(self.outputs) == 1 and self.outputs[0].kind == "mp4":
             # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
             # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
@@ -288,7 +292,7 @@ class Encoder:
             self._result = self.partial_path if self.path is not None else None
             if trim and returncode == 0 and self._failure is None and self.frames_written and self._result is not None:
                 try:
-                    trim_to_frames(self._result, self.frames_written, self.fps)
+                    trim_to_frames(self._result, self.frames_written, self.fps, self._part_id)
                 except (FfmpegError, DiskFullError, OSError):
                     pass
         return self._result
@@ -312,7 +316,7 @@ class Encoder:
         if returncode != 0:
             raise self._error(f"failed with exit code {returncode}")
         if trim and self.frames_written and self._result is not None:
-            trim_to_frames(self._result, self.frames_written, self.fps)
+            trim_to_frames(self._result, self.frames_written, self.fps, self._part_id)
         return self._result
 
     def _stop(self, cut_audio: bool = False) -> int:
@@ -454,11 +458,12 @@ def disk_full_error(path: Path | str, reason: str | None) -> DiskFullError:
     )
 
 
-def trim_to_frames(path: Path, frames: int, fps: int) -> None:
-    """Cut the tracks of fragmented MP4 ``path`` at ``frames / fps`` seconds by a stream copy, replacing it atomically."""
+def trim_to_frames(path: Path, frames: int, fps: int, part_id: str | None = None) -> None:
+    """Cut the tracks of fragmented MP4 ``path`` at ``frames / fps`` seconds by a stream copy, replacing it atomically
+    (tagged as the partial of run ``part_id``, as the encoder tagged it)."""
     tmp = path.with_name(f".{path.name}.trim.mp4")
     copy_mp4(["-i", local_file(path), "-map", "0", "-c", "copy", "-t", f"{frames / fps:.6f}", "-movflags", MP4_MOVFLAGS],
-             tmp, what=f"trim '{path}'", full_path=path)  # fmt: skip
+             tmp, what=f"trim '{path}'", full_path=path, part_id=part_id)  # fmt: skip
     os.replace(tmp, path)
 
 
@@ -489,12 +494,13 @@ def publish_finished(tmp: Path, path: Path, before_publish: Callable[[], None] |
         raise
 
 
-def copy_mp4(args: list[str], tmp: Path, what: str, full_path: Path) -> None:
+def copy_mp4(args: list[str], tmp: Path, what: str, full_path: Path, part_id: str | None = None) -> None:
     """Run ffmpeg ``args`` writing MP4 ``tmp`` (a fresh file this process creates: never a link's target), tagged as
-    avatargen's; ``tmp`` is removed on failure (``DiskFullError`` naming ``full_path``, else ``FfmpegError``)."""
+    avatargen's (and as run ``part_id``'s partial); ``tmp`` is removed on failure (``DiskFullError`` naming
+    ``full_path``, else ``FfmpegError``)."""
     fd = create_fresh(tmp)
     try:
-        proc = start_ffmpeg(["-v", "error", "-y", *args, *metadata_args(), "-f", "mp4", fd_url(fd)], pass_fds=(fd,))
+        proc = start_ffmpeg(["-v", "error", "-y", *args, *metadata_args(part_id), "-f", "mp4", fd_url(fd)], pass_fds=(fd,))
     finally:
         os.close(fd)
     stderr = StderrTail(proc)

@@ -29,20 +29,22 @@ OVERWRITE_FIX = "move it away, choose another output name, or pass --overwrite t
 _MOOV_LIMIT = 64 << 20  # a header larger than this is no header avatargen wrote
 
 
-def metadata_args() -> list[str]:
-    """ffmpeg output options that mark an MP4 as avatargen's."""
-    return ["-metadata", f"comment={MP4_TAG}"]
+def metadata_args(part_id: str | None = None) -> list[str]:
+    """ffmpeg output options that mark an MP4 as avatargen's (``part_id``: as the partial video of that run of a
+    render, ``part_id_of``)."""
+    return ["-metadata", f"comment={MP4_TAG}" + (f"; part {part_id}" if part_id else "")]
 
 
-def is_avatargen_mp4(path: Path) -> bool:
-    """Whether MP4 ``path`` (not followed if a link) carries avatargen's tag in its header (``moov`` box)."""
+def _mp4_header(path: Path) -> bytes | None:
+    """The header (``moov`` box) of MP4 ``path`` (not followed if a link), or None: none yet (a partial killed before
+    its first fragment), not a regular file, not an MP4 avatargen could have written."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return False
+        return None
     with os.fdopen(fd, "rb") as file:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
+            return None
         size, offset = os.fstat(fd).st_size, 0
         while offset + 8 <= size:
             file.seek(offset)
@@ -53,14 +55,30 @@ def is_avatargen_mp4(path: Path) -> bool:
             elif box_size == 0:
                 box_size = size - offset
             if box_size < 8:
-                return False
+                return None
             if kind == b"moov":
                 if box_size > _MOOV_LIMIT:
-                    return False
+                    return None
                 file.seek(offset)
-                return MP4_TAG.encode() in file.read(box_size)
+                return file.read(box_size)
             offset += box_size
-    return False
+    return None
+
+
+def is_avatargen_mp4(path: Path) -> bool:
+    """Whether MP4 ``path`` (not followed if a link) carries avatargen's tag in its header (``moov`` box)."""
+    header = _mp4_header(path)
+    return header is not None and MP4_TAG.encode() in header
+
+
+def part_id_of(path: Path) -> str | None:
+    """The part id in the header of partial MP4 ``path`` (``metadata_args``): "" for a header without one (another
+    MP4, a finished video), None for a file without a header."""
+    header = _mp4_header(path)
+    if header is None:
+        return None
+    found = re.search(re.escape(MP4_TAG).encode() + rb"; part ([0-9a-f]{16})", header)
+    return found.group(1).decode() if found else ""
 
 
 def _regular_size(path: Path) -> int | None:

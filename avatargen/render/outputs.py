@@ -36,6 +36,7 @@ class OutputPlan:
     audio: Any
     streamed_audio: bool
     settings: OutputConfig
+    part_id: str | None = None  # the run's part id, tagged in its partial MP4 (a resume splices only its own)
 
 
 class RenderOutputs:
@@ -60,7 +61,8 @@ class RenderOutputs:
             start_frame=start_frame, keyframe_period=grid.period, keyframe_shift=grid.shift,
             outputs=plan.outputs, drop_failed_live=settings.on_publish_failure == PublishFailure.drop,
             on_dropped=dropped, audio_pipe=plan.streamed_audio,
-            hold_fds=hold_fds,  # the lock lives while ffmpeg does
+            hold_fds=hold_fds,  # the locks live while ffmpeg does
+            part_id=plan.part_id,
         )  # fmt: skip
         self.pacer: RealtimePacer | None = None
         self.gate: InputGate | None = None

@@ -357,7 +357,7 @@ class RenderSession:
         plan = OutputPlan(
             request.output_file, self.live + ([stdout_output()] if request.output == STREAM else []), width, height,
             config.model.fps, None if self.streamed_audio else output_audio(request.audio_files, request.audio_type),
-            self.streamed_audio, config.output,
+            self.streamed_audio, config.output, self.store.part_id if self.store is not None else None,
         )  # fmt: skip
         locks = ([self.lock] if self.lock is not None else []) + self.playlist_locks
         hold = tuple(lock.fileno() for lock in locks)  # the locks live while ffmpeg does
