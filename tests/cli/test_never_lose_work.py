@@ -209,6 +209,21 @@ def test_a_prompt_that_is_not_utf8_is_bad_input(tmp_path):
     assert not list(tmp_path.glob("o.*"))
 
 
+def test_a_disk_that_cannot_take_the_lock_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    """The lock is the first file a render writes: a full disk there was 'unexpected OSError', exit 1, and a 0-byte
+    lock left behind. A file-size limit of 0 bytes (RLIMIT_FSIZE) fails the same write as a full disk does."""
+    import resource
+
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 0.4)
+    out = tmp_path / "out" / "o.mp4"
+    result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *FAST,
+                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))  # fmt: skip
+    lines = _error_lines(result.stderr)
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"error: cannot write the lock '{out.with_name('o.lock')}'") and "disk" in lines[0]
+    assert not (tmp_path / "out").exists()  # no 0-byte lock, and the folder it made removed again
+
+
 def test_output_to_a_closed_stdout_is_exit_3(tmp_path):
     face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 0.4)
     result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", "-", *FAST, preexec_fn=lambda: os.close(1))
