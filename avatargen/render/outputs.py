@@ -79,6 +79,7 @@ class RenderOutputs:
         beside them, the compositor in front of all. A streamed ``audio`` goes to the encoder (through the pacer in
         live mode, which can then drop silence to catch up); ``on_stop(callback)`` ends its input on a stop."""
         settings, fps, live = self.plan.settings, self.plan.fps, self.plan.streamed_audio
+        on_stop(self.writer.hurry)  # a stop never waits long on an encoder that stopped reading
         if live:
             audio.encoder_audio = self.writer.write_audio
             # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.

@@ -31,6 +31,7 @@ from avatargen.face.domain import square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
 from avatargen.io.console import say
+from avatargen.io.encoder import EncoderStalledError
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import (YAML_HEADER, check_owned_names, clear_playlist_names, foreign_reason,
                                       playlist_names, publish_lock_path, remove_name, write_text_atomic)
@@ -406,6 +407,8 @@ class RenderSession:
             raise RenderInterrupted(f"interrupted by {self.stop.name}; {self._kept_so_far()}", self.stop.exit_code) from None
         except BaseException as error:
             self._keep_what_was_rendered(error)
+            if isinstance(error, EncoderStalledError) and self.stop.requested():  # the stop asked for, ended in time
+                raise RenderInterrupted(f"interrupted by {self.stop.name}; {error}", self.stop.exit_code) from None
             raise
         finally:
             self.outputs.discard()  # after an error: the pacer's thread ends and its queued frames are dropped

@@ -59,6 +59,65 @@ def test_a_stop_on_hours_of_audio_closes_the_partial_at_once_with_the_resume_lin
     assert info["frames"] > 0 and abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25 + 1e-3, info
 
 
+@pytest.mark.parametrize("signals, code", [(["SIGINT"], 130), (["SIGTERM"], 143), (["SIGINT", "SIGINT"], 130)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT twice"])  # fmt: skip
+def test_a_stop_ends_a_render_whose_encoder_stopped_reading_within_its_bound(tmp_path, signals, code):
+    """The encoder stopped (SIGSTOP: as a stalled libx264 or a hung disk would): the render used to block in a write
+    to ffmpeg's stdin, and every signal, a second SIGINT and SIGTERM included, was ignored for minutes."""
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 8.0)
+    out = tmp_path / "o.mp4"
+    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
+    _wait_for(lambda: _checkpoints(out) >= 1 and _ffmpeg_child(process, "rawvideo"), process, "its first checkpoint")
+    os.kill(_ffmpeg_child(process, "rawvideo"), signal.SIGSTOP)
+    time.sleep(1.0)  # the render fills the pipe and waits on it
+    stopped = time.monotonic()
+    for name in signals:
+        process.send_signal(getattr(signal, name))
+        time.sleep(0.2)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError("the render did not end within 60 s of the signal") from None
+    took = time.monotonic() - stopped
+    # STALL_AFTER_STOP_S (5 s) after the encoder's last byte, then SIGKILL and the trim: 3.3-3.7 s on a quiet 2-core
+    # machine; 15 s leaves room for a loaded one.
+    assert took <= 15.0, took
+    assert process.returncode == code, stderr
+    lines = _error_lines(stderr)
+    assert len(lines) == 1 and lines[0].startswith(f"error: interrupted by {signals[0]}") and lines[0].endswith("--resume")
+    info = probe(out.with_name("o.partial.mp4"))  # what the encoder had finished, its audio cut at its video
+    assert info["frames"] > 0 and abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25 + 1e-3, info
+
+
+def test_no_ffmpeg_holds_the_write_end_of_a_pipe_it_reads(tmp_path):
+    """An ffmpeg holding the write end of its own input pipe never sees that input end (the audio of `-a - -o -` once
+    deadlocked so). Each ffmpeg of a live render, from /proc: no pipe it reads from is also open for writing in it."""
+    face = write_face_png(tmp_path / "face.png")
+    process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "--realtime",
+                                "-o", "-", "-q", *FAST], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, env=ENV, start_new_session=True)  # fmt: skip
+    process.stdin.write(_wav_bytes(2.0))
+    process.stdin.flush()
+    try:
+        _wait_for(lambda: _ffmpeg_child(process, "rawvideo") and _ffmpeg_child(process, "f32le"), process,
+                  "the encoder and the stream's decoder")  # fmt: skip
+        for marker in ("rawvideo", "f32le"):
+            ends: dict[str, set[str]] = {}
+            pid = _ffmpeg_child(process, marker)
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("pipe:"):
+                    flags = int(Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().split("flags:")[1].split()[0], 8)
+                    ends.setdefault(target, set()).add("w" if flags & os.O_ACCMODE else "r")
+            assert not [pipe for pipe, modes in ends.items() if modes == {"r", "w"}], (marker, ends)
+    finally:
+        process.stdin.close()  # the session ends: the render finishes its video
+        stderr = process.stderr.read().decode()
+        process.wait(timeout=120)
+    assert process.returncode == 0, stderr
+
+
 def test_sigterm_while_stdin_stalls_renders_the_audio_that_came_and_exits_143(tmp_path):
     face, out = write_face_png(tmp_path / "face.png"), tmp_path / "o.mp4"
     process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
