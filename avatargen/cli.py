@@ -469,7 +469,8 @@ app.add_typer(weights_app)
 
 def main() -> None:
     _cover_closed_standard_fds()
-    guard_standard_streams()  # stdout that cannot take the output: exit 2, one line; stderr: dropped (io.console)
+    # stdout that cannot take the output, or was closed: exit 2, one line; stderr: dropped (io.console)
+    guard_standard_streams(stdout_closed=_STDOUT_CLOSED)
     code = _main()
     _exit_without_teardown(code)
     sys.exit(code)
