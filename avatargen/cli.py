@@ -16,8 +16,9 @@ from typing import Callable, List, Optional
 import typer
 from typer._click import exceptions as click_errors  # the Click that Typer parses with
 
+from avatargen.interrupts import Interrupted, catch_signals, exit_code_of, received, signal_of
 from avatargen.io.console import guard_standard_streams, say, write_stdout
-from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, ConfigError, PublishError,
+from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, AvatarGenError, BadInputError, ConfigError, PublishError,
                               RenderInterrupted)
 
 EXIT_CODES = (
@@ -63,8 +64,21 @@ def _fail(message: str) -> None:
     say(f"error: {message}")  # dropped if stderr cannot take it: the exit code still says it
 
 
-def _run(action: Callable[[], None], debug: bool) -> None:
-    """Run a command body, turning errors into one line and a documented exit code."""
+_STARTING = " while starting; nothing was written"
+_interrupt_said = False  # the line of a SIGINT/SIGTERM the command did not handle itself was printed
+
+
+def _interrupted(signum: int, tail: str = _STARTING) -> int:
+    """Say that ``signum`` interrupted the command (``tail``: what it left); its exit code (130, 143)."""
+    global _interrupt_said
+    _interrupt_said = True
+    _fail(f"interrupted by {signal.Signals(signum).name}{tail}")
+    return exit_code_of(signum)
+
+
+def _run(action: Callable[[], None], debug: bool, interrupted: Callable[[], str] = lambda: "") -> None:
+    """Run a command body, turning errors into one line and a documented exit code; ``interrupted()`` says what a
+    SIGINT or SIGTERM the body did not handle itself leaves behind (the end of its line)."""
     try:
         action()
     except AvatarGenError as error:
@@ -78,9 +92,8 @@ def _run(action: Callable[[], None], debug: bool) -> None:
             traceback.print_exc()
         _fail(str(error))
         raise typer.Exit(error.exit_code) from None
-    except KeyboardInterrupt:
-        _fail("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as error:
+        raise typer.Exit(_interrupted(signal_of(error), interrupted())) from None
     except typer.Exit:
         raise
     except Exception as error:  # a bug: say so in one line, the traceback is one flag away
@@ -119,6 +132,11 @@ def render(
     """
 
     from avatargen.io import image_prefetch as prefetch
+
+    phase = {"kept": "while starting; nothing was written"}
+
+    def kept() -> str:
+        return f" {phase['kept']}" if phase["kept"] else ""
 
     def action() -> None:
         # The picture's face search starts now, in a process of its own, while this one imports torch.
@@ -168,10 +186,13 @@ def render(
             # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.
             return RenderProgress(fps, total, enabled=not quiet and sys.stderr.isatty())
 
+        phase["kept"] = ""  # the render reports its own stops from here on
         report = run_render(
             request, cfg, progress_factory=progress, record_seams=evaluate, resume=resume, resume_command=_resume_command(),
             overwrite=overwrite,
         )
+        if request.output_file is not None:
+            phase["kept"] = f"after the video was written to '{request.output_file}'"
         from avatargen.runtime.distributed import world_info
 
         if not world_info().is_primary:
@@ -195,7 +216,7 @@ def render(
             say(f"wrote {where}: {report['frames']} frames, {report['duration_s']:.2f} s, "
                 f"{report['gen_fps']} fps generated, RTF {report['rtf']}")  # fmt: skip
 
-    _run(action, debug)
+    _run(action, debug, kept)
 
 
 def _resume_command() -> str:
@@ -480,7 +501,10 @@ def _main() -> int:
     """Run the command line; its exit code. A mistake on the command line (an unknown option, a value of the wrong
     type, a missing one) is one ``error:`` line and exit 2, like every other bad input."""
     try:
+        catch_signals()  # SIGINT/SIGTERM before a render's own handlers: one line, 130/143 (avatargen/interrupts.py)
         result = app(standalone_mode=False)
+    except Interrupted as error:  # before Click ran
+        return _interrupted(error.signum)
     except click_errors.NoArgsIsHelpError:  # the command alone: its help, printed as it was made
         return EXIT_BAD_INPUT
     except click_errors.UsageError as error:
@@ -494,10 +518,11 @@ def _main() -> int:
         _fail(str(error))
         return error.exit_code
     except typer.Abort:
-        _fail("interrupted")
-        return EXIT_INTERRUPTED
+        return _interrupted(received() or signal.SIGINT)
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_FAILURE)
+    if received() is not None and not _interrupt_said:  # Typer makes one while it parsed a silent exit 130
+        return _interrupted(received())
     return result if isinstance(result, int) else 0
 
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
 from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, ResumeMismatchError
+from avatargen.interrupts import received
 from avatargen.io.mp4_join import salvage_part
 from avatargen.io.owned_names import part_id_of
 from avatargen.io.encoder import disk_full_error
@@ -52,6 +53,7 @@ class StopRequests:
             callback()
 
     def __enter__(self) -> "StopRequests":
+        self.signum = self.signum or received()  # one that came at start-up and a library's `except:` swallowed
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)

@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "avatargen"
 
 LAYERS = [
-    {"errors", "threads", "numeric"},
+    {"errors", "interrupts", "threads", "numeric"},
     {"models"},
     {"config", "sampling", "face", "compose"},
     {"runtime"},

@@ -135,6 +135,23 @@ def test_sigterm_while_stdin_stalls_renders_the_audio_that_came_and_exits_143(tm
     assert info["frames"] == 25 and abs(info["audio_duration_s"] - 1.0) <= 1 / 25 + 1e-3, info
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_render_starts_is_one_line_and_leaves_nothing(tmp_path, sig, code):
+    """Before torch is even imported: a SIGINT there used to end with no line, a bare 'error: interrupted' or a
+    traceback; a SIGTERM with no line, killed by the signal."""
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 1.0)
+    out = tmp_path / "new" / "o.mp4"
+    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
+    _wait_for(lambda: _catches(process, signal.SIGTERM), process, "a handler for SIGTERM")
+    assert b"libtorch" not in Path(f"/proc/{process.pid}/maps").read_bytes(), "past the start-up already"
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    name = signal.Signals(sig).name
+    assert stderr.strip().splitlines() == [f"error: interrupted by {name} while starting; nothing was written"], stderr
+    assert not (tmp_path / "new").exists()
+
+
 def test_sigterm_before_stdin_gives_any_audio_leaves_nothing(tmp_path):
     face, out = write_face_png(tmp_path / "face.png"), tmp_path / "new" / "o.mp4"
     process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
