@@ -429,6 +429,11 @@ class Encoder:
         lines = self._stderr.lines
         reason = self._stderr.reason()
         full = next((line for line in lines if _NO_SPACE in line or _TOO_LARGE in line), None)
+        stdout_failed = any(o.kind == "stdout" and o.label in self.dropped for o in self.outputs) or (
+            self._aborted is not None and self._aborted[0].kind == "stdout")  # fmt: skip
+        if stdout_failed and full is not None:  # `-o - > /dev/full`: no folder or disk of avatargen's to advise on
+            return PublishError(f"stdout could not take the video ({ffmpeg_reason([full])}); give stdout room or "
+                                "redirect it elsewhere")  # fmt: skip
         if full is not None:  # not always the last line: the muxers report the failure after the cause
             return disk_full_error(self._where, ffmpeg_reason([full]))
         if self._proc.returncode == -signal.SIGXFSZ:

@@ -86,6 +86,17 @@ def test_a_render_report_to_a_closed_stdout_is_exit_2_with_the_video_written(tmp
     assert probe(out)["frames"] == 10
 
 
+def test_video_to_a_full_stdout_is_one_line_and_exit_3_without_disk_advice(inputs):
+    """`-o - > /dev/full` used to say 'out of disk space ... choose another output folder': there is no folder."""
+    face, audio = inputs
+    with open("/dev/full", "wb") as full:
+        done = _cli("render", "-i", str(face), "-a", str(audio), "-o", "-", "-q", *FAST, stdout=full)
+    lines = _error_lines(done.stderr)
+    assert done.returncode == 3 and len(lines) == 1 and lines[0].startswith("error: stdout could not take the video ("), \
+        done.stderr
+    assert "No space left on device" in lines[0] and "folder" not in lines[0] and "disk" not in lines[0], lines
+
+
 def test_a_warning_stderr_cannot_take_is_dropped_and_the_render_goes_on(tmp_path, inputs):
     face, audio = inputs
     out = tmp_path / "o.mp4"
