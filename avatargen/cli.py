@@ -220,9 +220,31 @@ def render(
 
 
 def _resume_command() -> str:
-    """This very command line with ``--resume`` (what to run to continue it), quoted for a POSIX shell."""
+    """This very command line with ``--resume`` (what to run to continue it), quoted for a POSIX shell; under
+    torchrun, torchrun's own command line (``torchrun --nproc-per-node 2 -m avatargen render ... --resume``)."""
     args = [a for a in sys.argv[1:] if a not in ("--resume", "--no-resume")]
-    return shlex.join(["avatargen", *args, "--resume"])
+    return shlex.join([*_launcher(), *args, "--resume"])
+
+
+def _launcher() -> list[str]:
+    """What ran this command before its arguments: ``avatargen``, or for a rank of torchrun (which sets
+    TORCHELASTIC_RUN_ID) torchrun's command line up to ``-m avatargen``, read from the parent process, torchrun's
+    agent: a resume must be launched as the stopped render was."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return ["avatargen"]
+    fallback = ["torchrun", f"--nproc-per-node={os.environ.get('LOCAL_WORLD_SIZE', '1')}", "-m", "avatargen"]
+    try:
+        words = [os.fsdecode(w) for w in Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")[:-1]]
+    except OSError:
+        return fallback
+    ours = sys.argv[1:]
+    head = words[: len(words) - len(ours)]
+    through_ours = "avatargen.torchrun" in head  # python -m avatargen.torchrun OPTIONS COMMAND ...
+    if not ours or words[len(head) :] != ours or not (through_ours or head[-2:] == ["-m", "avatargen"]):
+        return fallback
+    if len(head) > 1 and Path(head[1]).name == "torchrun":  # python running the torchrun script: as typed
+        head = ["torchrun", *head[2:]]
+    return head
 
 
 @app.command(epilog=EXIT_CODES)

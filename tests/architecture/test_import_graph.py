@@ -22,7 +22,7 @@ LAYERS = [
     {"pipeline"},
     {"families"},
     {"resume", "render", "batch", "batch_state", "progress", "eval"},
-    {"cli", "doctor", "__main__", "__init__"},
+    {"cli", "doctor", "torchrun", "__main__", "__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 

@@ -191,6 +191,29 @@ def test_the_encoder_dies_with_a_render_killed_by_sigkill_and_writes_nothing_mor
     assert partial.stat().st_size == size
 
 
+@pytest.mark.slow  # two torchrun launches: ~35 s on the shared 2-core machine
+def test_the_resume_command_a_stopped_torchrun_render_prints_runs_as_printed(tmp_path):
+    """Under torchrun the printed command was `avatargen render ... --resume`: not the launch that was stopped."""
+    import shutil
+
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
+    out = tmp_path / "o.mp4"
+    launcher = ["torchrun"] if shutil.which("torchrun") else [sys.executable, "-m", "torch.distributed.run"]
+    process = subprocess.Popen([*launcher, "--standalone", "--nproc-per-node", "1", "-m", "avatargen", "render", "-i",
+                                str(face), "-a", str(audio), "-o", str(out), "-q", *FAST], env=ENV, cwd=tmp_path,
+                               start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _wait_for(lambda: _checkpoints(out) >= 1, process, "its first checkpoint")
+    process.send_signal(signal.SIGINT)  # to torchrun, which passes it on
+    _, stderr = process.communicate(timeout=120)
+    line = next(line for line in stderr.splitlines() if line.startswith("error: interrupted by SIGINT"))
+    command = shlex.split(line.split("resume with: ", 1)[1])
+    assert command[: len(launcher) + 5] == [*launcher, "--standalone", "--nproc-per-node", "1", "-m", "avatargen"]
+    assert command[-1] == "--resume", command
+    resumed = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "rendering from the start" not in resumed.stderr and probe(out)["frames"] == 50
+
+
 def _batch(jobs: Path, out_dir: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "avatargen", "batch", str(jobs), "--out-dir", str(out_dir), *FAST],
                             env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
