@@ -17,7 +17,7 @@ from avatargen.errors import BadInputError
 from avatargen.io.output_lock import OutputLock, OutputLockedError
 from avatargen.render import RenderRequest, render
 from tests.conftest import FAST, REPO, descendants, run_cli, write_face_png, write_speechlike_wav
-from tests.ffmpeg_probe import probe
+from tests.ffmpeg_probe import png_frame_count, probe, stream_start_times
 
 
 def _start(*args: str, cwd: Path | None = None) -> subprocess.Popen:
@@ -182,8 +182,11 @@ def test_a_second_ctrl_c_leaves_a_partial_whose_audio_ends_with_its_video(tmp_pa
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    info = probe(out.with_name("o.partial.mp4"))
+    partial = out.with_name("o.partial.mp4")
+    info = probe(partial)
     assert info["frames"] > 0 and info["audio_duration_s"] <= info["video_duration_s"] + 1 / 25, info
+    assert stream_start_times(partial) == {"video": 0.0, "audio": 0.0}  # a plain decode: exactly its frames
+    assert png_frame_count(partial, tmp_path / "png") == info["frames"]
 
 
 def test_ctrl_c_while_an_interrupted_render_exits_keeps_its_exit_code(tmp_path):

@@ -96,6 +96,9 @@ def test_signal_closes_a_trimmed_partial_says_how_to_resume_and_resume_is_exact(
     assert 0 < info["frames"] < FRAMES
     # The audio is cut with the video: at most an AAC frame (21 ms) apart, not the rest of the input.
     assert abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25
+    # and both start at 0: a plain `ffmpeg -i o.partial.mp4 d/%04d.png` gives exactly its frames
+    assert stream_start_times(partial) == {"video": 0.0, "audio": 0.0}
+    assert png_frame_count(partial, tmp_path / "png") == info["frames"]
     _resume(face, audio, out)
     _assert_same_video(out, reference)
 

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from tests.cli.test_never_lose_work import _checkpoints, _error_lines, _ffmpeg_child, _start, _wait_for
 from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
-from tests.ffmpeg_probe import probe
+from tests.ffmpeg_probe import png_frame_count, probe, stream_start_times
 from tests.io.test_encoder_stop import write_hours_long_wav
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -133,6 +133,10 @@ def test_sigterm_while_stdin_stalls_renders_the_audio_that_came_and_exits_143(tm
     assert _error_lines(stderr) == [f"error: interrupted by SIGTERM after 25 frames (1.00 s); the video is in '{partial}'"]
     info = probe(partial)
     assert info["frames"] == 25 and abs(info["audio_duration_s"] - 1.0) <= 1 / 25 + 1e-3, info
+    # A stream's partial is its only video: a plain `ffmpeg -i o.partial.mp4 d/%04d.png` gives exactly its frames
+    # (no stream starts before 0: the AAC priming is cut by an edit list, also in a fragmented file).
+    assert stream_start_times(partial) == {"video": 0.0, "audio": 0.0}
+    assert png_frame_count(partial, tmp_path / "png") == 25
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
