@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from avatargen.cli import app
 
-    commands = {c.name or c.callback.__name__ for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    commands |= {group.name for group in app.registered_groups}
     options, command = split_arguments(sys.argv[1:] if argv is None else argv, commands)
     if not command:
         print(f"error: give avatargen's command after torchrun's options ({', '.join(sorted(commands))}); see "
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         run(parse_args([*options, "-m", "avatargen", *command]))
     except ChildFailedError as error:
         return exit_code(error.get_first_failure()[1])
-    except SignalException as error:  # SIGINT/SIGTERM to the launcher: passed on to the ranks, which said what they kept
+    except SignalException as error:  # SIGINT/SIGTERM to the launcher, passed on: the ranks said what they kept
         return 128 + int(error.sigval)
     return 0
 

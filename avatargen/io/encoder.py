@@ -205,7 +205,7 @@ class Encoder:
         if period > 0:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
-        args += metadata_args(self._part_id) + ts_metadata_args()  # avatargen's marks: a rerun knows its files as its own (io.owned_names)
+        args += metadata_args(self._part_id) + ts_metadata_args()  # a rerun knows its files as its own (io.owned_names)
         if len(self.outputs) == 1 and self.outputs[0].kind == "mp4":
             # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
             # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
@@ -588,7 +588,8 @@ def copy_mp4(args: list[str], tmp: Path, what: str, full_path: Path, part_id: st
     ``full_path``, else ``FfmpegError``)."""
     fd = create_fresh(tmp)
     try:
-        proc = start_ffmpeg(["-v", "error", "-y", *args, *metadata_args(part_id), "-f", "mp4", fd_url(fd)], pass_fds=(fd,))
+        mark = metadata_args(part_id)
+        proc = start_ffmpeg(["-v", "error", "-y", *args, *mark, "-f", "mp4", fd_url(fd)], pass_fds=(fd,))
     finally:
         os.close(fd)
     stderr = StderrTail(proc)

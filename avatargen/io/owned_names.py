@@ -214,7 +214,8 @@ def playlist_names(playlist: Path) -> list[tuple[Path, str]]:
     """The names a publish to ``playlist`` writes and replaces, each with its kind (``foreign_reason``): the playlist,
     its lock, the segments already there, and the temporary names the HLS muxer writes before it renames them
     (``NAME.m3u8.tmp``, ``NAME_00000.ts.tmp``)."""
-    names = [(playlist, "playlist"), (publish_lock_path(playlist), "lock"), (playlist.with_name(f"{playlist.name}.tmp"), "temp")]
+    names = [(playlist, "playlist"), (publish_lock_path(playlist), "lock")]
+    names.append((playlist.with_name(f"{playlist.name}.tmp"), "temp"))
     pattern = segment_pattern(playlist)
     try:
         entries = sorted(os.listdir(playlist.parent if str(playlist.parent) else "."))

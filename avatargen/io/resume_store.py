@@ -94,7 +94,8 @@ class ResumeStore:
         self.index = self.folder / "resume.json"
         self.fingerprint: dict[str, str] = {}
         self.parts: list[Part] = []
-        self.checkpoints: list[dict[str, Any]] = []  # {"frames": F, "file": name, "sha256": hex, "meta": {...}}, oldest first
+        # {"frames": F, "file": name, "sha256": hex digest of the file, "meta": {...}}, oldest first
+        self.checkpoints: list[dict[str, Any]] = []
         self.run_start = 0  # the frame the current run started at
         # The current run's part id, in its partial MP4's tag (io.owned_names.part_id_of): --resume splices only the
         # video of the stopped run itself, never another MP4 put at its name.

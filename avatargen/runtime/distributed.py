@@ -52,7 +52,8 @@ def ensure_process_group(device: torch.device, timeout_s: float) -> None:
     atexit.register(_destroy)
     store = _store()
     if store is not None:  # who this rank is, for a rank that finds it gone (``_gone``)
-        store.set(f"avatargen/process/{full_world().rank}", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+        process = {"pid": os.getpid(), "host": socket.gethostname()}
+        store.set(f"avatargen/process/{full_world().rank}", json.dumps(process))
 
 
 def _destroy() -> None:
