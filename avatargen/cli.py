@@ -133,10 +133,10 @@ def render(
 
     from avatargen.io import image_prefetch as prefetch
 
-    phase = {"kept": "while starting; nothing was written"}
+    phase = {"kept": _STARTING}  # what a signal the render did not handle itself leaves behind
 
     def kept() -> str:
-        return f" {phase['kept']}" if phase["kept"] else ""
+        return phase["kept"]
 
     def action() -> None:
         # The picture's face search starts now, in a process of its own, while this one imports torch.
@@ -192,7 +192,7 @@ def render(
             overwrite=overwrite,
         )
         if request.output_file is not None:
-            phase["kept"] = f"after the video was written to '{request.output_file}'"
+            phase["kept"] = f" after the video was written to '{request.output_file}'"
         from avatargen.runtime.distributed import world_info
 
         if not world_info().is_primary:

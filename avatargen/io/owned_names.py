@@ -1,4 +1,5 @@
-"""The names a render of ``OUT.mp4`` owns, and how it tells its own files from a user's.
+"""The names a render of ``OUT.mp4`` (and a publish to ``DIR/NAME.m3u8``) owns, and how it tells its own files from a
+user's.
 
 A render writes ``OUT.mp4``, ``OUT.yaml``, ``OUT.partial.mp4``, ``OUT.lock`` and ``OUT.resume/`` (and hidden
 temporary names, ``.OUT.*``). Each carries a mark of avatargen: the MP4s a ``comment`` tag in their header
@@ -6,7 +7,9 @@ temporary names, ``.OUT.*``). Each carries a mark of avatargen: the MP4s a ``com
 marker file (``RESUME_MARKER``). A rerun replaces what carries the mark (and empty files: nothing in them to lose);
 anything else at those names -- a user's file or folder, a symbolic link -- is refused before the first frame
 (``check_owned_names``, exit 2 naming ``--overwrite``), unless ``--overwrite`` says to replace it. Links are never
-followed: they are replaced as links, their targets untouched. The policy: docs/reliability.md.
+followed: they are replaced as links, their targets untouched. No output is another output's side name
+(``another_renders_name``). A publish owns its playlist, its segments (marked in their MPEG-TS service description),
+their temporary names and a lock (``playlist_names``). The policy: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -254,7 +257,8 @@ def another_renders_name(path: Path, what: str = "output") -> str | None:
                 "must not share a name: choose a name that does not end in .partial.mp4")  # fmt: skip
     if name.startswith(".") and name.endswith((".joining.mp4", ".partial.mp4.trim.mp4")):
         return f"{shown} is a hidden temporary name of a render of another output; choose another name"
-    for folder in [Path(os.path.realpath(Path(path).parent)), *Path(os.path.realpath(Path(path).parent)).parents]:
+    resolved = Path(os.path.realpath(Path(path).parent))
+    for folder in [resolved, *resolved.parents]:
         if folder.name.endswith(".resume") and folder.name != ".resume":
             owner = f"{folder.name.removesuffix('.resume')}.mp4"
             return (f"{shown} is inside '{folder}', the folder where a render of '{owner}' keeps its resume state "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from avatargen.io.resume_store import VERSION
 from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import probe
 
@@ -139,7 +140,7 @@ def test_a_hand_edited_resume_state_is_one_line_exit_2(tmp_path, inputs):
     folder = tmp_path / "talk.resume"
     folder.mkdir()
     (folder / ".avatargen-resume").write_text("made by avatargen\n")
-    (folder / "resume.json").write_text(json.dumps({"version": 2, "fingerprint": {}, "parts": [],
+    (folder / "resume.json").write_text(json.dumps({"version": VERSION, "fingerprint": {}, "parts": [], "partial": None,
                                                     "checkpoints": [{"frames": "ten", "file": "s", "meta": {}}]}))  # fmt: skip
     result = _render(inputs, out, "--resume")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr

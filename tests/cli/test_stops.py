@@ -160,7 +160,7 @@ def test_sigterm_before_stdin_gives_any_audio_leaves_nothing(tmp_path):
     face, out = write_face_png(tmp_path / "face.png"), tmp_path / "new" / "o.mp4"
     process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
                                 "-q", *FAST], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)  # fmt: skip
-    _wait_for(lambda: _catches(process, signal.SIGTERM), process, "its signal handlers")  # a slow start: > 4 s
+    _wait_for(lambda: _ffmpeg_child(process, "rawvideo"), process, "the encoder")  # started: the header is read next
     time.sleep(2)  # it waits for the WAV header
     process.send_signal(signal.SIGTERM)
     stderr = process.communicate(timeout=60)[1].decode()
