@@ -16,8 +16,9 @@ from typing import Callable, List, Optional
 import typer
 from typer._click import exceptions as click_errors  # the Click that Typer parses with
 
+from avatargen.interrupts import Interrupted, catch_signals, exit_code_of, received, signal_of
 from avatargen.io.console import guard_standard_streams, say, write_stdout
-from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, AvatarGenError, BadInputError, ConfigError, PublishError,
+from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, AvatarGenError, BadInputError, ConfigError, PublishError,
                               RenderInterrupted)
 
 EXIT_CODES = (
@@ -63,8 +64,21 @@ def _fail(message: str) -> None:
     say(f"error: {message}")  # dropped if stderr cannot take it: the exit code still says it
 
 
-def _run(action: Callable[[], None], debug: bool) -> None:
-    """Run a command body, turning errors into one line and a documented exit code."""
+_STARTING = " while starting; nothing was written"
+_interrupt_said = False  # the line of a SIGINT/SIGTERM the command did not handle itself was printed
+
+
+def _interrupted(signum: int, tail: str = _STARTING) -> int:
+    """Say that ``signum`` interrupted the command (``tail``: what it left); its exit code (130, 143)."""
+    global _interrupt_said
+    _interrupt_said = True
+    _fail(f"interrupted by {signal.Signals(signum).name}{tail}")
+    return exit_code_of(signum)
+
+
+def _run(action: Callable[[], None], debug: bool, interrupted: Callable[[], str] = lambda: "") -> None:
+    """Run a command body, turning errors into one line and a documented exit code; ``interrupted()`` says what a
+    SIGINT or SIGTERM the body did not handle itself leaves behind (the end of its line)."""
     try:
         action()
     except AvatarGenError as error:
@@ -78,9 +92,8 @@ def _run(action: Callable[[], None], debug: bool) -> None:
             traceback.print_exc()
         _fail(str(error))
         raise typer.Exit(error.exit_code) from None
-    except KeyboardInterrupt:
-        _fail("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as error:
+        raise typer.Exit(_interrupted(signal_of(error), interrupted())) from None
     except typer.Exit:
         raise
     except Exception as error:  # a bug: say so in one line, the traceback is one flag away
@@ -123,6 +136,11 @@ def render(
 
     def located(text: str | None) -> Path | ObjectUrl | None:
         return None if text is None else where(text)
+
+    phase = {"kept": _STARTING}  # what a signal the render did not handle itself leaves behind
+
+    def kept() -> str:
+        return phase["kept"]
 
     def action() -> None:
         nonlocal image, video, output, audio, local_image
@@ -180,10 +198,13 @@ def render(
             # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.
             return RenderProgress(fps, total, enabled=not quiet and sys.stderr.isatty())
 
+        phase["kept"] = ""  # the render reports its own stops from here on
         report = render_anywhere(
             request, cfg, progress_factory=progress, record_seams=evaluate, resume=resume, resume_command=_resume_command(),
             overwrite=overwrite,
         )
+        if request.output_file is not None:
+            phase["kept"] = f" after the video was written to '{request.output_file}'"
         from avatargen.runtime.distributed import world_info
 
         if not world_info().is_primary:
@@ -207,13 +228,35 @@ def render(
             say(f"wrote {where}: {report['frames']} frames, {report['duration_s']:.2f} s, "
                 f"{report['gen_fps']} fps generated, RTF {report['rtf']}")  # fmt: skip
 
-    _run(action, debug)
+    _run(action, debug, kept)
 
 
 def _resume_command() -> str:
-    """This very command line with ``--resume`` (what to run to continue it), quoted for a POSIX shell."""
+    """This very command line with ``--resume`` (what to run to continue it), quoted for a POSIX shell; under
+    torchrun, torchrun's own command line (``torchrun --nproc-per-node 2 -m avatargen render ... --resume``)."""
     args = [a for a in sys.argv[1:] if a not in ("--resume", "--no-resume")]
-    return shlex.join(["avatargen", *args, "--resume"])
+    return shlex.join([*_launcher(), *args, "--resume"])
+
+
+def _launcher() -> list[str]:
+    """What ran this command before its arguments: ``avatargen``, or for a rank of torchrun (which sets
+    TORCHELASTIC_RUN_ID) torchrun's command line up to ``-m avatargen``, read from the parent process, torchrun's
+    agent: a resume must be launched as the stopped render was."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return ["avatargen"]
+    fallback = ["torchrun", f"--nproc-per-node={os.environ.get('LOCAL_WORLD_SIZE', '1')}", "-m", "avatargen"]
+    try:
+        words = [os.fsdecode(w) for w in Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")[:-1]]
+    except OSError:
+        return fallback
+    ours = sys.argv[1:]
+    head = words[: len(words) - len(ours)]
+    through_ours = "avatargen.torchrun" in head  # python -m avatargen.torchrun OPTIONS COMMAND ...
+    if not ours or words[len(head) :] != ours or not (through_ours or head[-2:] == ["-m", "avatargen"]):
+        return fallback
+    if len(head) > 1 and Path(head[1]).name == "torchrun":  # python running the torchrun script: as typed
+        head = ["torchrun", *head[2:]]
+    return head
 
 
 @app.command(epilog=EXIT_CODES)
@@ -501,7 +544,8 @@ app.add_typer(weights_app)
 
 def main() -> None:
     _cover_closed_standard_fds()
-    guard_standard_streams()  # stdout that cannot take the output: exit 2, one line; stderr: dropped (io.console)
+    # stdout that cannot take the output, or was closed: exit 2, one line; stderr: dropped (io.console)
+    guard_standard_streams(stdout_closed=_STDOUT_CLOSED)
     code = _main()
     _exit_without_teardown(code)
     sys.exit(code)
@@ -511,7 +555,10 @@ def _main() -> int:
     """Run the command line; its exit code. A mistake on the command line (an unknown option, a value of the wrong
     type, a missing one) is one ``error:`` line and exit 2, like every other bad input."""
     try:
+        catch_signals()  # SIGINT/SIGTERM before a render's own handlers: one line, 130/143 (avatargen/interrupts.py)
         result = app(standalone_mode=False)
+    except Interrupted as error:  # before Click ran
+        return _interrupted(error.signum)
     except click_errors.NoArgsIsHelpError:  # the command alone: its help, printed as it was made
         return EXIT_BAD_INPUT
     except click_errors.UsageError as error:
@@ -525,10 +572,11 @@ def _main() -> int:
         _fail(str(error))
         return error.exit_code
     except typer.Abort:
-        _fail("interrupted")
-        return EXIT_INTERRUPTED
+        return _interrupted(received() or signal.SIGINT)
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_FAILURE)
+    if received() is not None and not _interrupt_said:  # Typer makes one while it parsed a silent exit 130
+        return _interrupted(received())
     return result if isinstance(result, int) else 0
 
 

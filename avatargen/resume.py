@@ -22,7 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
 from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, ResumeMismatchError
+from avatargen.interrupts import received
 from avatargen.io.mp4_join import salvage_part
+from avatargen.io.owned_names import part_id_of
 from avatargen.io.encoder import disk_full_error
 from avatargen.io.resume_store import OtherFormatError, ResumeStore, file_digest, text_digest
 from avatargen.pipeline.checkpoint import RenderCheckpoint
@@ -52,6 +54,7 @@ class StopRequests:
             callback()
 
     def __enter__(self) -> "StopRequests":
+        self.signum = self.signum or received()  # one that came at start-up and a library's `except:` swallowed
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -172,18 +175,21 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
             f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
             "resume with the same inputs and config, or render without --resume to start over"
         )
-    on_disk = salvage_part(partial) if (partial.is_file() and not partial.is_symlink()) else 0
+    on_disk = 0
+    if partial.is_file() and not partial.is_symlink():
+        found_id = part_id_of(partial)  # None: killed before its header, nothing in it to splice
+        if found_id is not None and found_id != store.part_id:
+            raise BadInputError(f"cannot resume '{output_name}': '{partial}' is not the video of its stopped render "
+                                "(another video is at that name); move it away to keep it, or render without "
+                                "--resume to start over")  # fmt: skip
+        on_disk = salvage_part(partial) if found_id is not None else 0
     chosen = store.choose(on_disk)
     if chosen is None:
         warn(f"note: --resume: no checkpoint of '{output_name}' is covered by its saved video; rendering from the start")
         return None
     if (partial.is_file() and not partial.is_symlink()):
         store.add_part(partial, chosen["frames"])
-    tensors = store.read_state(chosen)
-    damaged = next((name for name, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())), None)
-    if damaged is not None:  # a model never wrote it so (a finite check guards every chunk): the file is damaged
-        raise BadInputError(f"resume state '{store.folder / chosen['file']}' holds NaN or infinite values (tensor "
-                            f"{damaged}): it is damaged; render without --resume to start over")  # fmt: skip
+    tensors = store.read_state(chosen)  # its bytes checked against the sha256 recorded when it was written
     try:
         return RenderCheckpoint.from_tensors(tensors, chosen["meta"])
     except (KeyError, TypeError, ValueError, AttributeError) as error:  # a hand-edited resume.json

@@ -64,6 +64,10 @@ def _silence(fd: int) -> None:
         pass
 
 
+_CLOSED_FIX = "stdout is closed; redirect it to a file or a program"
+_stdout_closed = False  # the process started with descriptor 1 closed (`>&-`): guard_standard_streams says so
+
+
 def _lost_message(err: OSError, what: str) -> str:
     return (f"{what} could not be written to stdout ({err.strerror or err}); give stdout room, keep its reader open, "
             "or redirect it elsewhere")  # fmt: skip
@@ -77,6 +81,7 @@ class _Guarded:
         self._stream = stream
         self._is_stdout = is_stdout
         self._lost = False
+        self._closed = is_stdout and _stdout_closed  # what it is given would go to /dev/null: never delivered
 
     def _failed(self, err: OSError) -> None:
         if err.errno not in LOST:
@@ -91,6 +96,8 @@ class _Guarded:
             raise StdoutLostError(_lost_message(err, "the output")) from None
 
     def write(self, text: str) -> int:
+        if self._closed and text:
+            raise StdoutLostError(f"the output could not be written to stdout ({_CLOSED_FIX})")
         if self._lost:
             if self._is_stdout:
                 raise StdoutLostError("stdout could not take the output (it failed before); redirect it elsewhere")
@@ -115,8 +122,14 @@ class _Guarded:
         return getattr(self._stream, name)
 
 
-def guard_standard_streams() -> None:
-    """Install the rules above on ``sys.stdout`` and ``sys.stderr`` (once; the CLI's ``main`` does it)."""
+def guard_standard_streams(stdout_closed: bool = False) -> None:
+    """Install the rules above on ``sys.stdout`` and ``sys.stderr`` (once; the CLI's ``main`` does it).
+    ``stdout_closed``: the process started without a stdout (`>&-`; /dev/null now holds descriptor 1): what a command
+    prints there is not delivered, so printing it is ``StdoutLostError`` (exit 2), as for a stdout that is full."""
+    global _stdout_closed
+    _stdout_closed = _stdout_closed or stdout_closed
+    if _stdout_closed and sys.stdout is None:  # Python made none for a closed descriptor: printing would be skipped
+        sys.stdout = os.fdopen(1, "w", closefd=False)
     if sys.stdout is not None and not isinstance(sys.stdout, _Guarded):
         sys.stdout = _Guarded(sys.stdout, is_stdout=True)  # type: ignore[assignment]
     if sys.stderr is not None and not isinstance(sys.stderr, _Guarded):
@@ -134,6 +147,8 @@ def say(line: str) -> None:
 def write_stdout(text: str, what: str) -> None:
     """Write ``text`` to stdout at once, unbuffered: a stdout that cannot take it is ``StdoutLostError`` naming
     ``what`` it was (exit 2), not a traceback at the interpreter's exit."""
+    if _stdout_closed:
+        raise StdoutLostError(f"{what} could not be written to stdout ({_CLOSED_FIX})")
     try:
         sys.stdout.flush()
         fd = sys.stdout.fileno()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from avatargen.errors import BadInputError, DiskFullError, PublishError
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, local_file, start_ffmpeg
 from avatargen.io.outputs import MP4_MOVFLAGS, Output, mp4_output, tee_event, tee_target
-from avatargen.io.owned_names import create_fresh, fd_url, metadata_args, remove_name
+from avatargen.io.owned_names import create_fresh, fd_url, metadata_args, remove_name, ts_metadata_args
 
 ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo s16le at this rate
 _NO_SPACE = "No space left on device"
@@ -32,11 +33,13 @@ _TOO_LARGE = "File too large"
 # keyframes use it too, so a fresh encoder and a running one agree from the next keyframe on. Adaptive quantisation
 # (within a frame) stays on. Measured at CRF 20 (docs/reliability.md): files 15-33 % smaller, PSNR 0.2-0.7 dB lower.
 _X264_PARAMS = "qcomp=1:ipratio=1"
-_STOP_TIMEOUT_S = 60.0  # ffmpeg only has to encode the audio tail and write the last fragment
-# A render stopped early: how long ffmpeg may take to mux the video frames it was given before it is told to finish
-# (SIGINT: it stops reading its inputs and writes the last fragment), and how long that finishing may take.
-_VIDEO_FLUSH_TIMEOUT_S = 30.0
-_FINISH_TIMEOUT_S = 30.0
+# Every wait on ffmpeg is bounded by its signs of life, not by a total: a frame's bytes taken from the pipe (writing),
+# a change in its -progress reports (closing: frames muxed, audio encoded, bytes written). An ffmpeg that shows none
+# for STALL_TIMEOUT_S (stopped, hung, blocked on an output nobody reads) is given up and killed; once a stop was asked
+# for (SIGINT/SIGTERM: ``hurry``), or after an error, for STALL_AFTER_STOP_S, so a signal ends the render within that
+# time even when the encoder never reads again (docs/reliability.md, "Signals").
+STALL_TIMEOUT_S = 60.0
+STALL_AFTER_STOP_S = 5.0
 _FFMPEG_STOPPED_BY_SIGNAL = 255  # ffmpeg's exit code after a signal it handled (it still finished its outputs)
 
 
@@ -63,7 +66,9 @@ class Encoder:
     timeline frame ``f`` with ``(f + shift) % period == 0``: the render's checkpoints, where a resumed render can
     start a new part. ``hold_fds`` are descriptors ffmpeg keeps open while it lives: the output's lock
     (``io.output_lock``), so that the lock is free only once no process writes the output any more. ffmpeg dies with
-    this process (``io.ffmpeg.die_with_parent``). Use as a context manager: an exception aborts, otherwise closes.
+    this process (``io.ffmpeg.die_with_parent``). ``part_id`` goes into the partial MP4's tag: the run of a render
+    that wrote it (``io.resume_store.ResumeStore.part_id``). Use as a context manager: an exception aborts, otherwise
+    closes.
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class Encoder:
         on_dropped: Callable[[Output, str], None] | None = None,
         audio_pipe: bool = False,
         hold_fds: tuple[int, ...] = (),
+        part_id: str | None = None,
     ) -> None:
         if width <= 0 or height <= 0 or width % 2 or height % 2:
             raise ValueError(f"width and height must be positive and even for yuv420p, got {width}x{height}")
@@ -99,6 +105,10 @@ class Encoder:
         self._result: Path | None = None  # set once closed or aborted
         self._closed = False
         self._failure: Exception | None = None  # why ffmpeg died mid-write; close() raises it again
+        self._hurried = False  # a stop was asked for: ffmpeg gets STALL_AFTER_STOP_S to show a sign of life
+        self._stalled = False  # ffmpeg showed none for its time: it is killed, not waited for
+        self._last_taken = time.monotonic()  # when ffmpeg last took bytes of a frame
+        self._part_id = part_id
 
         mix = audio_path if isinstance(audio_path, AudioMix) or audio_path is None else AudioMix((Path(audio_path),))
         for file in mix.paths if mix is not None else ():
@@ -150,6 +160,11 @@ class Encoder:
                 os.close(fd)  # ffmpeg holds its own copy; ours would keep the pipe open after ffmpeg exits
         self._progress = MuxProgress(os.fdopen(progress_read, "rb"))
         self._stderr = StderrTail(self._proc, on_line=self._watch)
+        # Frames go through the pipe's descriptor, non-blocking, so that every wait for ffmpeg to take them has a
+        # bound (``_send``); the lock keeps a closing thread from closing it under a writing one.
+        self._stdin_fd: int | None = self._proc.stdin.fileno()
+        os.set_blocking(self._stdin_fd, False)
+        self._stdin_lock = threading.Lock()
 
     @property
     def partial_path(self) -> Path:
@@ -190,7 +205,7 @@ class Encoder:
         if period > 0:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
-        args += metadata_args()  # avatargen's mark: a rerun knows the file as its own (io.owned_names)
+        args += metadata_args(self._part_id) + ts_metadata_args()  # a rerun knows its files as its own (io.owned_names)
         if len(self.outputs) == 1 and self.outputs[0].kind == "mp4":
             # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
             # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
@@ -225,8 +240,18 @@ class Encoder:
             raise RuntimeError("Encoder was not opened with audio_pipe=True")
         self._audio_feed.put(pcm)
 
+    def hurry(self) -> None:
+        """A stop was asked for (safe to call from a signal handler): from now on ffmpeg has STALL_AFTER_STOP_S, not
+        STALL_TIMEOUT_S, to show a sign of life before it is given up."""
+        self._hurried = True
+
+    @property
+    def _stall_limit(self) -> float:
+        return STALL_AFTER_STOP_S if self._hurried else STALL_TIMEOUT_S
+
     def write(self, frames: np.ndarray) -> None:
-        """Hand frames, uint8 (T, H, W, 3) or one (H, W, 3), to ffmpeg; blocks while ffmpeg catches up."""
+        """Hand frames, uint8 (T, H, W, 3) or one (H, W, 3), to ffmpeg; blocks while ffmpeg catches up, at most until
+        it has taken nothing for its stall limit (``EncoderStalledError``)."""
         if self._failure is not None:
             raise self._failure
         if self._closed:
@@ -240,8 +265,10 @@ class Encoder:
         if self.first_frame_time is None:
             self.first_frame_time = time.perf_counter()
         try:
-            self._proc.stdin.write(memoryview(np.ascontiguousarray(frames)).cast("B"))
-            self._proc.stdin.flush()
+            self._send(memoryview(np.ascontiguousarray(frames)).cast("B"))
+        except EncoderStalledError as error:
+            self._failure = error
+            raise
         except BrokenPipeError:
             self._stop()  # reap ffmpeg and collect its stderr: that says why it stopped
             self._failure = self._error("stopped while receiving frames")
@@ -252,6 +279,43 @@ class Encoder:
             self._failure = disk_full_error(self._where, err.strerror)
             raise self._failure from None
         self.frames_written += len(frames)
+
+    def _send(self, data: memoryview) -> None:
+        """Write ``data`` to ffmpeg's stdin, waiting while the pipe is full, at most until ffmpeg has taken nothing
+        for its stall limit. ``BrokenPipeError`` once ffmpeg has exited (or the pipe was closed by ``_stop``)."""
+        self._last_taken = time.monotonic()
+        while data:
+            with self._stdin_lock:
+                if self._stdin_fd is None:
+                    raise BrokenPipeError("the encoder's input is closed")
+                try:
+                    taken = os.write(self._stdin_fd, data)
+                except BlockingIOError:
+                    taken = 0
+            if taken:
+                data, self._last_taken = data[taken:], time.monotonic()
+                continue
+            if time.monotonic() - self._last_taken > self._stall_limit:
+                self._stalled = True
+                raise self._stalled_error("took no frame")
+            try:
+                select.select([], [self._stdin_fd], [], 0.1)
+            except (OSError, TypeError, ValueError):
+                time.sleep(0.01)  # closed meanwhile by another thread: the next round says so
+
+    def _stalled_error(self, what: str) -> EncoderStalledError:
+        return EncoderStalledError(f"ffmpeg (the encoder) {what} for {self._stall_limit:g} s: it is stopped or hung (a "
+                                   "SIGSTOP, an output nobody reads, a hung file system); ended it")  # fmt: skip
+
+    def _close_stdin(self) -> None:
+        """Close ffmpeg's frame pipe (it then sees the end of the video); never blocks, whatever ffmpeg does."""
+        with self._stdin_lock:
+            if self._stdin_fd is not None:
+                self._stdin_fd = None
+                try:
+                    self._proc.stdin.close()  # nothing is buffered in it: frames go through the descriptor
+                except OSError:
+                    pass  # ffmpeg already exited; its exit code says why
 
     def close(self, before_publish: Callable[[], None] | None = None) -> Path | None:
         """Finish every output and put the MP4 at ``path``; returns ``path`` (None: no file).
@@ -283,12 +347,14 @@ class Encoder:
         ``trim`` cuts its audio at the end of its video as ``close_partial`` does, if ffmpeg ended well; a trim that
         fails leaves the file as it was (it still plays)."""
         if not self._closed:
+            self._hurried = True  # an error or a second signal: ffmpeg gets the short limit to finish
             returncode = self._stop(cut_audio=True)
             self._closed = True
             self._result = self.partial_path if self.path is not None else None
-            if trim and returncode == 0 and self._failure is None and self.frames_written and self._result is not None:
+            healthy = returncode == 0 and self._failure is None
+            if trim and (healthy or self._stalled) and self.frames_written and self._result is not None:
                 try:
-                    trim_to_frames(self._result, self.frames_written, self.fps)
+                    trim_to_frames(self._result, self.frames_written, self.fps, self._part_id)
                 except (FfmpegError, DiskFullError, OSError):
                     pass
         return self._result
@@ -312,34 +378,30 @@ class Encoder:
         if returncode != 0:
             raise self._error(f"failed with exit code {returncode}")
         if trim and self.frames_written and self._result is not None:
-            trim_to_frames(self._result, self.frames_written, self.fps)
+            trim_to_frames(self._result, self.frames_written, self.fps, self._part_id)
         return self._result
 
     def _stop(self, cut_audio: bool = False) -> int:
-        """Close the inputs (ffmpeg then flushes the last fragment and exits) and reap ffmpeg.
+        """Close the inputs (ffmpeg then flushes the last fragment and exits) and reap ffmpeg; an ffmpeg that shows no
+        sign of life for its stall limit is killed (its file keeps every fragment it finished).
 
         ``cut_audio``: the video ends early (a stop, an error), so the audio after it is not wanted: once ffmpeg has
-        muxed every frame written (or after ``_VIDEO_FLUSH_TIMEOUT_S``) it gets SIGINT, on which it stops reading its
-        inputs and finishes its outputs, instead of encoding the rest of the audio file first."""
+        muxed every frame written it gets SIGINT, on which it stops reading its inputs and finishes its outputs,
+        instead of encoding the rest of the audio file first."""
         if self._audio_feed is not None:
             self._audio_feed.finish()  # ffmpeg reads what is queued, then sees the end of the audio
-        try:
-            self._proc.stdin.close()
-        except BrokenPipeError:
-            pass  # ffmpeg already exited; its exit code says why
+        self._close_stdin()
         told_to_finish = False
-        if cut_audio:
-            deadline = time.monotonic() + _VIDEO_FLUSH_TIMEOUT_S
-            while self._proc.poll() is None and self._progress.frames < self.frames_written and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if self._proc.poll() is None:
+        if cut_audio and not self._stalled:
+            self._wait_alive(lambda: self._progress.frames >= self.frames_written)
+            if self._proc.poll() is None and not self._stalled:
                 self._proc.send_signal(signal.SIGINT)
                 told_to_finish = True
-        try:
-            returncode = self._proc.wait(timeout=_FINISH_TIMEOUT_S if told_to_finish else _STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            returncode = self._proc.wait()
+        if not self._stalled:
+            self._wait_alive(lambda: False)
+        if self._proc.poll() is None:
+            self._proc.kill()  # stalled: SIGKILL ends it even when stopped (SIGSTOP), where SIGINT would wait
+        returncode = self._proc.wait()
         if told_to_finish and returncode == _FFMPEG_STOPPED_BY_SIGNAL:
             returncode = 0  # it finished its outputs on the signal, as asked
         if self._audio_feed is not None:
@@ -348,14 +410,30 @@ class Encoder:
         self._progress.join()
         return returncode
 
+    def _wait_alive(self, done: Callable[[], bool]) -> None:
+        """Wait until ffmpeg has exited or ``done()``, as long as its progress reports change within its stall limit
+        (else ``_stalled``)."""
+        while self._proc.poll() is None and not done():
+            if time.monotonic() - max(self._progress.changed, self._last_taken) > self._stall_limit:
+                self._stalled = True
+                return
+            time.sleep(0.02)
+
     @property
     def _where(self) -> str:
         return str(self.partial_path) if self.path is not None else ", ".join(o.label for o in self.outputs)
 
     def _error(self, what: str) -> Exception:
+        if self._stalled:
+            return self._stalled_error("showed no sign of life")
         lines = self._stderr.lines
         reason = self._stderr.reason()
         full = next((line for line in lines if _NO_SPACE in line or _TOO_LARGE in line), None)
+        stdout_failed = any(o.kind == "stdout" and o.label in self.dropped for o in self.outputs) or (
+            self._aborted is not None and self._aborted[0].kind == "stdout")  # fmt: skip
+        if stdout_failed and full is not None:  # `-o - > /dev/full`: no folder or disk of avatargen's to advise on
+            return PublishError(f"stdout could not take the video ({ffmpeg_reason([full])}); give stdout room or "
+                                "redirect it elsewhere")  # fmt: skip
         if full is not None:  # not always the last line: the muxers report the failure after the cause
             return disk_full_error(self._where, ffmpeg_reason([full]))
         if self._proc.returncode == -signal.SIGXFSZ:
@@ -388,25 +466,39 @@ class Encoder:
 
 class MuxProgress:
     """How many video frames ffmpeg has muxed, read from its ``-progress`` reports (``frame=N`` lines) on a pipe of
-    their own, on a daemon thread."""
+    their own, on a daemon thread; and when a report last said something new (``changed``, monotonic seconds: frames
+    muxed, audio encoded, bytes written), ffmpeg's sign of life while it finishes."""
+
+    _MOVING = (b"frame=", b"out_time_us=", b"total_size=", b"progress=")
 
     def __init__(self, pipe: BinaryIO) -> None:
         self.frames = 0
+        self.changed = time.monotonic()
         self._pipe = pipe
         self._thread = threading.Thread(target=self._run, name="ffmpeg-progress", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        seen: dict[bytes, bytes] = {}
         with self._pipe:
             for line in self._pipe:
-                if line.startswith(b"frame="):
+                key, _, value = line.partition(b"=")
+                if line.startswith(self._MOVING) and seen.get(key) != value:
+                    seen[key] = value
+                    self.changed = time.monotonic()
+                if key == b"frame":
                     try:
-                        self.frames = int(line[6:])
+                        self.frames = int(value)
                     except ValueError:
                         pass
 
     def join(self, timeout: float = 5.0) -> None:
         self._thread.join(timeout)
+
+
+class EncoderStalledError(FfmpegError):
+    """ffmpeg stopped taking frames (stopped by a signal, hung, blocked on an output nobody reads) for its stall
+    limit; it was killed, and the partial MP4 keeps what it had finished. Exit code 1 (130/143 after a stop)."""
 
 
 class AudioFeed:
@@ -454,11 +546,12 @@ def disk_full_error(path: Path | str, reason: str | None) -> DiskFullError:
     )
 
 
-def trim_to_frames(path: Path, frames: int, fps: int) -> None:
-    """Cut the tracks of fragmented MP4 ``path`` at ``frames / fps`` seconds by a stream copy, replacing it atomically."""
+def trim_to_frames(path: Path, frames: int, fps: int, part_id: str | None = None) -> None:
+    """Cut the tracks of fragmented MP4 ``path`` at ``frames / fps`` seconds by a stream copy, replacing it atomically
+    (tagged as the partial of run ``part_id``, as the encoder tagged it)."""
     tmp = path.with_name(f".{path.name}.trim.mp4")
     copy_mp4(["-i", local_file(path), "-map", "0", "-c", "copy", "-t", f"{frames / fps:.6f}", "-movflags", MP4_MOVFLAGS],
-             tmp, what=f"trim '{path}'", full_path=path)  # fmt: skip
+             tmp, what=f"trim '{path}'", full_path=path, part_id=part_id)  # fmt: skip
     os.replace(tmp, path)
 
 
@@ -489,12 +582,14 @@ def publish_finished(tmp: Path, path: Path, before_publish: Callable[[], None] |
         raise
 
 
-def copy_mp4(args: list[str], tmp: Path, what: str, full_path: Path) -> None:
+def copy_mp4(args: list[str], tmp: Path, what: str, full_path: Path, part_id: str | None = None) -> None:
     """Run ffmpeg ``args`` writing MP4 ``tmp`` (a fresh file this process creates: never a link's target), tagged as
-    avatargen's; ``tmp`` is removed on failure (``DiskFullError`` naming ``full_path``, else ``FfmpegError``)."""
+    avatargen's (and as run ``part_id``'s partial); ``tmp`` is removed on failure (``DiskFullError`` naming
+    ``full_path``, else ``FfmpegError``)."""
     fd = create_fresh(tmp)
     try:
-        proc = start_ffmpeg(["-v", "error", "-y", *args, *metadata_args(), "-f", "mp4", fd_url(fd)], pass_fds=(fd,))
+        mark = metadata_args(part_id)
+        proc = start_ffmpeg(["-v", "error", "-y", *args, *mark, "-f", "mp4", fd_url(fd)], pass_fds=(fd,))
     finally:
         os.close(fd)
     stderr = StderrTail(proc)

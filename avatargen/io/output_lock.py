@@ -24,8 +24,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from avatargen.errors import BadInputError
+from avatargen.errors import BadInputError, DiskFullError
 from avatargen.io.owned_names import OVERWRITE_FIX, open_no_follow
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file-size limit (ulimit -f)
 
 
 class OutputLockedError(BadInputError):
@@ -62,11 +65,12 @@ def read_holder(lock_file: Path) -> LockHolder:
 
 
 class OutputLock:
-    """The lock of one output file. ``try_acquire()`` or ``acquire()``, then ``release()`` (or use ``with``)."""
+    """The lock of one output file (``OUT.lock``; ``path``: another lock file, a publish target's). ``try_acquire()``
+    or ``acquire()``, then ``release()`` (or use ``with``)."""
 
-    def __init__(self, output: Path):
+    def __init__(self, output: Path, path: Path | None = None):
         self.output = Path(output)
-        self.path = lock_path_for(self.output)
+        self.path = Path(path) if path is not None else lock_path_for(self.output)
         self._fd: int | None = None
 
     @property
@@ -84,7 +88,13 @@ class OutputLock:
         if self._fd is not None:
             return True
         while True:
-            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a link there is refused, never written through
+            try:
+                fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT)  # a link there is refused, never written through
+            except OSError as err:
+                if err.errno in _FULL:  # no inode left for the file
+                    raise DiskFullError(f"cannot create the lock '{self.path}': out of disk space ({err.strerror}); "
+                                        "free disk space or choose another output folder") from None  # fmt: skip
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
@@ -100,8 +110,20 @@ class OutputLock:
             raise BadInputError(f"'{self.path}' is a file avatargen did not write; this render would replace it: "
                                 f"{OVERWRITE_FIX}")  # fmt: skip
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        except OSError as err:
+            if err.errno not in _FULL:
+                os.close(fd)
+                raise
+            # Still holding the lock: the empty file this process made goes again, not left behind as a 0-byte lock.
+            if _same_file(fd, self.path):
+                self.path.unlink(missing_ok=True)
+            os.close(fd)
+            raise DiskFullError(f"cannot write the lock '{self.path}': out of disk space or over the file-size limit "
+                                f"({err.strerror}); free disk space, raise the limit (ulimit -f) or choose another "
+                                "output folder") from None  # fmt: skip
         self._fd = fd
         return True
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import local_file
+from avatargen.io.owned_names import another_renders_name
 from avatargen.io.targets import write_problem
 
 # The fragmented-MP4 flags every MP4 avatargen writes uses (see Encoder for why each is there).
@@ -136,6 +137,9 @@ def parse_publish_target(text: str, segment_s: float, hls_window: int, timeout_s
     if "%" in str(path):  # the HLS muxer reads '%d', '%v' in its names as patterns, and no escape survives it
         raise BadInputError(f"publish target '{text}' holds a '%', which ffmpeg's HLS muxer reads as a pattern; "
                             "choose a playlist path without '%'")  # fmt: skip
+    shared = another_renders_name(path, "publish target")
+    if shared is not None:
+        raise BadInputError(shared)
     problem = folder_write_problem(path)
     if problem is not None:
         raise BadInputError(f"cannot write the HLS playlist folder '{path.parent}' ({problem}); choose a writable folder")

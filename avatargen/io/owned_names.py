@@ -1,4 +1,5 @@
-"""The names a render of ``OUT.mp4`` owns, and how it tells its own files from a user's.
+"""The names a render of ``OUT.mp4`` (and a publish to ``DIR/NAME.m3u8``) owns, and how it tells its own files from a
+user's.
 
 A render writes ``OUT.mp4``, ``OUT.yaml``, ``OUT.partial.mp4``, ``OUT.lock`` and ``OUT.resume/`` (and hidden
 temporary names, ``.OUT.*``). Each carries a mark of avatargen: the MP4s a ``comment`` tag in their header
@@ -6,7 +7,9 @@ temporary names, ``.OUT.*``). Each carries a mark of avatargen: the MP4s a ``com
 marker file (``RESUME_MARKER``). A rerun replaces what carries the mark (and empty files: nothing in them to lose);
 anything else at those names -- a user's file or folder, a symbolic link -- is refused before the first frame
 (``check_owned_names``, exit 2 naming ``--overwrite``), unless ``--overwrite`` says to replace it. Links are never
-followed: they are replaced as links, their targets untouched. The policy: docs/reliability.md.
+followed: they are replaced as links, their targets untouched. No output is another output's side name
+(``another_renders_name``). A publish owns its playlist, its segments (marked in their MPEG-TS service description),
+their temporary names and a lock (``playlist_names``). The policy: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import struct
@@ -28,20 +32,22 @@ OVERWRITE_FIX = "move it away, choose another output name, or pass --overwrite t
 _MOOV_LIMIT = 64 << 20  # a header larger than this is no header avatargen wrote
 
 
-def metadata_args() -> list[str]:
-    """ffmpeg output options that mark an MP4 as avatargen's."""
-    return ["-metadata", f"comment={MP4_TAG}"]
+def metadata_args(part_id: str | None = None) -> list[str]:
+    """ffmpeg output options that mark an MP4 as avatargen's (``part_id``: as the partial video of that run of a
+    render, ``part_id_of``)."""
+    return ["-metadata", f"comment={MP4_TAG}" + (f"; part {part_id}" if part_id else "")]
 
 
-def is_avatargen_mp4(path: Path) -> bool:
-    """Whether MP4 ``path`` (not followed if a link) carries avatargen's tag in its header (``moov`` box)."""
+def _mp4_header(path: Path) -> bytes | None:
+    """The header (``moov`` box) of MP4 ``path`` (not followed if a link), or None: none yet (a partial killed before
+    its first fragment), not a regular file, not an MP4 avatargen could have written."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return False
+        return None
     with os.fdopen(fd, "rb") as file:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
+            return None
         size, offset = os.fstat(fd).st_size, 0
         while offset + 8 <= size:
             file.seek(offset)
@@ -52,14 +58,30 @@ def is_avatargen_mp4(path: Path) -> bool:
             elif box_size == 0:
                 box_size = size - offset
             if box_size < 8:
-                return False
+                return None
             if kind == b"moov":
                 if box_size > _MOOV_LIMIT:
-                    return False
+                    return None
                 file.seek(offset)
-                return MP4_TAG.encode() in file.read(box_size)
+                return file.read(box_size)
             offset += box_size
-    return False
+    return None
+
+
+def is_avatargen_mp4(path: Path) -> bool:
+    """Whether MP4 ``path`` (not followed if a link) carries avatargen's tag in its header (``moov`` box)."""
+    header = _mp4_header(path)
+    return header is not None and MP4_TAG.encode() in header
+
+
+def part_id_of(path: Path) -> str | None:
+    """The part id in the header of partial MP4 ``path`` (``metadata_args``): "" for a header without one (another
+    MP4, a finished video), None for a file without a header."""
+    header = _mp4_header(path)
+    if header is None:
+        return None
+    found = re.search(re.escape(MP4_TAG).encode() + rb"; part ([0-9a-f]{16})", header)
+    return found.group(1).decode() if found else ""
 
 
 def _regular_size(path: Path) -> int | None:
@@ -98,8 +120,8 @@ def is_avatargen_resume_folder(folder: Path) -> bool:
 
 
 def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> str | None:
-    """Why ``path`` (of ``kind`` mp4, partial, yaml, lock, resume) is not avatargen's own, or None when it is free or
-    avatargen's (a rerun may replace it)."""
+    """Why ``path`` (of ``kind`` mp4, partial, yaml, lock, resume, temp, join; a publish's playlist, segment) is not
+    avatargen's own, or None when it is free or avatargen's (a rerun may replace it)."""
     if not os.path.lexists(path):
         return None
     if kind == "temp":  # a hidden temporary name: a file or link there is a killed render's, a folder is not
@@ -131,7 +153,119 @@ def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> 
         return None
     if kind == "lock" and _is_lock_file(path):
         return None
+    if kind == "segment" and is_avatargen_segment(path):
+        return None
+    if kind == "playlist" and _is_avatargen_playlist(path):
+        return None
     return "is a file avatargen did not write"
+
+
+# --- a publish target's names: DIR/NAME.m3u8 and its segments ------------------------------------------------------
+
+_TS_PACKET = 188
+_TS_HEAD = 4 * _TS_PACKET  # the SDT that names the provider comes in the first packets of every segment
+
+
+def ts_metadata_args() -> list[str]:
+    """ffmpeg output options that mark MPEG-TS (an HLS segment, stdout's stream) as avatargen's: the provider in the
+    service description each segment starts with."""
+    return ["-metadata", f"service_provider={MP4_TAG}"]
+
+
+def is_avatargen_segment(path: Path) -> bool:
+    """Whether ``path`` (a link not followed) is MPEG-TS that names avatargen as its provider."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = file.read(_TS_HEAD)
+    return head[:1] == b"\x47" and MP4_TAG.encode() in head
+
+
+def segment_pattern(playlist: Path) -> re.Pattern[str]:
+    """The names of ``playlist``'s segments (``NAME_00000.ts``, ...: ``io.outputs.hls_output``)."""
+    return re.compile(re.escape(playlist.stem) + r"_\d{5,}\.ts")
+
+
+def _is_avatargen_playlist(path: Path) -> bool:
+    """A playlist avatargen wrote: it lists only its own segment names, and those of them still there are
+    avatargen's (one at least: a playlist's text carries no mark of its own)."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read(1 << 20).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    if not text.startswith("#EXTM3U"):
+        return False
+    pattern = segment_pattern(path)
+    listed = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if not listed or not all(pattern.fullmatch(name) for name in listed):
+        return False
+    present = [path.with_name(name) for name in listed if os.path.lexists(path.with_name(name))]
+    return bool(present) and all(is_avatargen_segment(segment) for segment in present)
+
+
+def publish_lock_path(playlist: Path) -> Path:
+    """The lock a render holds while it publishes to ``playlist``: ``NAME.m3u8.lock`` beside it."""
+    return playlist.with_name(f"{playlist.name}.lock")
+
+
+def playlist_names(playlist: Path) -> list[tuple[Path, str]]:
+    """The names a publish to ``playlist`` writes and replaces, each with its kind (``foreign_reason``): the playlist,
+    its lock, the segments already there, and the temporary names the HLS muxer writes before it renames them
+    (``NAME.m3u8.tmp``, ``NAME_00000.ts.tmp``)."""
+    names = [(playlist, "playlist"), (publish_lock_path(playlist), "lock")]
+    names.append((playlist.with_name(f"{playlist.name}.tmp"), "temp"))
+    pattern = segment_pattern(playlist)
+    try:
+        entries = sorted(os.listdir(playlist.parent if str(playlist.parent) else "."))
+    except OSError:
+        entries = []  # the folder is made later; nothing in it yet
+    for name in entries:
+        if pattern.fullmatch(name):
+            names.append((playlist.with_name(name), "segment"))
+        elif name.endswith(".tmp") and pattern.fullmatch(name.removesuffix(".tmp")):
+            names.append((playlist.with_name(name), "temp"))
+    return names
+
+
+def clear_playlist_names(playlist: Path) -> None:
+    """Remove what an earlier publish to ``playlist`` left (checked by ``check_owned_names``, or replaced by
+    ``--overwrite``): the playlist, its segments and temporary files, links as links. The HLS muxer then creates
+    every name afresh: a link left at a temporary name would be written through."""
+    for path, kind in playlist_names(playlist):
+        if kind != "lock":
+            remove_name(path)
+
+
+def another_renders_name(path: Path, what: str = "output") -> str | None:
+    """Why ``path`` (an output or a publish target) is a name a render of another output writes or removes, or None.
+
+    Every render of ``X.mp4`` owns ``X.partial.mp4``, hidden temporary names (``.X.joining.mp4``,
+    ``.X.partial.mp4.trim.mp4``, ``..X.joining.mp4.join/``) and everything inside ``X.resume/``, which it removes when
+    it ends. A render whose own output were one of those would destroy the other's work or have its own destroyed
+    (two renders of ``a.mp4`` and ``a.partial.mp4``), whichever ran first: refused by name, so no order of starting
+    them matters. Folders are compared as they resolve (a link to ``a.resume/`` counts)."""
+    name = Path(path).name
+    shown = f"{what} '{path}'"
+    if name.endswith(".partial.mp4") and name != ".partial.mp4":
+        owner = f"{name.removesuffix('.partial.mp4')}.mp4"
+        return (f"{shown} is the name a render of '{owner}' writes its video to until it is complete; two renders "
+                "must not share a name: choose a name that does not end in .partial.mp4")  # fmt: skip
+    if name.startswith(".") and name.endswith((".joining.mp4", ".partial.mp4.trim.mp4")):
+        return f"{shown} is a hidden temporary name of a render of another output; choose another name"
+    resolved = Path(os.path.realpath(Path(path).parent))
+    for folder in [resolved, *resolved.parents]:
+        if folder.name.endswith(".resume") and folder.name != ".resume":
+            owner = f"{folder.name.removesuffix('.resume')}.mp4"
+            return (f"{shown} is inside '{folder}', the folder where a render of '{owner}' keeps its resume state "
+                    "and which it removes when it ends; choose another folder")  # fmt: skip
+        if folder.name.startswith("..") and folder.name.endswith(".joining.mp4.join"):
+            return f"{shown} is inside '{folder}', a temporary folder of another render; choose another folder"
+    return None
 
 
 def check_owned_names(names: list[tuple[Path, str]], overwrite: bool, resume_folder: Path | None = None) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,9 @@ from avatargen.errors import BadInputError
 from avatargen.io.owned_names import RESUME_MARKER, is_avatargen_resume_folder, remove_name
 
 # The format of resume.json and of the checkpoints it lists. A folder of another version is never read: the render
-# starts over (2: the engine's and the family's parts of a checkpoint stored apart).
-VERSION = 2
+# starts over (2: the engine's and the family's parts of a checkpoint stored apart; 3: the current run's part id and
+# each state file's sha256).
+VERSION = 3
 
 
 class OtherFormatError(Exception):
@@ -78,6 +80,8 @@ def _checked_checkpoint(checkpoint: object) -> dict[str, Any]:
         raise ValueError(f"checkpoint {json.dumps(checkpoint)[:80]} is not {{'frames': N, 'file': NAME, 'meta': {{...}}}}")
     if not isinstance(checkpoint.get("frames"), int) or not isinstance(checkpoint.get("meta", {}), dict):
         raise ValueError(f"checkpoint frames {json.dumps(checkpoint.get('frames'))} is not a frame number")
+    if not isinstance(checkpoint.get("sha256"), str):
+        raise ValueError(f"checkpoint {checkpoint['frames']} has no sha256")
     _plain_name(checkpoint.get("file"))
     return checkpoint
 
@@ -90,8 +94,12 @@ class ResumeStore:
         self.index = self.folder / "resume.json"
         self.fingerprint: dict[str, str] = {}
         self.parts: list[Part] = []
-        self.checkpoints: list[dict[str, Any]] = []  # {"frames": F, "file": name, "meta": {...}}, oldest first
+        # {"frames": F, "file": name, "sha256": hex digest of the file, "meta": {...}}, oldest first
+        self.checkpoints: list[dict[str, Any]] = []
         self.run_start = 0  # the frame the current run started at
+        # The current run's part id, in its partial MP4's tag (io.owned_names.part_id_of): --resume splices only the
+        # video of the stopped run itself, never another MP4 put at its name.
+        self.part_id: str | None = None
 
     # --- reading --------------------------------------------------------------------------------------------------
 
@@ -113,6 +121,7 @@ class ResumeStore:
             self.fingerprint = dict(data["fingerprint"])
             self.parts = [Part(self.folder / _plain_name(p["file"]), int(p["start"]), int(p["end"])) for p in data["parts"]]
             self.checkpoints = [_checked_checkpoint(c) for c in data["checkpoints"]]
+            self.part_id = data["partial"] if isinstance(data["partial"], str) else None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise BadInputError(
                 f"resume state '{self.folder}' is unreadable ({error}); render without --resume to start over"
@@ -133,8 +142,13 @@ class ResumeStore:
         return usable[-1] if usable else None
 
     def read_state(self, checkpoint: dict[str, Any]) -> dict[str, Tensor]:
+        """The tensors of ``checkpoint``; a file whose bytes are not those written (a disk error, an edit: finite
+        values a model would still run on, to garbage or a crash) is refused in one line."""
         file = self.folder / checkpoint["file"]
         try:
+            if file_digest(file) != checkpoint["sha256"]:
+                raise BadInputError(f"resume state '{file}' is damaged (its bytes differ from those written); render "
+                                    "without --resume to start over")  # fmt: skip
             return load_file(str(file), device="cpu")
         except (SafetensorError, OSError) as error:
             raise BadInputError(
@@ -148,6 +162,7 @@ class ResumeStore:
         checked before that it is avatargen's, or was told to replace it) and mark the new folder as avatargen's."""
         remove_name(self.folder)
         self.fingerprint, self.parts, self.checkpoints, self.run_start = dict(fingerprint), [], [], 0
+        self.part_id = None
         self.folder.mkdir(parents=True)
         (self.folder / RESUME_MARKER).write_text("made by avatargen: removed with the render it resumes\n")
         self._write_index()
@@ -164,8 +179,10 @@ class ResumeStore:
         self._write_index()
 
     def begin_run(self, start: int) -> None:
-        """The current run starts at frame ``start``: drop checkpoints it cannot use any more."""
+        """The current run starts at frame ``start`` with a part id of its own (``part_id``): drop checkpoints it
+        cannot use any more."""
         self.run_start = start
+        self.part_id = secrets.token_hex(8)
         self.checkpoints = [c for c in self.checkpoints if c["frames"] == start]
         self._write_index()
         self._remove_unlisted()
@@ -176,11 +193,12 @@ class ResumeStore:
         name = f"state-{frames}.safetensors"
         tmp = self.folder / f".{name}.tmp"
         save_file(tensors, str(tmp))
+        digest = file_digest(tmp)
         os.replace(tmp, self.folder / name)
         kept = [c for c in self.checkpoints if c["frames"] != frames]
         start = [c for c in kept if c["frames"] == self.run_start]
         recent = [c for c in kept if c["frames"] != self.run_start][-1:]
-        self.checkpoints = start + recent + [{"frames": frames, "file": name, "meta": meta}]
+        self.checkpoints = start + recent + [{"frames": frames, "file": name, "sha256": digest, "meta": meta}]
         self._write_index()
         self._remove_unlisted()
 
@@ -195,6 +213,7 @@ class ResumeStore:
             "fingerprint": self.fingerprint,
             "parts": [{"file": p.file.name, "start": p.start, "end": p.end} for p in self.parts],
             "checkpoints": self.checkpoints,
+            "partial": self.part_id,
         }
         tmp = self.folder / ".resume.json.tmp"
         tmp.write_text(json.dumps(data, indent=1))

@@ -36,6 +36,7 @@ class OutputPlan:
     audio: Any
     streamed_audio: bool
     settings: OutputConfig
+    part_id: str | None = None  # the run's part id, tagged in its partial MP4 (a resume splices only its own)
 
 
 class RenderOutputs:
@@ -60,7 +61,8 @@ class RenderOutputs:
             start_frame=start_frame, keyframe_period=grid.period, keyframe_shift=grid.shift,
             outputs=plan.outputs, drop_failed_live=settings.on_publish_failure == PublishFailure.drop,
             on_dropped=dropped, audio_pipe=plan.streamed_audio,
-            hold_fds=hold_fds,  # the lock lives while ffmpeg does
+            hold_fds=hold_fds,  # the locks live while ffmpeg does
+            part_id=plan.part_id,
         )  # fmt: skip
         self.pacer: RealtimePacer | None = None
         self.gate: InputGate | None = None
@@ -77,6 +79,7 @@ class RenderOutputs:
         beside them, the compositor in front of all. A streamed ``audio`` goes to the encoder (through the pacer in
         live mode, which can then drop silence to catch up); ``on_stop(callback)`` ends its input on a stop."""
         settings, fps, live = self.plan.settings, self.plan.fps, self.plan.streamed_audio
+        on_stop(self.writer.hurry)  # a stop never waits long on an encoder that stopped reading
         if live:
             audio.encoder_audio = self.writer.write_audio
             # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.

@@ -13,7 +13,7 @@ from avatargen.errors import BadInputError, CheckpointError
 from avatargen.io.audio_stream import RawPcm
 from avatargen.io.output_lock import lock_path_for
 from avatargen.io.outputs import Output, folder_write_problem
-from avatargen.io.owned_names import check_owned_names
+from avatargen.io.owned_names import another_renders_name, check_owned_names
 from avatargen.io.resume_store import resume_folder_for
 from avatargen.io.targets import make_folders, name_max, nearest_existing, refuse_writing_inputs, symlink_loop
 from avatargen.render.inputs import STREAM, check_request_inputs
@@ -115,6 +115,9 @@ def check_output_names(output: Path, save_config: bool, overwrite: bool) -> None
 def _check_output(output: Path) -> None:
     if output.suffix.lower() != ".mp4":
         raise BadInputError(f"output '{output}' must end in .mp4 (the container written is MP4)")
+    shared = another_renders_name(output)
+    if shared is not None:
+        raise BadInputError(shared)
     loop = symlink_loop(output)
     if loop is not None:
         raise BadInputError(f"cannot write to output folder '{output.parent}' ('{loop}' is a symbolic link loop); "

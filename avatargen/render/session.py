@@ -31,8 +31,10 @@ from avatargen.face.domain import square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
 from avatargen.io.console import RANDOM_WEIGHTS, Note, say
+from avatargen.io.encoder import EncoderStalledError
 from avatargen.io.output_lock import OutputLock, lock_path_for
-from avatargen.io.owned_names import YAML_HEADER, foreign_reason, remove_name, write_text_atomic
+from avatargen.io.owned_names import (YAML_HEADER, check_owned_names, clear_playlist_names, foreign_reason,
+                                      playlist_names, publish_lock_path, remove_name, write_text_atomic)
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
@@ -161,6 +163,7 @@ class RenderSession:
         self.device: torch.device
         self.parallel: ParallelContext
         self.lock: OutputLock | None = options.output_lock
+        self.playlist_locks: list[OutputLock] = []  # held while publishing to an HLS playlist
         self.pipeline: Pipeline
         self.store: ResumeStore | None = None  # checkpoints for --resume: only a file rendered from a file
         self.checkpoint: RenderCheckpoint | None = None
@@ -196,6 +199,9 @@ class RenderSession:
         check_outputs_spare_inputs(self.request, config, self.family, self.live)
         if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
             check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
+        for output in self.live:  # nor at a playlist's, nor its segments'
+            if output.kind == "hls":
+                check_owned_names(playlist_names(Path(output.target)), self.options.overwrite)
 
     def open_inputs(self) -> None:
         """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the
@@ -276,12 +282,29 @@ class RenderSession:
                 self.lock = OutputLock(file)
                 self.lock.acquire()
             try:
+                if self.parallel.world.is_primary:
+                    self._claim_playlists()
                 yield
             finally:
+                for lock in self.playlist_locks:
+                    lock.release()
                 if self.lock is not None and self.lock is not self.options.output_lock:
                     self.lock.release()
         finally:
             remove_empty_folders(created)
+
+    def _claim_playlists(self) -> None:
+        """Each HLS playlist's lock (a second render publishing to it is refused), then what an earlier publish left
+        there removed: the muxer writes every name afresh."""
+        for output in self.live:
+            if output.kind == "hls":
+                playlist = Path(output.target)
+                if self.options.overwrite and foreign_reason(publish_lock_path(playlist), "lock") is not None:
+                    remove_name(publish_lock_path(playlist))
+                lock = OutputLock(playlist, publish_lock_path(playlist))
+                lock.acquire()
+                self.playlist_locks.append(lock)
+                clear_playlist_names(playlist)
 
     # -- the models and where the render starts --------------------------------------------------------------------
 
@@ -341,9 +364,10 @@ class RenderSession:
         plan = OutputPlan(
             request.output_file, self.live + ([stdout_output()] if request.output == STREAM else []), width, height,
             config.model.fps, None if self.streamed_audio else output_audio(request.audio_files, request.audio_type),
-            self.streamed_audio, config.output,
+            self.streamed_audio, config.output, self.store.part_id if self.store is not None else None,
         )  # fmt: skip
-        hold = (self.lock.fileno(),) if self.lock is not None else ()  # the lock lives while ffmpeg does
+        locks = ([self.lock] if self.lock is not None else []) + self.playlist_locks
+        hold = tuple(lock.fileno() for lock in locks)  # the locks live while ffmpeg does
         self.outputs = RenderOutputs(plan, self.grid, self.start_frame, compositor, config, self.warn, hold)
 
     def _resume_hint(self) -> str:
@@ -389,6 +413,8 @@ class RenderSession:
             raise RenderInterrupted(f"interrupted by {self.stop.name}; {self._kept_so_far()}", self.stop.exit_code) from None
         except BaseException as error:
             self._keep_what_was_rendered(error)
+            if isinstance(error, EncoderStalledError) and self.stop.requested():  # the stop asked for, ended in time
+                raise RenderInterrupted(f"interrupted by {self.stop.name}; {error}", self.stop.exit_code) from None
             raise
         finally:
             self.outputs.discard()  # after an error: the pacer's thread ends and its queued frames are dropped

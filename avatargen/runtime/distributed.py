@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
@@ -46,6 +49,10 @@ def ensure_process_group(device: torch.device, timeout_s: float) -> None:
         torch.cuda.set_device(full_world().local_rank)
     dist.init_process_group(backend_for(device), timeout=timedelta(seconds=timeout_s))
     atexit.register(_destroy)
+    store = _store()
+    if store is not None:  # who this rank is, for a rank that finds it gone (``_gone``)
+        process = {"pid": os.getpid(), "host": socket.gethostname()}
+        store.set(f"avatargen/process/{full_world().rank}", json.dumps(process))
 
 
 def _destroy() -> None:
@@ -205,6 +212,26 @@ def _posted(store: Any, generation: int, world: WorldInfo, wait_s: float) -> dic
     return found
 
 
+def _gone(store: Any, world: WorldInfo) -> dict[int, dict]:
+    """Other ranks on this host whose process has ended (a zombie counts: torchrun has not reaped it yet), by rank:
+    killed without a word (SIGKILL, the OOM killer). Ranks on other hosts cannot be told from here."""
+    found: dict[int, dict] = {}
+    for rank in range(world.world_size):
+        key = f"avatargen/process/{rank}"
+        if rank == world.rank or store is None or not store.check([key]):
+            continue
+        process = json.loads(store.get(key))
+        if process.get("host") != socket.gethostname():
+            continue
+        try:
+            state = Path(f"/proc/{int(process['pid'])}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError, ValueError):
+            state = "gone"
+        if state in ("gone", "Z", "X"):
+            found[rank] = process
+    return found
+
+
 _KEPT = "avatargen_kept"  # the attribute note_kept sets
 
 
@@ -233,13 +260,21 @@ def rank_failures() -> Iterator[None]:
             raise
         store = _store()
         others = _posted(store, generation, world, wait_s=0.0 if isinstance(error, AvatarGenError) else 3.0)
+        kept = getattr(error, _KEPT, None)
         if others and not isinstance(error, AvatarGenError):
             rank, info = min(others.items())
-            kept = getattr(error, _KEPT, None)
             raise RankFailedError(
                 f"rank {rank} of {world.world_size} failed: {info['message']}; the render stopped on all ranks"
                 + (f"; {kept}" if kept else ""),
                 info["exit_code"],
+            ) from None
+        gone = _gone(store, world) if not isinstance(error, AvatarGenError) else {}
+        if gone:  # killed without posting a word: its sockets closed under this rank's collective
+            rank, process = min(gone.items())
+            raise RankFailedError(
+                f"rank {rank} of {world.world_size} ended without a word (its process {process['pid']} is gone: "
+                "killed by a signal or the kernel, out of memory?); the render stopped on all ranks"
+                + (f"; {kept}" if kept else ""),
             ) from None
         code = getattr(error, "exit_code", EXIT_FAILURE)
         if store is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "avatargen"
 
 LAYERS = [
-    {"errors", "threads", "numeric"},
+    {"errors", "interrupts", "threads", "numeric"},
     {"models"},
     {"config", "sampling", "face", "compose"},
     {"runtime"},
@@ -22,7 +22,7 @@ LAYERS = [
     {"pipeline"},
     {"families"},
     {"resume", "render", "bulk", "progress", "eval"},
-    {"cli", "doctor", "__main__", "__init__"},
+    {"cli", "doctor", "torchrun", "__main__", "__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 

@@ -17,7 +17,7 @@ from avatargen.errors import BadInputError
 from avatargen.io.output_lock import OutputLock, OutputLockedError
 from avatargen.render import RenderRequest, render
 from tests.conftest import FAST, REPO, descendants, run_cli, write_face_png, write_speechlike_wav
-from tests.ffmpeg_probe import probe
+from tests.ffmpeg_probe import png_frame_count, probe, stream_start_times
 
 
 def _start(*args: str, cwd: Path | None = None) -> subprocess.Popen:
@@ -182,8 +182,11 @@ def test_a_second_ctrl_c_leaves_a_partial_whose_audio_ends_with_its_video(tmp_pa
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    info = probe(out.with_name("o.partial.mp4"))
+    partial = out.with_name("o.partial.mp4")
+    info = probe(partial)
     assert info["frames"] > 0 and info["audio_duration_s"] <= info["video_duration_s"] + 1 / 25, info
+    assert stream_start_times(partial) == {"video": 0.0, "audio": 0.0}  # a plain decode: exactly its frames
+    assert png_frame_count(partial, tmp_path / "png") == info["frames"]
 
 
 def test_ctrl_c_while_an_interrupted_render_exits_keeps_its_exit_code(tmp_path):
@@ -207,6 +210,21 @@ def test_a_prompt_that_is_not_utf8_is_bad_input(tmp_path):
     with pytest.raises(BadInputError, match="the prompt is not valid UTF-8"):
         render(RenderRequest(face, audio, tmp_path / "o.mp4", prompt=prompt), load_config(FAST), warn=lambda m: None)
     assert not list(tmp_path.glob("o.*"))
+
+
+def test_a_disk_that_cannot_take_the_lock_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    """The lock is the first file a render writes: a full disk there was 'unexpected OSError', exit 1, and a 0-byte
+    lock left behind. A file-size limit of 0 bytes (RLIMIT_FSIZE) fails the same write as a full disk does."""
+    import resource
+
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 0.4)
+    out = tmp_path / "out" / "o.mp4"
+    result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *FAST,
+                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))  # fmt: skip
+    lines = _error_lines(result.stderr)
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"error: cannot write the lock '{out.with_name('o.lock')}'") and "disk" in lines[0]
+    assert not (tmp_path / "out").exists()  # no 0-byte lock, and the folder it made removed again
 
 
 def test_output_to_a_closed_stdout_is_exit_3(tmp_path):

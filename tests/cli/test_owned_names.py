@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
+from avatargen.io.resume_store import VERSION
+from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import probe
 
 
@@ -136,7 +140,7 @@ def test_a_hand_edited_resume_state_is_one_line_exit_2(tmp_path, inputs):
     folder = tmp_path / "talk.resume"
     folder.mkdir()
     (folder / ".avatargen-resume").write_text("made by avatargen\n")
-    (folder / "resume.json").write_text(json.dumps({"version": 2, "fingerprint": {}, "parts": [],
+    (folder / "resume.json").write_text(json.dumps({"version": VERSION, "fingerprint": {}, "parts": [], "partial": None,
                                                     "checkpoints": [{"frames": "ten", "file": "s", "meta": {}}]}))  # fmt: skip
     result = _render(inputs, out, "--resume")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
@@ -176,18 +180,136 @@ def _write_jobs(folder: Path, inputs: tuple[Path, Path], rows: list[dict]) -> Pa
     return jobs
 
 
-def test_a_batch_row_never_deletes_another_rows_video_through_its_resume_folder(tmp_path, inputs):
-    jobs = _write_jobs(tmp_path, inputs, [{"output": "a.resume/x.mp4"}, {"output": "a.mp4"}])
+def test_a_batch_row_never_writes_into_another_rows_resume_folder(tmp_path, inputs):
+    """A row inside ``a.resume/`` would be deleted with it when a render of ``a.mp4`` ends, or would delete that
+    render's state: refused by name, whichever row runs first."""
+    jobs = _write_jobs(tmp_path, inputs, [{"output": "a.mp4"}, {"output": "a.resume/x.mp4"}])
     out_dir = tmp_path / "out"
     result = run_cli("batch", str(jobs), "--out-dir", str(out_dir), *FAST)
     assert result.returncode == 2, result.stdout + result.stderr
-    report = json.loads((out_dir / "batch_report.json").read_text())
-    assert [job["status"] for job in report["jobs"]] == ["ok", "failed"]
-    assert "a.resume" in report["jobs"][1]["error"] and "--overwrite" in report["jobs"][1]["error"]
-    assert probe(out_dir / "a.resume" / "x.mp4")["frames"] == 10  # the first row's video is still there
-    status = run_cli("batch", "status", str(out_dir), "--json")
-    states = {job["output"]: job["state"] for job in json.loads(status.stdout)["jobs"]}
-    assert states[str(out_dir / "a.resume" / "x.mp4")] == "done"
+    assert "is inside" in result.stderr and "a.resume" in result.stderr, result.stderr
+    assert probe(out_dir / "a.mp4")["frames"] == 10 and not (out_dir / "a.resume" / "x.mp4").exists()
+
+
+def _start_render(inputs: tuple[Path, Path], out: Path, *extra: str) -> subprocess.Popen:
+    face, audio = inputs
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", str(audio), "-o",
+                             str(out), "-q", *FAST, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+
+
+def _stopped_once(process: subprocess.Popen, ready, what: str) -> None:
+    """Wait for ``ready()`` while ``process`` runs, then SIGSTOP it: frozen mid-render, however slow the next command."""
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert process.poll() is None, f"the render ended before {what}: {process.communicate()[1]}"
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+    process.send_signal(signal.SIGSTOP)
+
+
+@pytest.fixture(scope="module")
+def long_inputs(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("owned-long")
+    return write_face_png(folder / "face.png"), write_speechlike_wav(folder / "a.wav", 2.0)
+
+
+@pytest.mark.parametrize("other", ["a.partial.mp4", "a.resume/x.mp4", ".a.joining.mp4"])
+def test_an_output_at_a_running_renders_side_name_is_refused_and_the_running_render_finishes(tmp_path, inputs,
+                                                                                               long_inputs, other):  # fmt: skip
+    """``-o a.partial.mp4`` while ``-o a.mp4`` ran used to exit 0 and leave the second render's video as a.mp4."""
+    out = tmp_path / "a.mp4"
+    first = _start_render(long_inputs, out)
+    _stopped_once(first, lambda: any((tmp_path / "a.resume").glob("state-*")), "its first checkpoint")
+    try:
+        second = _render(inputs, tmp_path / other)
+    finally:
+        first.send_signal(signal.SIGCONT)
+    lines = _error_lines(second.stderr)
+    assert second.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: output"), second.stderr
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stderr
+    assert probe(out)["frames"] == 50 and not (tmp_path / "a.partial.mp4").exists()
+
+
+def test_two_rows_of_a_jobs_file_at_a_video_and_its_partial_name_never_share_it(tmp_path, inputs):
+    jobs = _write_jobs(tmp_path, inputs, [{"output": "a.mp4"}, {"output": "a.partial.mp4"}])
+    out_dir = tmp_path / "out"
+    result = run_cli("batch", str(jobs), "--out-dir", str(out_dir), *FAST)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert probe(out_dir / "a.mp4")["frames"] == 10 and not (out_dir / "a.partial.mp4").exists()
+
+
+# --- a publish target's names: the playlist, its segments, its lock -----------------------------------------------
+
+
+def _publish(inputs: tuple[Path, Path], folder: Path, *extra: str):
+    return _render(inputs, folder / "o.mp4", "--publish", str(folder / "live" / "x.m3u8"), *extra)
+
+
+@pytest.mark.parametrize("what", ["playlist", "segment", "link"])
+def test_a_users_playlist_or_segment_is_refused_and_overwrite_replaces_it(tmp_path, inputs, what):
+    live = tmp_path / "live"
+    live.mkdir()
+    (tmp_path / "target.txt").write_text("the user's own words\n")
+    if what == "playlist":  # a stream of the user's own, made by another program
+        (live / "x.m3u8").write_text("#EXTM3U\n#EXTINF:1.0,\nx_00000.ts\n#EXT-X-ENDLIST\n")
+    elif what == "segment":
+        (live / "x_00000.ts").write_bytes(b"\x47" + bytes(187) * 4)
+    else:
+        (live / "x_00000.ts").symlink_to("../target.txt")
+    before = _snapshot(tmp_path)
+    result = _publish(inputs, tmp_path)
+    lines = _error_lines(result.stderr)
+    assert result.returncode == 2 and len(lines) == 1 and "--overwrite" in lines[0] and "live/x" in lines[0], result.stderr
+    assert _snapshot(tmp_path) == before
+    result = _publish(inputs, tmp_path, "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "target.txt").read_text() == "the user's own words\n"
+    segments = [live / name for name in (live / "x.m3u8").read_text().splitlines() if name.endswith(".ts")]
+    assert sum(probe(s)["frames"] for s in segments) == 10 and not any(s.is_symlink() for s in segments)
+    assert not (live / "x.m3u8.lock").exists()
+
+
+def test_a_link_at_a_segments_temporary_name_is_never_written_through_and_a_rerun_replaces_its_own_stream(tmp_path,
+                                                                                                          inputs):  # fmt: skip
+    live = tmp_path / "live"
+    live.mkdir()
+    (tmp_path / "target.txt").write_text("the user's own words\n")
+    (live / "x_00000.ts.tmp").symlink_to("../target.txt")
+    (live / "x.m3u8.tmp").symlink_to("../target.txt")
+    for _ in range(2):  # the second run finds the first's stream, avatargen's: replaced
+        result = _publish(inputs, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "target.txt").read_text() == "the user's own words\n"
+        assert probe(live / "x_00000.ts")["frames"] == 10 and not (live / "x_00000.ts").is_symlink()
+    assert sorted(p.name for p in live.iterdir()) == ["x.m3u8", "x_00000.ts"]
+
+
+def test_a_second_render_publishing_to_the_same_playlist_is_refused(tmp_path, long_inputs):
+    playlist = tmp_path / "live" / "x.m3u8"
+    first = _start_render(long_inputs, tmp_path / "a.mp4", "--publish", str(playlist))
+    _stopped_once(first, lambda: (tmp_path / "live" / "x_00000.ts").exists(), "its first segment")
+    try:
+        second = _render(long_inputs, tmp_path / "b.mp4", "--publish", str(playlist))
+    finally:
+        first.send_signal(signal.SIGCONT)
+    lines = _error_lines(second.stderr)
+    assert second.returncode == 2 and len(lines) == 1 and f"is being written by avatargen pid {first.pid}" in lines[0], \
+        second.stderr
+    assert not (tmp_path / "b.partial.mp4").exists() and not (tmp_path / "b.mp4").exists()
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stderr
+    segments = [playlist.with_name(n) for n in playlist.read_text().splitlines() if n.endswith(".ts")]
+    assert len(segments) == 2 and sum(probe(s)["frames"] for s in segments) == probe(tmp_path / "a.mp4")["frames"] == 50
+
+
+def test_a_playlist_inside_a_resume_folder_is_refused(tmp_path, inputs):
+    result = _render(inputs, tmp_path / "o.mp4", "--publish", str(tmp_path / "o.resume" / "x.m3u8"))
+    lines = _error_lines(result.stderr)
+    assert result.returncode == 2 and len(lines) == 1 and "o.resume" in lines[0], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "csv"])

@@ -67,7 +67,7 @@ def test_nan_in_a_resume_state_blames_the_state_not_a_checkpoint(tmp_path, input
     result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *FAST, "--resume")
     lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("note:")]
     assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert "holds NaN" in lines[0] and "without --resume" in lines[0] and "a2v" not in lines[0].lower(), lines
+    assert "is damaged" in lines[0] and "without --resume" in lines[0] and "a2v" not in lines[0].lower(), lines
     assert folder.is_dir()  # nothing of the stopped render is deleted by the refusal
 
 

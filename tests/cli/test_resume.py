@@ -96,6 +96,9 @@ def test_signal_closes_a_trimmed_partial_says_how_to_resume_and_resume_is_exact(
     assert 0 < info["frames"] < FRAMES
     # The audio is cut with the video: at most an AAC frame (21 ms) apart, not the rest of the input.
     assert abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25
+    # and both start at 0: a plain `ffmpeg -i o.partial.mp4 d/%04d.png` gives exactly its frames
+    assert stream_start_times(partial) == {"video": 0.0, "audio": 0.0}
+    assert png_frame_count(partial, tmp_path / "png") == info["frames"]
     _resume(face, audio, out)
     _assert_same_video(out, reference)
 
@@ -123,6 +126,36 @@ def test_resume_with_other_inputs_or_config_is_refused(tmp_path, inputs):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "cannot resume" in result.stderr and "audio, config" in result.stderr
     assert out.with_name("o.resume").is_dir(), "a refused resume keeps the state for the right command"
+
+
+def test_resume_never_splices_another_video_found_at_the_partial_name(tmp_path, inputs):
+    """Any avatargen MP4 at OUT.partial.mp4 used to be spliced in as the stopped run's video (62 of 71 frames wrong)."""
+    face, audio, reference = inputs
+    out = tmp_path / "o.mp4"
+    _interrupt_after_a_checkpoint(face, audio, out)
+    partial = out.with_name("o.partial.mp4")
+    partial.write_bytes(reference.read_bytes())  # another render's video, copied over the stopped run's
+    result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *OVERLAPPED, "--resume")
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("note:")]
+    assert result.returncode == 2 and len(lines) == 1 and "is not the video of its stopped render" in lines[0], result.stderr
+    assert partial.read_bytes() == reference.read_bytes() and out.with_name("o.resume").is_dir() and not out.exists()
+
+
+def test_a_damaged_resume_state_with_finite_values_is_one_line_exit_2(tmp_path, inputs):
+    """A state file whose values were changed but stay finite used to reach the model: exit 1 (an unexpected
+    RuntimeError) or a garbled video."""
+    from safetensors.torch import load_file, save_file
+
+    face, audio, _ = inputs
+    out = tmp_path / "o.mp4"
+    _interrupt_after_a_checkpoint(face, audio, out)
+    for state in out.with_name("o.resume").glob("state-*.safetensors"):
+        tensors = load_file(state)
+        save_file({name: t * 1e30 if t.is_floating_point() else t for name, t in tensors.items()}, state)
+    result = run_cli("render", "-i", str(face), "-a", str(audio), "-o", str(out), "-q", *OVERLAPPED, "--resume")
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("note:")]
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "is damaged" in lines[0] and "without --resume" in lines[0] and not out.exists(), lines
 
 
 def test_resume_with_nothing_to_resume_renders_from_the_start(tmp_path, inputs):

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from tests.cli.test_never_lose_work import _checkpoints, _error_lines, _ffmpeg_child, _start, _wait_for
 from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
-from tests.ffmpeg_probe import probe
+from tests.ffmpeg_probe import png_frame_count, probe, stream_start_times
 from tests.io.test_encoder_stop import write_hours_long_wav
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -59,6 +59,65 @@ def test_a_stop_on_hours_of_audio_closes_the_partial_at_once_with_the_resume_lin
     assert info["frames"] > 0 and abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25 + 1e-3, info
 
 
+@pytest.mark.parametrize("signals, code", [(["SIGINT"], 130), (["SIGTERM"], 143), (["SIGINT", "SIGINT"], 130)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT twice"])  # fmt: skip
+def test_a_stop_ends_a_render_whose_encoder_stopped_reading_within_its_bound(tmp_path, signals, code):
+    """The encoder stopped (SIGSTOP: as a stalled libx264 or a hung disk would): the render used to block in a write
+    to ffmpeg's stdin, and every signal, a second SIGINT and SIGTERM included, was ignored for minutes."""
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 8.0)
+    out = tmp_path / "o.mp4"
+    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
+    _wait_for(lambda: _checkpoints(out) >= 1 and _ffmpeg_child(process, "rawvideo"), process, "its first checkpoint")
+    os.kill(_ffmpeg_child(process, "rawvideo"), signal.SIGSTOP)
+    time.sleep(1.0)  # the render fills the pipe and waits on it
+    stopped = time.monotonic()
+    for name in signals:
+        process.send_signal(getattr(signal, name))
+        time.sleep(0.2)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError("the render did not end within 60 s of the signal") from None
+    took = time.monotonic() - stopped
+    # STALL_AFTER_STOP_S (5 s) after the encoder's last byte, then SIGKILL and the trim: 3.3-3.7 s on a quiet 2-core
+    # machine; 15 s leaves room for a loaded one.
+    assert took <= 15.0, took
+    assert process.returncode == code, stderr
+    lines = _error_lines(stderr)
+    assert len(lines) == 1 and lines[0].startswith(f"error: interrupted by {signals[0]}") and lines[0].endswith("--resume")
+    info = probe(out.with_name("o.partial.mp4"))  # what the encoder had finished, its audio cut at its video
+    assert info["frames"] > 0 and abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25 + 1e-3, info
+
+
+def test_no_ffmpeg_holds_the_write_end_of_a_pipe_it_reads(tmp_path):
+    """An ffmpeg holding the write end of its own input pipe never sees that input end (the audio of `-a - -o -` once
+    deadlocked so). Each ffmpeg of a live render, from /proc: no pipe it reads from is also open for writing in it."""
+    face = write_face_png(tmp_path / "face.png")
+    process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "--realtime",
+                                "-o", "-", "-q", *FAST], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, env=ENV, start_new_session=True)  # fmt: skip
+    process.stdin.write(_wav_bytes(2.0))
+    process.stdin.flush()
+    try:
+        _wait_for(lambda: _ffmpeg_child(process, "rawvideo") and _ffmpeg_child(process, "f32le"), process,
+                  "the encoder and the stream's decoder")  # fmt: skip
+        for marker in ("rawvideo", "f32le"):
+            ends: dict[str, set[str]] = {}
+            pid = _ffmpeg_child(process, marker)
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("pipe:"):
+                    flags = int(Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().split("flags:")[1].split()[0], 8)
+                    ends.setdefault(target, set()).add("w" if flags & os.O_ACCMODE else "r")
+            assert not [pipe for pipe, modes in ends.items() if modes == {"r", "w"}], (marker, ends)
+    finally:
+        process.stdin.close()  # the session ends: the render finishes its video
+        stderr = process.stderr.read().decode()
+        process.wait(timeout=120)
+    assert process.returncode == 0, stderr
+
+
 def test_sigterm_while_stdin_stalls_renders_the_audio_that_came_and_exits_143(tmp_path):
     face, out = write_face_png(tmp_path / "face.png"), tmp_path / "o.mp4"
     process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
@@ -74,13 +133,34 @@ def test_sigterm_while_stdin_stalls_renders_the_audio_that_came_and_exits_143(tm
     assert _error_lines(stderr) == [f"error: interrupted by SIGTERM after 25 frames (1.00 s); the video is in '{partial}'"]
     info = probe(partial)
     assert info["frames"] == 25 and abs(info["audio_duration_s"] - 1.0) <= 1 / 25 + 1e-3, info
+    # A stream's partial is its only video: a plain `ffmpeg -i o.partial.mp4 d/%04d.png` gives exactly its frames
+    # (no stream starts before 0: the AAC priming is cut by an edit list, also in a fragmented file).
+    assert stream_start_times(partial) == {"video": 0.0, "audio": 0.0}
+    assert png_frame_count(partial, tmp_path / "png") == 25
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_render_starts_is_one_line_and_leaves_nothing(tmp_path, sig, code):
+    """Before torch is even imported: a SIGINT there used to end with no line, a bare 'error: interrupted' or a
+    traceback; a SIGTERM with no line, killed by the signal."""
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 1.0)
+    out = tmp_path / "new" / "o.mp4"
+    process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
+    _wait_for(lambda: _catches(process, signal.SIGTERM), process, "a handler for SIGTERM")
+    assert b"libtorch" not in Path(f"/proc/{process.pid}/maps").read_bytes(), "past the start-up already"
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    name = signal.Signals(sig).name
+    assert stderr.strip().splitlines() == [f"error: interrupted by {name} while starting; nothing was written"], stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_sigterm_before_stdin_gives_any_audio_leaves_nothing(tmp_path):
     face, out = write_face_png(tmp_path / "face.png"), tmp_path / "new" / "o.mp4"
     process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", "-", "-o", str(out),
                                 "-q", *FAST], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)  # fmt: skip
-    _wait_for(lambda: _catches(process, signal.SIGTERM), process, "its signal handlers")  # a slow start: > 4 s
+    _wait_for(lambda: _ffmpeg_child(process, "rawvideo"), process, "the encoder")  # started: the header is read next
     time.sleep(2)  # it waits for the WAV header
     process.send_signal(signal.SIGTERM)
     stderr = process.communicate(timeout=60)[1].decode()
@@ -113,6 +193,29 @@ def test_the_encoder_dies_with_a_render_killed_by_sigkill_and_writes_nothing_mor
     size = partial.stat().st_size
     time.sleep(1.0)
     assert partial.stat().st_size == size
+
+
+@pytest.mark.slow  # two torchrun launches: ~35 s on the shared 2-core machine
+def test_the_resume_command_a_stopped_torchrun_render_prints_runs_as_printed(tmp_path):
+    """Under torchrun the printed command was `avatargen render ... --resume`: not the launch that was stopped."""
+    import shutil
+
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 2.0)
+    out = tmp_path / "o.mp4"
+    launcher = ["torchrun"] if shutil.which("torchrun") else [sys.executable, "-m", "torch.distributed.run"]
+    process = subprocess.Popen([*launcher, "--standalone", "--nproc-per-node", "1", "-m", "avatargen", "render", "-i",
+                                str(face), "-a", str(audio), "-o", str(out), "-q", *FAST], env=ENV, cwd=tmp_path,
+                               start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _wait_for(lambda: _checkpoints(out) >= 1, process, "its first checkpoint")
+    process.send_signal(signal.SIGINT)  # to torchrun, which passes it on
+    _, stderr = process.communicate(timeout=120)
+    line = next(line for line in stderr.splitlines() if line.startswith("error: interrupted by SIGINT"))
+    command = shlex.split(line.split("resume with: ", 1)[1])
+    assert command[: len(launcher) + 5] == [*launcher, "--standalone", "--nproc-per-node", "1", "-m", "avatargen"]
+    assert command[-1] == "--resume", command
+    resumed = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "rendering from the start" not in resumed.stderr and probe(out)["frames"] == 50
 
 
 def _batch(jobs: Path, out_dir: Path) -> subprocess.Popen:

@@ -58,9 +58,43 @@ def test_stdout_that_cannot_take_the_output_is_one_line_and_exit_2(where, args):
             os.close(fd)
     stderr = done.stderr.decode()
     assert done.returncode == 2, stderr
-    lines = [line for line in _error_lines(stderr) if not line.startswith("error: ") or "stdout" in line]
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
-    assert any("could not be written to stdout" in line for line in lines), stderr
+    lines = _error_lines(stderr)  # exactly one line, however many writes failed (help is several)
+    assert len(lines) == 1 and "could not be written to stdout" in lines[0], stderr
+
+
+@pytest.mark.parametrize("args", [["--version"], ["render", "--help"], ["config"], ["doctor", "--json"]])
+def test_a_closed_stdout_is_one_line_and_exit_2_not_silence(args):
+    """`avatargen config >&-` used to exit 0 having printed nothing: /dev/null took the output unseen."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "avatargen", *args], stderr=subprocess.PIPE, env=env, timeout=120,
+                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    lines = _error_lines(done.stderr)
+    assert done.returncode == 2 and len(lines) == 1 and "(stdout is closed;" in lines[0], done.stderr
+
+
+def test_a_render_report_to_a_closed_stdout_is_exit_2_with_the_video_written(tmp_path, inputs):
+    face, audio = inputs
+    out = tmp_path / "o.mp4"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "avatargen", "render", "-i", str(face), "-a", str(audio), "-o",
+                           str(out), "--json", "-q", *FAST], stderr=subprocess.PIPE, env=env, timeout=120,
+                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert done.returncode == 2 and _error_lines(done.stderr) == [
+        f"error: the video is written to '{out}', but its report could not be written to stdout (stdout is closed; "
+        "redirect it to a file or a program)"], done.stderr  # fmt: skip
+    assert probe(out)["frames"] == 10
+
+
+def test_video_to_a_full_stdout_is_one_line_and_exit_3_without_disk_advice(inputs):
+    """`-o - > /dev/full` used to say 'out of disk space ... choose another output folder': there is no folder."""
+    face, audio = inputs
+    with open("/dev/full", "wb") as full:
+        done = _cli("render", "-i", str(face), "-a", str(audio), "-o", "-", "-q", *FAST, stdout=full)
+    lines = _error_lines(done.stderr)
+    assert done.returncode == 3 and len(lines) == 1 and lines[0].startswith("error: stdout could not take the video ("), \
+        done.stderr
+    assert "No space left on device" in lines[0] and "folder" not in lines[0] and "disk" not in lines[0], lines
 
 
 def test_a_warning_stderr_cannot_take_is_dropped_and_the_render_goes_on(tmp_path, inputs):

@@ -122,10 +122,25 @@ def test_without_the_face_mesh_a_photo_is_still_composited_and_one_note_says_how
     Image.fromarray(photos.astronaut()).save(path)
     lines: list[str] = []
     loaded = load_reference(path, 256, "face", lines.append)
-    compositor = compositing.compositor_for(loaded, to_config(load_config([])), warn=lines.append)
-    assert compositor is not None and compositor.mouth is not None  # still composited, the mouth still moved
+    speech = REPO / "examples" / "speech_1.flac"
+    compositor = compositing.compositor_for(loaded, to_config(load_config([])), warn=lines.append, speech=speech)
     notes = [line for line in lines if "face mesh is not installed" in line]
     assert len(notes) == 1 and "five landmarks" in notes[0], lines
+    # The mouth still moves with the speech: the same model frame pasted at the speech's loudest and at its quietest
+    # video frame (read from the file here) differs around the mouth, below the eyes and within the face, and nowhere
+    # else. A frozen mouth differs nowhere.
+    wave, rate = sf.read(speech, dtype="float32")
+    per_frame = rate // 25
+    loudness = np.sqrt(np.mean(wave[: len(wave) // per_frame * per_frame].reshape(-1, per_frame) ** 2, axis=1))
+    generated = loaded.square[None]  # (1, 256, 256, 3): the model's frame, the same for both
+    loud, quiet = (compositor.paste(generated, int(index))[0].astype(np.float64)
+                   for index in (np.argmax(loudness), np.argmin(loudness)))  # fmt: skip
+    ys, xs = np.nonzero(np.abs(loud - quiet).mean(axis=-1) > 10)
+    layout = compositor.layout()
+    nose_x, nose_y = layout.points[4]
+    below_the_eyes = (nose_y + (layout.eye_left[1] + layout.eye_right[1]) / 2) / 2  # halfway down to the nose's base
+    assert len(ys) >= 500, len(ys)  # measured: 2760 pixels of 512x512
+    assert ys.min() > below_the_eyes and np.abs(xs - nose_x).max() < layout.face_width / 2, (ys.min(), below_the_eyes)
 
 
 def test_renders_of_other_pictures_or_seeds_blink_at_other_times_and_a_rerun_at_the_same(tmp_path):

@@ -58,6 +58,29 @@ def test_a_partial_closed_early_does_not_encode_the_rest_of_the_audio(tmp_path, 
     assert info["frames"] == 30 and abs(info["audio_duration_s"] - 1.2) <= 1 / 25
 
 
+def test_a_write_to_a_stopped_encoder_gives_up_within_its_bound_once_a_stop_is_asked(tmp_path):
+    """ffmpeg SIGSTOPped: a write used to block for as long as it stayed stopped, and closing the encoder after it
+    too (the buffered frame was flushed into the full pipe first)."""
+    import signal
+    import time
+
+    from avatargen.io.encoder import STALL_AFTER_STOP_S, EncoderStalledError
+
+    encoder = Encoder(tmp_path / "o.mp4", SIZE, SIZE, 25, write_speechlike_wav(tmp_path / "a.wav", 4.0))
+    encoder.write(_frames(25))
+    os.kill(encoder._proc.pid, signal.SIGSTOP)
+    encoder.hurry()  # what a SIGINT to the render does
+    started = time.monotonic()
+    with pytest.raises(EncoderStalledError, match="took no frame for 5 s"):
+        for _ in range(100):  # 1.2 MB: far more than the pipe holds
+            encoder.write(_frames(1))
+    assert STALL_AFTER_STOP_S - 0.5 <= time.monotonic() - started <= STALL_AFTER_STOP_S + 3
+    started = time.monotonic()
+    partial = encoder.abort(trim=True)
+    assert time.monotonic() - started <= 3 and encoder._proc.returncode == -signal.SIGKILL
+    assert probe(partial)["frames"] <= encoder.frames_written  # what it finished before it was stopped stays playable
+
+
 def test_the_encoder_holds_the_output_lock_while_it_lives(tmp_path):
     out = tmp_path / "o.mp4"
     lock = OutputLock(out)

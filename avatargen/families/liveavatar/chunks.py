@@ -5,7 +5,8 @@ avatargen/pipeline/pipeline.py, runs them).
 Euler steps. Step i of block n is one function, :meth:`LiveAvatarRun.denoise_step`, of (block latents, i, ring i):
 it runs the DiT over ring i, writing the block's keys into it, and moves the latents one step. The four rings are the
 reference's four per-step KV caches; they share one cond cache, filled once by the sink forward in ``start`` (the
-reference latent and the reference repeated as 73 motion frames). A ring holds one clip's latent frames
+reference latent and the last 19 latents of the reference repeated as 365 motion frames, as the reference encodes
+them). A ring holds one clip's latent frames
 (``clip_frames`` / 4: 12 for 48) and rolls when full, so memory is the same at any length.
 
 **What differs from the reference's loop, and why** (docs/liveavatar.md): each block's noise is drawn from (seed, block),
@@ -51,8 +52,22 @@ from avatargen.pipeline.stats import check_finite
 from avatargen.runtime.memory import map_large_allocations
 from avatargen.runtime.pipeline_parallel import StageLink, StepLayout
 
-MOTION_VIDEO_FRAMES = 73  # the reference's motion_frames: the reference repeated, 19 latent frames
+# The reference's motion latents: its 5-frame reference tensor repeated motion_frames (73) times, 365 frames encoded
+# into 92 latents, of which FramePack reads the last 19 and whose decode precedes the first clip's. The causal VAE
+# forgets how a video began within ~22 latents, so the last 30 latents of 205 frames (52 latents) are those of the 365,
+# bit for bit, and decoding those 30 leaves the decoder where decoding all 92 does (tests/models/liveavatar/
+# test_block_loop.py holds both against the reference's construction), for 56 % of its encoding.
+MOTION_VIDEO_FRAMES = 205
+MOTION_DECODE_LATENTS = 30
 SHIFT = 3.0
+
+
+def motion_latents(vae: Any, image: Tensor, decode: bool) -> tuple[Tensor, VAEStream | None]:
+    """The reference's motion latents of ``image`` (1, 3, 1, H, W) and, with ``decode``, a decoder stream that has
+    decoded them as the reference does before its first clip (the constants' comment says how)."""
+    motion = vae.encode(image.expand(-1, -1, MOTION_VIDEO_FRAMES, -1, -1))[0]  # (1, z, 52, h, w)
+    stream = vae.decode(motion[:, :, -MOTION_DECODE_LATENTS:])[1] if decode else None
+    return motion, stream
 
 
 def reference_offset(seed: int, block: int, step: int) -> int:
@@ -105,9 +120,7 @@ class LiveAvatarRun(ChunkRun):
             image = pixels_to_unit_range(reference_rgb, chunks.device)  # (1, 3, 1, H, W)
             with models.vae.active() as vae:
                 ref_latents = vae.encode(image.expand(-1, -1, 5, -1, -1))[0][:, :, 1:]  # the reference's [:, :, 1:]
-                motion = vae.encode(image.expand(-1, -1, MOTION_VIDEO_FRAMES, -1, -1))[0]  # (1, z, 19, h, w)
-                if chunks.decodes:  # the decoder's past: the motion frames, as the reference decodes
-                    _, self.stream = vae.decode(motion)
+                motion, self.stream = motion_latents(vae, image, decode=chunks.decodes)
             check_finite(ref_latents, "Wan VAE", "encoding the reference image")
             ids, mask = models.tokenizer(prompt)
             with models.text_encoder.active() as umt5:

@@ -8,12 +8,15 @@ blocks 0-3 at one denoising step through one KV ring (block 1 reads block 0's ke
 reads the rolled ring), the ring after each, the four-step denoise of blocks 0 and 1 with one ring per step as the
 reference pipeline runs it (``causal_s2v_pipeline.py``), the flow-matching schedule, and the velocity of block 0
 after a peft LoRA was merged (``merge_and_unload``). The RoPE offsets the reference drew (``random.randint(4, 30)``
-in every forward) are recorded with them. Needs diffusers, einops and (for the LoRA) peft.
+in every forward) are recorded with them, and the fixture's metadata names the reference's commit (the checkout's
+HEAD) and the versions it ran with (``provenance``). Needs diffusers, einops and (for the LoRA) peft.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,6 +42,20 @@ class OffsetLog:
         value = self.rng.randint(low, high)
         self.draws.append(value)
         return value
+
+
+def provenance(root: Path) -> dict[str, str]:
+    """Which reference code recorded the fixture: the repository, the checkout's commit, the libraries' versions."""
+    import diffusers
+    import peft
+
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"reference": "Alibaba-Quark/LiveAvatar", "commit": commit, "torch": torch.__version__,
+            "diffusers": diffusers.__version__, "peft": peft.__version__}  # fmt: skip
 
 
 def empty_cache(net, ring_tokens: int) -> list[dict]:
@@ -169,7 +186,8 @@ def main() -> None:
         out["lora.targets"] = torch.tensor(len(targets))
 
     FIXTURE.parent.mkdir(exist_ok=True)
-    save_file({k: v.contiguous() for k, v in out.items()}, str(FIXTURE), metadata={"state_dict": names})
+    metadata = {"state_dict": names, "provenance": json.dumps(provenance(root))}
+    save_file({k: v.contiguous() for k, v in out.items()}, str(FIXTURE), metadata=metadata)
     print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size // 1024} KB, {len(out)} tensors)")
 
 

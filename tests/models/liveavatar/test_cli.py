@@ -45,14 +45,42 @@ def test_weights_check_on_an_empty_folder_names_the_s2v_and_lora_files(tmp_path)
 
 
 def test_a_toy_render_streams_block_by_block(tmp_path, face_png) -> None:
-    audio = write_speechlike_wav(tmp_path / "a.wav", 1.2)
-    out = tmp_path / "o.mp4"
-    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "--json", *TINY)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["frames"] == probe(out)["frames"] == 30
-    assert report["chunks"] == 3  # 12-frame blocks: 12 + 12 + 6
-    assert report["ttff_s"] < report["wall_s"]
+    """Each 12-frame block reaches the outputs before the next block is denoised: the order in which the DiT's blocks
+    run and the render's sinks are written, recorded as it happens (a forward hook, a registered sink)."""
+    import itertools
+
+    import torch
+
+    from avatargen.config.loader import load_config
+    from avatargen.families.liveavatar.models.dit import CausalBlock
+    from avatargen.io.sink import register_sink, unregister_sink
+    from avatargen.render import RenderRequest, render
+
+    events: list[tuple[str, int]] = []
+
+    class Recorder:
+        def write(self, frames: np.ndarray) -> None:
+            events.append(("written", len(frames)))
+
+    def denoising(module: torch.nn.Module, args: object, output: object) -> None:
+        if isinstance(module, CausalBlock):
+            events.append(("denoised", 0))
+
+    def factory(context: object) -> Recorder:
+        return Recorder()
+
+    audio, out = write_speechlike_wav(tmp_path / "a.wav", 1.2), tmp_path / "o.mp4"
+    register_sink(factory)
+    hook = torch.nn.modules.module.register_module_forward_hook(denoising)
+    try:
+        report = render(RenderRequest(image=face_png, audio=audio, output=out), load_config(TINY), warn=lambda line: None)
+    finally:
+        hook.remove()
+        unregister_sink(factory)
+    assert report["frames"] == probe(out)["frames"] == 30 and report["chunks"] == 3  # 12-frame blocks: 12 + 12 + 6
+    runs = [kind for kind, _ in itertools.groupby(events, key=lambda event: event[0])]
+    assert runs == ["denoised", "written"] * 3, runs  # never two blocks denoised before the first is out
+    assert [count for kind, count in events if kind == "written"] == [12, 12, 6]
     frames = decode_frames(out)
     assert frames.std() > 1 and not np.array_equal(frames[0], frames[-1])
 

@@ -153,3 +153,14 @@ def test_a_peft_lora_merges_as_the_reference(data, recorded, prefix) -> None:
     (offset,) = recorded["lora.offsets"].tolist()
     velocity = _block(net, data, text, cache, 0, float(recorded["step.t"]), offset)
     assert _close(velocity, recorded["lora.velocity"]) <= TOLERANCE
+
+
+def test_the_fixture_names_the_reference_commit_it_was_recorded_from() -> None:
+    """As the Wan fixtures do: which code the numbers come from (record_reference.py writes it)."""
+    import json
+    import re
+
+    with safe_open(str(FIXTURE), "pt") as fixture:
+        provenance = json.loads(fixture.metadata()["provenance"])
+    assert provenance["reference"] == "Alibaba-Quark/LiveAvatar", provenance
+    assert re.fullmatch(r"[0-9a-f]{40}", provenance["commit"]), provenance
