@@ -120,13 +120,23 @@ def _fresh_standard_streams() -> None:
 # --- the client ------------------------------------------------------------------------------------------------------
 
 
+_session_environment: dict[str, str] | None = None
+
+
+def remember_session_environment() -> None:
+    """Keep the environment as it is once the tests are collected (and with them what their imports set: cv2 sets
+    ``LD_LIBRARY_PATH``, for one): the server runs in it, whatever a test's fixtures set when it starts."""
+    global _session_environment
+    _session_environment = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
 class _Server:
-    """This test worker's server, started on first use and stopped when the worker exits. Its environment is a
-    ``run_cli`` run's at that moment: the tests are collected by then, and with them what their imports set
-    (cv2 sets ``LD_LIBRARY_PATH``, for one)."""
+    """This test worker's server, started on first use and stopped when the worker exits. Its environment is the
+    session's (``remember_session_environment``), not that of the test that happens to start it: a test that sets
+    variables for its servers (Ray, S3 credentials) would otherwise send every later run to a fresh interpreter."""
 
     def __init__(self) -> None:
-        self.env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.env = _session_environment or {**os.environ, "PYTHONPATH": str(REPO)}
         self.folder = tempfile.mkdtemp(prefix="avatargen-cli-fork-")
         self.path = os.path.join(self.folder, "socket")
         log = open(os.path.join(self.folder, "server.log"), "wb")  # noqa: SIM115 - the server's own errors

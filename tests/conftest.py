@@ -17,6 +17,10 @@ from tests import cli_fork
 
 REPO = Path(__file__).resolve().parents[1]
 
+def pytest_collection_finish(session) -> None:
+    cli_fork.remember_session_environment()
+
+
 # Keep the test CLI runs small and single-threaded on the 2-core CI machine.
 FAST = ["model.weights=random", "runtime.threads=1"]
 

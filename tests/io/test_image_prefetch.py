@@ -22,6 +22,7 @@ from avatargen.io import image_prefetch as prefetch  # noqa: E402
 from avatargen.face.choice import reference_lips  # noqa: E402
 from avatargen.face.domain import square_is_photo  # noqa: E402
 from avatargen.io.image import load_reference  # noqa: E402
+from tests import cli_fork  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402
 from tests.eval import clips  # noqa: E402
 from tests.face.test_picture_cache import _assert_same, _framed, _fresh_process, _without_networks  # noqa: E402
@@ -118,6 +119,8 @@ def test_a_fresh_render_searches_beside_its_start_and_gives_the_same_video(tmp_p
     assert fresh.returncode == 0, fresh.stderr
     assert _searches_of(image) == []  # none outlives the render
     # torch imported before the CLI runs (tests/cli_fork.py): the render searches itself
+    forked_env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "forked_cache")}
+    assert cli_fork.forkable(forked_env, {}), "an earlier test left variables set: this run would not fork"
     forked = run_cli("render", "-i", str(image), "-a", str(speech_wav), "-o", str(tmp_path / "forked.mp4"), "-q",
                      env_extra={"XDG_CACHE_HOME": str(tmp_path / "forked_cache")})  # fmt: skip
     assert forked.returncode == 0, forked.stderr
