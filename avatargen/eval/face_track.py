@@ -61,42 +61,64 @@ def chip_measures(chip: np.ndarray) -> tuple[float, float, float]:
     return mouth, eyes, float(laplacian.var())
 
 
-class FaceTracker:
-    """Feeds each frame to the detector and keeps the measurements; an embedding every ``embed_every`` frames."""
+@dataclass(frozen=True)
+class TrackedFace:
+    """What the tracker found in one frame: the ``face`` and what its chip shows (``chip_measures``)."""
 
-    def __init__(self, detector: FaceDetector, embed_every: int, number: int | None = None) -> None:
+    face: Face
+    mouth: float
+    eyes: float
+    sharpness: float
+
+    @property
+    def mouth_box(self) -> tuple[float, float, float, float]:
+        """Roughly where ``MOUTH_BOX`` lies in the frame, in its pixels (x0, y0, x1, y1)."""
+        return _mouth_box_in_frame(self.face)
+
+
+class FaceTracker:
+    """Follows the face from frame to frame: ``measure`` finds and measures it; ``update`` also keeps what it found
+    (``track``), with an embedding every ``embed_every`` frames (None: none)."""
+
+    def __init__(self, detector: FaceDetector, embed_every: int | None = None, number: int | None = None) -> None:
         self.detector = detector
-        self.embed_every = max(1, int(embed_every))
+        self.embed_every = None if embed_every is None else max(1, int(embed_every))
         self.track = FaceTrack()
         self.number = number  # follow face ``number`` (1-based, left to right in the first frame that has it)
         self._previous: Face | None = None
 
-    def update(self, index: int, frame: np.ndarray) -> Face | None:
-        """Measure frame ``index`` ((H, W, 3) uint8); returns the face found, or None."""
+    def measure(self, frame: np.ndarray) -> TrackedFace | None:
+        """The face in the next frame ((H, W, 3) uint8) and its chip's measures, or None where none is found."""
         if self.number is not None and self._previous is None:
             faces = self.detector.find_all(frame)
             face = faces[self.number - 1] if len(faces) >= self.number else None
         else:
             face = self.detector.find(frame, near=self._previous, follow=self.number is not None)
-        t = self.track
-        t.detected.append(face is not None)
         if face is None:
+            return None
+        self._previous = face
+        return TrackedFace(face, *chip_measures(self.detector.chip(frame, face)))
+
+    def update(self, index: int, frame: np.ndarray) -> Face | None:
+        """Measure frame ``index`` ((H, W, 3) uint8) and keep it in ``track``; returns the face found, or None."""
+        tracked = self.measure(frame)
+        t = self.track
+        t.detected.append(tracked is not None)
+        if tracked is None:
             t.centre.append((np.nan, np.nan))
             for values in (t.width, t.spread, t.mouth, t.eyes, t.sharpness):
                 values.append(np.nan)
             t.mouth_box.append((np.nan,) * 4)
             return None
-        self._previous = face
-        chip = self.detector.chip(frame, face)
-        mouth, eyes, sharpness = chip_measures(chip)
+        face = tracked.face
         t.centre.append(tuple(face.points.mean(axis=0)))
         t.width.append(float(face.width))
         t.spread.append(face.spread)
-        t.mouth.append(mouth)
-        t.eyes.append(eyes)
-        t.sharpness.append(sharpness)
-        t.mouth_box.append(_mouth_box_in_frame(face))
-        if index % self.embed_every == 0:
+        t.mouth.append(tracked.mouth)
+        t.eyes.append(tracked.eyes)
+        t.sharpness.append(tracked.sharpness)
+        t.mouth_box.append(tracked.mouth_box)
+        if self.embed_every is not None and index % self.embed_every == 0:
             t.embeddings[index] = self.detector.embedding(frame, face)
         return face
 

@@ -8,7 +8,15 @@ that jumps away and back (brightness pumping, texture boiling) does not. ``flick
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+from avatargen.eval.context import EvalContext, Frame
+from avatargen.eval.face_track import TrackedFace
+from avatargen.eval.metric import Metric, Rows
+
+SIDE = 64  # frames are compared reduced to this many pixels a side
 
 
 def second_difference(before: np.ndarray, frame: np.ndarray, after: np.ndarray) -> float:
@@ -24,3 +32,26 @@ def measure_flicker(second_differences: np.ndarray) -> dict:
         "flicker": round(float(np.mean(second_differences)), 4),
         "flicker_p95": round(float(np.percentile(second_differences, 95)), 4),
     }
+
+
+class Flicker(Metric):
+    """``flicker`` and ``flicker_p95``: the second difference of every three consecutive frames."""
+
+    def __init__(self, context: EvalContext) -> None:
+        self.second_differences: list[float] = []
+        self.before: np.ndarray | None = None
+        self.previous: np.ndarray | None = None
+
+    def update(self, frame: Frame, face: TrackedFace | None) -> None:
+        small = frame.gray(SIDE)
+        if self.before is not None:
+            self.second_differences.append(second_difference(self.before, self.previous, small))
+        self.before, self.previous = self.previous, small
+
+    def summary(self) -> dict[str, Any]:
+        return measure_flicker(np.asarray(self.second_differences))
+
+    @staticmethod
+    def rows(result: dict[str, Any]) -> Rows:
+        return [("flicker", f"{result.get('flicker', 0.0):.2f} gray levels (0 = none), p95 "
+                            f"{result.get('flicker_p95', 0.0):.2f}")]  # fmt: skip

@@ -1,51 +1,7 @@
-"""Head motion and blinks from the face track (``face_track.py``).
+"""Where callers outside ``avatargen.eval`` found head motion and blinks before each became a metric of its own
+(``head_motion.py``, ``blinks.py``)."""
 
-``head_motion_px``: mean movement of the face (the centroid of its five landmarks) from one frame to the next, in
-pixels of the analysed frame; ``head_range_px``: the spread of its position (95th minus 5th percentile, the larger
-of x and y). ``blinks_per_min``: dips of eye openness under its running median (over 2 s) that last
-``MIN_BLINK_S..MAX_BLINK_S`` seconds (at least a frame; a lone frame the face chip misplaced is not a blink), per
-minute of video with a face; a dip counts from ``BLINK_MIN_DROP`` under the median, or
-``BLINK_NOISE`` times the openness's own noise where that is more (a robust spread of its ratio to the median). A
-cartoon's drawn blink drops the openness by half; a photograph's lid, its lashes and creases kept, by 15-18 % (its
-noise 0.8 %). People blink about 15-20 times a minute; 0 on a long clip is a frozen stare.
-"""
+from avatargen.eval.blinks import measure_blinks
+from avatargen.eval.head_motion import measure_head_motion
 
-from __future__ import annotations
-
-import numpy as np
-
-BLINK_MIN_DROP, BLINK_NOISE = 0.1, 6.0
-MIN_BLINK_S, MAX_BLINK_S = 0.06, 0.5
-
-
-def measure_head_motion(centre: np.ndarray, fps: float) -> dict:
-    """``centre``: (T, 2) pixels, NaN where no face."""
-    found = np.isfinite(centre).all(axis=1)
-    if found.sum() < 2:
-        return {"head_motion_px": None, "head_range_px": None}
-    steps = np.linalg.norm(np.diff(centre, axis=0), axis=1)  # (T - 1,), NaN across gaps
-    steps = steps[np.isfinite(steps)]
-    spread = np.percentile(centre[found], 95, axis=0) - np.percentile(centre[found], 5, axis=0)
-    return {"head_motion_px": round(float(steps.mean()), 3) if len(steps) else None,
-            "head_range_px": round(float(spread.max()), 2)}  # fmt: skip
-
-
-def measure_blinks(eyes: np.ndarray, fps: float) -> dict:
-    """``eyes``: (T,) eye openness, NaN where no face."""
-    found = np.isfinite(eyes)
-    minutes = found.sum() / fps / 60.0
-    if found.sum() < 2 * fps:
-        return {"blinks_per_min": None, "blinks": None}
-    frames = np.arange(len(eyes))
-    filled = np.interp(frames, frames[found], eyes[found])
-    half = int(fps)
-    padded = np.pad(filled, half, mode="edge")
-    running = np.array([np.median(padded[t : t + 2 * half + 1]) for t in range(len(filled))])
-    ratio = filled / np.maximum(running, 1e-9)
-    noise = 1.4826 * float(np.median(np.abs(ratio - np.median(ratio))))  # the spread of a normal law's, robustly
-    closed = ratio < 1.0 - max(BLINK_MIN_DROP, BLINK_NOISE * noise)
-    edges = np.diff(np.concatenate([[0], closed.astype(np.int8), [0]]))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    shortest = max(1, int(round(MIN_BLINK_S * fps)))  # 2 frames at 25 fps
-    count = int(np.sum(((ends - starts) >= shortest) & ((ends - starts) <= MAX_BLINK_S * fps)))
-    return {"blinks": count, "blinks_per_min": round(count / minutes, 2)}
+__all__ = ["measure_blinks", "measure_head_motion"]

@@ -13,17 +13,23 @@ Dark pixels painted further away are a mouth drawn in the wrong place (a cavity 
 3. its *spill* is the share of darkened pixels further than ``REACH`` mouth widths outside the outer lip contour;
    a frame with fewer darkened pixels than ``MIN_DARKENED`` of the mouth's area has spill 0 (nothing drawn).
 
-``mouth_spill_frames`` is the share of frames whose spill passes ``SPILL_SHARE``.
+``mouth_spill_frames`` is the share of frames whose spill passes ``SPILL_SHARE``; it needs a reference image
+whose lips are found (``MouthSpillMetric``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import numpy as np
 
-from avatargen.face.detector import Face
-from avatargen.face.lips import Lips
+from avatargen.eval.context import EvalContext, Frame, ReferenceFace
+from avatargen.eval.face_track import TrackedFace
+from avatargen.eval.metric import Metric
+from avatargen.face.choice import shared_lip_finder
+from avatargen.face.detector import INSTALL_HINT, Face
+from avatargen.face.lips import Lips, lips_installed
 
 DARKER_BY = 40.0  # grey levels
 SLACK_PX = 2  # frame pixels
@@ -122,6 +128,34 @@ class MouthSpill:
             "mouth_spill_p95": round(float(np.percentile(measured, 95)), 4),
             "mouth_spill_worst_frame": int(np.nanargmax(np.where(np.isfinite(spill), spill, -1.0))),
         }
+
+
+class MouthSpillMetric(Metric):
+    """The ``mouth_spill_*`` keys against the reference image (``MouthSpill``); ``mouth_spill_frames`` None where
+    there is no reference or its lips are not found (a note says which)."""
+
+    def __init__(self, context: EvalContext) -> None:
+        self.spill = _spill_against(context.reference, context.note) if context.reference is not None else None
+
+    def update(self, frame: Frame, face: TrackedFace | None) -> None:
+        if self.spill is not None:
+            self.spill.update(frame.pixels, None if face is None else face.face)
+
+    def summary(self) -> dict[str, Any]:
+        return self.spill.summary() if self.spill is not None else {"mouth_spill_frames": None}
+
+
+def _spill_against(reference: ReferenceFace, note: Callable[[str], None]) -> MouthSpill | None:
+    """The spill measure against the reference image's lips, or None, with a ``note``, where they are not found."""
+    if not lips_installed():
+        note(f"mouth spill not measured: finding the lips needs MediaPipe's face mesh ({INSTALL_HINT})")
+        return None
+    picture, face = reference.loaded.picture, reference.in_picture()
+    search = shared_lip_finder().find(picture, face)
+    if search.lips is None:
+        note(f"mouth spill not measured: the reference's lips were not found reliably ({search.problem})")
+        return None
+    return MouthSpill(picture, face, search.lips)
 
 
 def _min_filter(grey: np.ndarray, radius: int) -> np.ndarray:

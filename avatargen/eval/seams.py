@@ -1,10 +1,10 @@
 """Seams: chunk boundaries a viewer can see, found without being told where they are, and robust to codec keyframes.
 
 Change signal: ``frame_change`` is the mean absolute difference of consecutive frames reduced to ``COARSE`` x
-``COARSE`` gray (area averages). At that scale a hard cut or a pose jump is a large change while the detail that an
-H.264 keyframe re-encodes (the "pop" at the start of each GOP) mostly averages out. ``excess[t]`` is the change
-into frame t over the median change of its neighbours (``NEIGHBOURS`` frames each side): about 1 for ordinary
-motion, >> 1 at a cut.
+``COARSE`` gray (area averages, ``Frame.gray``). At that scale a hard cut or a pose jump is a large change while
+the detail that an H.264 keyframe re-encodes (the "pop" at the start of each GOP) mostly averages out.
+``excess[t]`` is the change into frame t over the median change of its neighbours (``NEIGHBOURS`` frames each
+side): about 1 for ordinary motion, >> 1 at a cut.
 
 Blind search (``find_periodic_seams``): a chunked generator leaves seams at a fixed stride, so every stride P from
 ``MIN_PERIOD`` frames up to ``MAX_PERIOD_S`` (and a quarter of the video) and every phase is scored by the median
@@ -29,10 +29,15 @@ leaving out keyframes (a seam on a keyframe is counted in
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 
 from avatargen.errors import BadInputError
+from avatargen.eval.context import EvalContext, Frame
+from avatargen.eval.face_track import TrackedFace
+from avatargen.eval.metric import Metric, Rows
+from avatargen.eval.video import keyframe_indices
 
 COARSE = 32
 NEIGHBOURS = 6
@@ -49,14 +54,6 @@ KEYFRAME_SHARE = 0.75
 # Added to both sides of each ratio: changes below this (gray levels) are invisible, and a static video (median
 # change 0) must not turn an invisible change into an infinite ratio.
 CHANGE_FLOOR = 0.3
-
-
-def coarse_gray(frame: np.ndarray, side: int = COARSE) -> np.ndarray:
-    """(H, W, 3) uint8 -> (side, side) float32 gray, area-averaged (H and W cropped to multiples of ``side``)."""
-    height, width = frame.shape[:2]
-    cell_h, cell_w = max(1, height // side), max(1, width // side)
-    gray = frame[: cell_h * side, : cell_w * side].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-    return gray.reshape(side, cell_h, side, cell_w).mean(axis=(1, 3))
 
 
 def frame_change(previous: np.ndarray, frame: np.ndarray) -> float:
@@ -144,6 +141,52 @@ def measure_known_seams(changes: np.ndarray, seams: list[int], keyframes: list[i
         "seams_on_keyframes": len(seams) - len(counted),
         "seam_change_median": round(typical, 4),
     }
+
+
+class Seams(Metric):
+    """``keyframes`` (how many the stream has), the blind search's ``seams_found*`` keys and, where the seams are
+    known (``EvalContext.seams``), the ``seam_ratio*`` keys."""
+
+    def __init__(self, context: EvalContext) -> None:
+        self.context = context
+        self.changes: list[float] = [0.0]  # changes[t]: frame t - 1 -> t
+        self.previous: np.ndarray | None = None
+
+    def update(self, frame: Frame, face: TrackedFace | None) -> None:
+        coarse = frame.gray(COARSE)
+        if self.previous is not None:
+            self.changes.append(frame_change(self.previous, coarse))
+        self.previous = coarse
+
+    def summary(self) -> dict[str, Any]:
+        keyframes = keyframe_indices(self.context.video, self.context.fps)
+        changes = np.asarray(self.changes)
+        result: dict[str, Any] = {"keyframes": len(keyframes)}
+        result.update(find_periodic_seams(changes, keyframes, self.context.fps))
+        if self.context.seams:
+            result.update(measure_known_seams(changes, list(self.context.seams), keyframes))
+        else:
+            result["seam_ratio"] = None
+        return result
+
+    def curves(self) -> dict[str, list[Any]]:
+        return {"change": [round(float(c), 3) for c in self.changes]}
+
+    @staticmethod
+    def rows(result: dict[str, Any]) -> Rows:
+        z, bar = result.get("seam_z"), result.get("seam_z_threshold")
+        if result.get("seams_found"):
+            rows = [("seams", f"a change every {result['seam_period_frames']} frames ({result['seam_period_s']:g} s), "
+                              f"{result['seam_excess']:.2f}x the neighbouring change, at frames "
+                              f"{result['seam_frames'][:4]}... (z {z:.1f}, chance bar {bar:.1f})")]  # fmt: skip
+        else:
+            best = f" (best z {z:.1f}, chance bar {bar:.1f})" if z is not None and bar is not None else ""
+            rows = [("seams", f"no change repeats at a fixed stride more than chance allows{best}")]
+        if result.get("seam_ratio") is not None:
+            rows.append(("known seams", f"ratio {result['seam_ratio']:.2f} mean, {result['seam_ratio_worst']:.2f} "
+                                        f"worst over {len(result['seam_ratios'])} seams (~1 invisible, >>1 visible "
+                                        "cuts)"))  # fmt: skip
+        return rows
 
 
 def _marked(n: int, frames: np.ndarray) -> np.ndarray:

@@ -178,7 +178,7 @@ def test_missing_or_garbage_inputs_are_bad_input(talk: dict, tmp_path: Path) -> 
 def test_blinks_are_counted_as_the_generator_drew_them() -> None:
     from avatargen.data.examples import clip_plan, make_clip
     from avatargen.eval.face_track import FaceTracker
-    from avatargen.eval.motion import measure_blinks
+    from avatargen.eval.blinks import measure_blinks
     from avatargen.face.detector import shared_detector
 
     seed, clip_seed, seconds = 1_000_009, 3, 12.0  # a held-out avatar
@@ -199,7 +199,7 @@ def test_a_photographs_blinks_are_counted_and_none_where_it_does_not_blink(tmp_p
     counts none."""
     from avatargen.config.loader import load_config, to_config
     from avatargen.eval.face_track import FaceTracker
-    from avatargen.eval.motion import measure_blinks
+    from avatargen.eval.blinks import measure_blinks
     from avatargen.face.detector import shared_detector
     from avatargen.io.image import load_reference, save_png
     from avatargen.render import compositor_for
