@@ -35,6 +35,7 @@ from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import YAML_HEADER, foreign_reason, remove_name, write_text_atomic
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
 from avatargen.io.resume_store import ResumeStore, file_digest
+from avatargen.io.sink import encoder_targets
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
@@ -189,7 +190,8 @@ class RenderSession:
         """The request, the config and the outputs, before any input is read: no output may be an input."""
         config, o = self.config, self.config.output
         check_request(self.request, config, self.family, self.options.resume)
-        self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
+        self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s)
+                     for t in encoder_targets(o.publish)]  # a sink's own targets (webrtc://) checked by it
         check_outputs_spare_inputs(self.request, config, self.family, self.live)
         if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
             check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
