@@ -23,7 +23,7 @@ ENTRY_POINT_GROUP = "avatargen.sinks"
 SINK_AUDIO_RATE = 48000  # the audio a render sink gets: stereo s16le at this rate (the encoder's track)
 SINK_AUDIO_BYTES_PER_SECOND = SINK_AUDIO_RATE * 4
 # Publish schemes avatargen serves itself, imported only when a target of theirs is given (optional extras).
-BUILT_IN_SCHEMES = {"webrtc": "avatargen.webrtc.plugin:PLUGIN"}
+BUILT_IN_SCHEMES = {"webrtc": "avatargen.io.webrtc.plugin:PLUGIN"}
 
 
 class FrameSink(Protocol):
@@ -72,12 +72,12 @@ SinkFactory = Callable[[SinkContext], "RenderSink | None"]
 @dataclass(frozen=True)
 class SinkPlugin:
     """A sink with what it claims: ``open`` makes its sink for a render; ``schemes`` are the ``--publish`` URL
-    schemes it serves (``webrtc`` for ``webrtc://...``; none: it opens in every render); ``check(target)`` refuses a
-    bad target with a ``BadInputError`` before the render starts (optional)."""
+    schemes it serves (``webrtc`` for ``webrtc://...``; none: it opens in every render); ``check(target, config)``
+    refuses a bad target with a ``BadInputError`` before the render starts (optional)."""
 
     open: SinkFactory
     schemes: tuple[str, ...] = ()
-    check: Callable[[str], None] | None = None
+    check: Callable[[str, Config], None] | None = None
 
 
 _registered: list[SinkPlugin] = []
@@ -127,14 +127,15 @@ def sink_schemes(targets: list[str] | tuple[str, ...]) -> set[str]:
     return {s for t in targets if (s := scheme_of(t)) is not None and (s in registered or s in BUILT_IN_SCHEMES)}
 
 
-def encoder_targets(targets: list[str] | tuple[str, ...]) -> list[str]:
-    """The ``--publish`` targets left for the encoder: those of a sink's scheme are checked by it (its ``check``
-    raises a ``BadInputError`` for a bad one) and left out."""
+def encoder_targets(config: Config) -> list[str]:
+    """The ``--publish`` targets (``output.publish``) left for the encoder: those of a sink's scheme are checked by
+    it (its ``check`` raises a ``BadInputError`` for a bad one) and left out."""
+    targets = list(config.output.publish)
     served = sink_schemes(targets)
     for plugin in sink_plugins([t for t in targets if scheme_of(t) in served]):
         for target in targets:
             if plugin.check is not None and scheme_of(target) in plugin.schemes:
-                plugin.check(target)
+                plugin.check(target, config)
     return [t for t in targets if scheme_of(t) not in served]
 
 
