@@ -16,6 +16,7 @@ from avatargen.errors import AvatarGenError
 from avatargen.io.catch_up import LIVE_BACKLOG_S, InputGate
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder, publish_finished
 from avatargen.io.mp4_join import join_parts
+from avatargen.io.no_encoder import NoEncoder
 from avatargen.io.outputs import Output
 from avatargen.io.pacing import CatchUp, RealtimePacer
 from avatargen.io.sink import FrameSink, RenderSink, SinkContext, scheme_of, sink_plugins
@@ -55,7 +56,8 @@ class RenderOutputs:
             warn(f"warning: publish target '{output.label}' failed ({reason}); dropped it, the other outputs go on "
                  "(output.on_publish_failure=drop)")  # fmt: skip
 
-        self.writer = Encoder(
+        # A render whose only outputs are sinks (webrtc://, an agent's frames) encodes nothing here.
+        self.writer = NoEncoder() if plan.file is None and not plan.outputs else Encoder(
             plan.file, plan.width, plan.height, plan.fps, plan.audio,
             crf=settings.crf, preset=settings.preset, gop_seconds=settings.gop_seconds,
             start_frame=start_frame, keyframe_period=grid.period, keyframe_shift=grid.shift,

@@ -192,8 +192,6 @@ class RenderSession:
         check_request(self.request, config, self.family, self.options.resume)
         self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s)
                      for t in encoder_targets(config)]  # a sink's own targets (webrtc://) checked by it
-        if self.request.output is None and not self.live:
-            raise BadInputError("the publish targets need the encoder's output beside them: add -o OUT.mp4 or -o -")
         check_outputs_spare_inputs(self.request, config, self.family, self.live)
         if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
             check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
@@ -227,7 +225,7 @@ class RenderSession:
                       composited=compositor is not None, warped=compositor is not None and compositor.mouth is not None,
                       is_photo=is_photo, warn=warn)  # fmt: skip
             if audio_file is None:
-                audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
+                audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio, stream=request.stdin)
             else:
                 audio = audio_file.result()
         try:

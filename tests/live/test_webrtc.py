@@ -129,13 +129,12 @@ def test_two_browsers_play_a_live_session_the_mouth_moves_with_speech_on_stdin_a
     assert probe(out)["frames"] > 0
 
 
-def test_a_browser_plays_a_paced_render_with_its_audio_and_a_bad_offer_gets_400(tmp_path):
+def test_a_browser_plays_a_render_published_only_over_webrtc_with_its_audio_and_a_bad_offer_gets_400(tmp_path):
     image, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "speech.wav", 5.0)
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     with WebRtcBrowser() as browser:
-        render = avatargen("render", "-i", str(image), "-a", str(audio), "-o", str(tmp_path / "out.mp4"), "--realtime",
-                           "--publish", f"webrtc://127.0.0.1:{port}", *FAST, "output.realtime_buffer_s=2",
+        render = avatargen("render", "-i", str(image), "-a", str(audio), "--realtime", "--publish", f"webrtc://127.0.0.1:{port}", *FAST, "output.realtime_buffer_s=2",
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
         wait_for_page(url, render)
         viewer = browser.open(url, (0, 16, 0, 16))
@@ -146,6 +145,7 @@ def test_a_browser_plays_a_paced_render_with_its_audio_and_a_bad_offer_gets_400(
     assert render.returncode == 0, stderr[-2000:]
     assert len(viewer.times) >= 40, viewer.status()
     assert stats is not None and stats["packets"] > 25  # the audio track plays too (50 packets a second)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png", "speech.wav"]  # no file: WebRTC alone
 
 
 def _listening_socket() -> socket.socket:
@@ -156,15 +156,14 @@ def _listening_socket() -> socket.socket:
 
 
 @pytest.mark.parametrize("case", ["port in use", "not an address here", "beyond loopback without a token",
-                                  "not paced", "no output beside it", "extra missing", "no port"])  # fmt: skip
+                                  "not paced", "extra missing", "no port"])  # fmt: skip
 def test_a_webrtc_target_that_cannot_be_served_is_one_line_and_exit_2(tmp_path, face_png, speech_wav, case):
     with _listening_socket() as taken:
         target = {"port in use": f"webrtc://127.0.0.1:{taken.getsockname()[1]}",
                   "not an address here": "webrtc://203.0.113.7:8080",
                   "beyond loopback without a token": "webrtc://0.0.0.0:8080",
                   "no port": "webrtc://127.0.0.1"}.get(case, f"webrtc://127.0.0.1:{free_port()}")  # fmt: skip
-        args = ["render", "-i", str(face_png), "-a", str(speech_wav), "--publish", target, *FAST]
-        args += [] if case == "no output beside it" else ["-o", str(tmp_path / "o.mp4")]
+        args = ["render", "-i", str(face_png), "-a", str(speech_wav), "--publish", target, *FAST, "-o", str(tmp_path / "o.mp4")]
         args += [] if case == "not paced" else ["--realtime"]
         env = {"AVATARGEN_WEBRTC_TOKEN": "secret"} if case == "not an address here" else None
         if case == "extra missing":  # an environment where aiortc cannot be imported
@@ -177,7 +176,7 @@ def test_a_webrtc_target_that_cannot_be_served_is_one_line_and_exit_2(tmp_path, 
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     expected = {"port in use": "in use", "not an address here": "not an address of this machine",
                 "beyond loopback without a token": "AVATARGEN_WEBRTC_TOKEN", "not paced": "--realtime",
-                "no output beside it": "-o OUT.mp4", "extra missing": "pip install 'avatargen[webrtc]'",
+                "extra missing": "pip install 'avatargen[webrtc]'",
                 "no port": "webrtc://127.0.0.1:PORT"}[case]  # fmt: skip
     assert expected in lines[0], lines
     assert not (tmp_path / "o.mp4").exists() and not (tmp_path / "o.partial.mp4").exists()
