@@ -9,6 +9,7 @@ the sink's first frame on), behind the real-time pacer when the render is paced 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -105,7 +106,7 @@ def unregister_sink(sink: Union[SinkPlugin, SinkFactory]) -> None:
 def scheme_of(target: str) -> str | None:
     """``webrtc`` for ``webrtc://...``; None for a path."""
     head, sep, _ = target.partition("://")
-    return head.lower() if sep and head.isidentifier() else None
+    return head.lower() if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", head) else None
 
 
 def sink_plugins(targets: list[str] | tuple[str, ...] = ()) -> list[SinkPlugin]:
