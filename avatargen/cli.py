@@ -137,7 +137,6 @@ def render(
     audio: list = []
 
     def render_action() -> None:
-        from avatargen.config.live import live_overrides
         from avatargen.config.loader import load_config
         from avatargen.bulk.remote_render import render_anywhere
         from avatargen.progress import RenderProgress
@@ -145,7 +144,7 @@ def render(
 
         from avatargen.io.audio_stream import RawPcm
 
-        cfg = load_config(live_overrides(overrides or [], realtime and str(audio[0]) == "-"))  # docs/live.md
+        cfg = load_config(overrides or [], live=realtime and str(audio[0]) == "-")  # docs/live.md
         if publish:
             cfg.output.publish = [*cfg.output.publish, *publish]
         if realtime:
@@ -301,17 +300,21 @@ def _check_sheets(sheets: dict[str, Path], inputs: list[Path]) -> None:
 def train(
     out: Path = typer.Option(..., "--out", help="Folder for the trained checkpoint (five .safetensors + model.yaml)."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
-    family: str = typer.Option("tiny", "--family", help="The model family whose recipe runs (the bundled one: tiny)."),
+    family: Optional[str] = typer.Option(None, "--family", help="The model family whose recipe runs [default: the default model's, the bundled one].", show_default=False),
     overrides: Optional[List[str]] = typer.Argument(None, help="Recipe overrides key=value (see avatargen/families/tiny/train/config.py).", show_default=False),
 ) -> None:
     """Train a family's models on generated talking-avatar data (the bundled family: deterministic for a seed; CPU or GPU)."""
 
     def action() -> None:
         from avatargen.config.families import family_named
+        from avatargen.config.loader import load_config
+        from avatargen.pipeline.family import load_engine
 
-        trainer = family_named(family).train
+        name = family or str(load_config([]).model.family)  # the default model's family: the bundled one
+        trainer = load_engine(family_named(name)).train
         if trainer is None:
-            raise ConfigError(f"the '{family}' family has no training recipe here; train the bundled one: --family tiny")
+            raise ConfigError(f"the '{name}' family has no training recipe here; train the default model's family: "
+                              "leave --family out")  # fmt: skip
         print(json.dumps(trainer(overrides or [], out)))
 
     _run(action, debug)
@@ -463,11 +466,12 @@ def check(
     result: dict = {}
 
     def action() -> None:
-        from avatargen.config.families import family_of
+        from avatargen.config.families import family_named
         from avatargen.config.loader import load_config, to_config
+        from avatargen.pipeline.family import load_engine
 
         config = to_config(load_config([*(overrides or []), f"model.checkpoint={folder}", "model.weights=checkpoint"]))
-        family = family_of(config)
+        family = load_engine(family_named(config.model.family))
         if family.check_weights is None:
             raise ConfigError(f"weights check reads downloaded weights folders; model={config.model.name} loads its "
                               "own checkpoint, checked as it loads: choose the model you downloaded (e.g. "

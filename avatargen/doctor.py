@@ -363,18 +363,21 @@ def check_default_render() -> dict[str, Any]:
     name and shape checked against the model, every weight read). ``problems``: why not."""
     import torch
 
+    from avatargen.config.families import family_named
     from avatargen.config.loader import load_config, to_config
     from avatargen.errors import AvatarGenError
     from avatargen.pipeline.build import place_models, resolve_checkpoint, resolve_device
+    from avatargen.pipeline.family import load_engine
     from avatargen.runtime.distributed import ParallelContext, world_info
 
     found: dict[str, Any] = {"model": None, "checkpoint": None, "device": None, "problems": []}
     try:
         config = to_config(load_config([]))
+        engine = load_engine(family_named(config.model.family))
         found["model"] = config.model.name
         found["device"] = str(resolve_device(config))
-        found["checkpoint"] = str(resolve_checkpoint(config))
-        place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+        found["checkpoint"] = str(resolve_checkpoint(config, engine.shipped_checkpoints))
+        place_models(config, engine, torch.device("cpu"), ParallelContext(world_info()))
     except AvatarGenError as error:
         found["problems"].append(f"the default render cannot start: {error}; reinstall avatargen")
     return found

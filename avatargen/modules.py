@@ -115,9 +115,6 @@ class Module:
         with self.placement.active() as model, autocast_for(self.device, self.compute_dtype):
             yield model
 
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
-
     def weights_digest(self) -> str:
         """SHA-256 of the weights the model holds (each tensor's name, dtype, shape and bytes), taken once per Module
         (~2 ms a MB): with the code and the compute settings, what its outputs depend on."""

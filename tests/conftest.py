@@ -105,3 +105,11 @@ def run_cli(*args: str, timeout: float = 300, env_extra: dict[str, str] | None =
     if os.environ.get("AVATARGEN_TEST_FRESH") != "1" and cli_fork.forkable(env, kwargs):
         return cli_fork.run(list(args), env, timeout=timeout, **kwargs)
     return subprocess.run([sys.executable, "-m", "avatargen", *args], capture_output=True, timeout=timeout, env=env, **kwargs)
+
+
+def engine_of(config):
+    """The engine of ``config``'s model family, as a render resolves it (avatargen/pipeline/family.py)."""
+    from avatargen.config.families import family_named
+    from avatargen.pipeline.family import load_engine
+
+    return load_engine(family_named(config.model.family))

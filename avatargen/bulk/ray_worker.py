@@ -76,7 +76,7 @@ class RenderWorker:
                 self._stop = None
         if result is not None:
             result.attempts = attempt
-        return WorkerAnswer(result, [n for n in notes if not n.startswith("note: model.weights=random")])
+        return WorkerAnswer(result, notes)
 
     def stop(self) -> None:
         """Stop the job being rendered at its next chunk boundary, and any job handed over after this."""

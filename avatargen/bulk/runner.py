@@ -22,6 +22,7 @@ from avatargen.bulk.outdir import Claim, OutDir
 from avatargen.bulk.remote_render import ClaimLostError, render_anywhere
 from avatargen.bulk.results import JobResult, result_for
 from avatargen.config.loader import load_config
+from avatargen.io.console import RANDOM_WEIGHTS, kind_of
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, AvatarGenError, BadInputError, RenderInterrupted,
                               ResumeMismatchError)
 from avatargen.render import RenderRequest
@@ -79,7 +80,7 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
             raise BadInputError(outside)
         request = RenderRequest(image=job.image, audio=job.audio, output=job.output, prompt=job.prompt, video=job.video,
                                 extra_audio=job.extra_audio, person_boxes=job.person_boxes, audio_type=job.audio_type)  # fmt: skip
-        quiet = lambda message: None if message.startswith("note: model.weights=random") else ctx.warn(message)  # noqa: E731
+        quiet = lambda message: None if kind_of(message) == RANDOM_WEIGHTS else ctx.warn(message)  # noqa: E731
         where = {"output_lock": claim.lock} if isinstance(claim, FileClaim) else {"claim": claim, "owner": ctx.owner}
 
         def attempt(resume: bool) -> dict[str, Any]:

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from avatargen.compose.idle_settings import IdleMotionSettings
 from avatargen.compose.layout import FaceLayout
-from avatargen.errors import ConfigError
 from avatargen.numeric import SeededUniform, column_median, nearest_pixels
 from avatargen.threads import torch_threads
 
@@ -80,31 +80,6 @@ _MEET = 0.70  # where the lids meet when shut: this fraction of the way from the
 # A blink's closure over its duration: closing, shut, opening (fractions of the duration).
 _CLOSING, _SHUT = 0.30, 0.15
 _BLINK_GAP = (0.5, 1.5)  # intervals between onsets: this range times the mean interval (60 / blinks_per_minute)
-
-
-@dataclass(frozen=True)
-class IdleMotionSettings:
-    """``head_motion``: sway on/off; ``head_amplitude``: its size in pixels per 100 px of face width (peak of the
-    sway; the eval measures a 5-95 % range of about twice it); ``blinks_per_minute``: mean rate, 0 = no blinks;
-    ``blink_seconds``: closing + shut + opening."""
-
-    head_motion: bool = True
-    head_amplitude: float = 1.5
-    blinks_per_minute: float = 15.0
-    blink_seconds: float = 0.2
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.head_amplitude <= 10.0:
-            raise ConfigError(f"pipeline.idle_motion.head_amplitude={self.head_amplitude}: use 0-10 px per 100 px of face width")
-        if not 0.0 <= self.blinks_per_minute <= 60.0:
-            raise ConfigError(f"pipeline.idle_motion.blinks_per_minute={self.blinks_per_minute}: use 0 (off) to 60")
-        if not 0.05 <= self.blink_seconds <= 1.0:
-            raise ConfigError(f"pipeline.idle_motion.blink_seconds={self.blink_seconds}: use 0.05-1.0 s")
-
-    @property
-    def active(self) -> bool:
-        """False when these settings move nothing (the hook can then be left out)."""
-        return (self.head_motion and self.head_amplitude > 0) or self.blinks_per_minute > 0
 
 
 class Eye(NamedTuple):

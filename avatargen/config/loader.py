@@ -192,8 +192,10 @@ def _apply_value(cfg: DictConfig, override: Override) -> None:
         raise ConfigError(f"config key '{override.key}': {_one_line(error)}") from error
 
 
-def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -> DictConfig:
+def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None, live: bool = False) -> DictConfig:
     """Compose ``config.yaml``'s defaults list with ``overrides`` and validate the result against the schema.
+    ``live``: a live render (``--realtime`` with ``--audio -``): the model family's ``live_overrides`` go in front
+    of ``overrides`` (a key the user set keeps the user's value; docs/live.md).
 
     Returns a struct-mode DictConfig (typed; unknown keys rejected). Use :func:`to_config` for the dataclass view.
     """
@@ -203,6 +205,8 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
         raise ConfigError(f"no config.yaml in config folder '{config_dir}'")
     root = _read_yaml(root_path)
     choices = _defaults_choices(root, root_path)
+    if live:
+        overrides = _with_live_overrides(list(overrides), config_dir, choices)
 
     parsed = [parse_override(text) for text in overrides]
     value_overrides = []
@@ -217,12 +221,10 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
             value_overrides.append(override)
 
     sections = {group: _read_yaml(option_file(config_dir, group, choices[group])) for group in GROUPS if group in choices}
-    family = str(sections.get("model", {}).get("family", "") or "")
-    if not family:
-        raise ConfigError(f"model option '{choices.get('model')}' names no family; its YAML must set family: NAME")
+    family = family_named(_family_name(sections.get("model", {}), choices.get("model")))
     own = {k: v for k, v in root.items() if k != "defaults"}
     try:  # one merge, in this order, onto a copy of the schema (merging one at a time copies the config each time)
-        cfg = OmegaConf.merge(_structured_schema(family_named(family).model_config),
+        cfg = OmegaConf.merge(_structured_schema(family.model_config),
                               *({group: section} for group, section in sections.items()), own)  # fmt: skip
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "?"
@@ -231,8 +233,24 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
     for override in value_overrides:
         _apply_value(cfg, override)
     _resolve_interpolations(cfg)
-    validate_config(to_config(cfg))
+    validate_config(to_config(cfg), family)
     return cfg
+
+
+def _family_name(model_section: Any, option: str | None) -> str:
+    family = str(model_section.get("family", "") or "")
+    if not family:
+        raise ConfigError(f"model option '{option}' names no family; its YAML must set family: NAME")
+    return family
+
+
+def _with_live_overrides(overrides: list[str], config_dir: Path, choices: dict[str, str]) -> list[str]:
+    """``overrides`` with the chosen model family's live defaults in front, but those whose key the user set."""
+    model = next((o.value for o in map(parse_override, overrides) if o.key == "model" and not o.add and not o.delete),
+                 choices.get("model"))  # fmt: skip
+    family = family_named(_family_name(_read_yaml(option_file(config_dir, "model", str(model))), str(model)))
+    given = {parse_override(text).key for text in overrides}
+    return [item for item in family.live_overrides if parse_override(item).key not in given] + overrides
 
 
 def _resolve_interpolations(cfg: DictConfig) -> None:

@@ -149,6 +149,10 @@ class PipelineConfig:
     audio_block_s: float = 0.5  # audio read granularity in seconds
     audio_lookahead_frames: Optional[int] = None  # audio frames a chunk waits for past its end; null: the audio encoder's whole context (6)
 
+    def interpolates(self, family_default: bool) -> bool:
+        """Whether I chunks run: ``interpolate``, or when it is null the family's own default."""
+        return family_default if self.interpolate is None else self.interpolate
+
 
 @dataclass
 class OutputConfig:

@@ -6,8 +6,8 @@ import dataclasses
 import math
 from typing import Any
 
-from avatargen.compose.idle_motion import IdleMotionSettings
-from avatargen.config.families import family_of
+from avatargen.compose.idle_settings import IdleMotionSettings
+from avatargen.config.families import FamilyConfig
 from avatargen.config.schema import Config, Offload
 from avatargen.errors import ConfigError
 
@@ -86,11 +86,10 @@ def _check_numbers(config: Config) -> None:
     require_in(s.lease_s, 5, MAX_BUFFER_S, "storage.lease_s", " (seconds)")
 
 
-def validate_config(config: Config) -> None:
-    """Raise ConfigError naming the first inconsistent key: the shared keys here, the family's own by its checks."""
+def validate_config(config: Config, family: FamilyConfig) -> None:
+    """Raise ConfigError naming the first inconsistent key: the shared keys here, ``family``'s own by its checks."""
     _check_numbers(config)
     p, m, o = config.pipeline, config.model, config.output
-    family = family_of(config)
     _require(p.n_chunk_frames >= 1, "pipeline.n_chunk_frames must be >= 1")
     _require(p.seam_frames >= 0 and p.anchor_frames >= 0, "pipeline.seam_frames and pipeline.anchor_frames must be >= 0")
     _require(p.sampling_steps >= 1, "pipeline.sampling_steps must be >= 1")

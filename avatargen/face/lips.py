@@ -100,10 +100,6 @@ class Lips:
         shift = np.asarray(offset, dtype=np.float64)
         return Lips(self.outer * scale + shift, self.inner * scale + shift)
 
-    def transformed(self, matrix: np.ndarray) -> "Lips":
-        """The lips through a (2, 3) affine map of pixel coordinates."""
-        return Lips(self.outer @ matrix[:, :2].T + matrix[:, 2], self.inner @ matrix[:, :2].T + matrix[:, 2])
-
     def distance_outside(self, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
         """How far each pixel (broadcast ``xs``, ``ys``) lies outside the outer contour, in pixels (0 inside)."""
         px, py = np.broadcast_arrays(np.asarray(xs, np.float64), np.asarray(ys, np.float64))

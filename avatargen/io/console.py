@@ -23,6 +23,30 @@ from avatargen.errors import AvatarGenError, EXIT_BAD_INPUT
 LOST = (errno.EPIPE, errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EBADF, errno.ECONNRESET)
 
 
+class Note(str):
+    """A line for people that says what kind of note it is, so that a caller may act on the kind (a batch leaves out
+    ``RANDOM_WEIGHTS``, said once per job otherwise) without matching its text. It is the line itself everywhere
+    else."""
+
+    kind: str
+
+    def __new__(cls, kind: str, text: str) -> "Note":
+        note = super().__new__(cls, text)
+        note.kind = kind
+        return note
+
+    def __reduce__(self) -> tuple:
+        return Note, (self.kind, str(self))  # it crosses processes whole (a Ray worker's notes reach its driver)
+
+
+RANDOM_WEIGHTS = "random_weights"  # the render's models are untrained: its video is noise
+
+
+def kind_of(message: str) -> str | None:
+    """The kind of ``message`` when it is a ``Note``, else None."""
+    return message.kind if isinstance(message, Note) else None
+
+
 class StdoutLostError(AvatarGenError):
     """stdout could not take a command's output (exit 2, as a full disk is); files already written are kept."""
 

@@ -10,37 +10,29 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
-from avatargen.config.families import Family, family_named, family_of
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
-from avatargen.models.sequence import has_token_sequence
-from avatargen.models.structure import model_blocks
-from avatargen.pipeline.family import PlacedModels
+from avatargen.pipeline.family import FamilyEngine, PlacedModels
 from avatargen.pipeline.overlap import overlaps
+from avatargen.pipeline.parts import place_parts
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.runtime.distributed import ParallelContext
 from avatargen.runtime.memory import settle_long_lived_objects
-from avatargen.runtime.placement import PlacementPlan
+from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.precision import Precision, choose_precision
 
 
-def shipped_checkpoint(name: str, family: str = "tiny") -> Path | None:
-    """The checkpoint folder shipped in the package for model option ``name`` of ``family`` (the family's
-    ``shipped_checkpoints``), or None where it ships none."""
-    return family_named(family).shipped_checkpoints.get(name)
-
-
-def resolve_checkpoint(config: Config) -> Path:
-    """``model.checkpoint`` or the shipped one; fails with the fix when neither exists."""
+def resolve_checkpoint(config: Config, shipped: Mapping[str, Path]) -> Path:
+    """``model.checkpoint``, or the folder ``shipped`` in the package for the model option; fails with the fix when
+    neither exists."""
     if config.model.checkpoint:
         return Path(config.model.checkpoint).expanduser()
-    path = shipped_checkpoint(config.model.name, config.model.family)
+    path = shipped.get(config.model.name)
     if path is None or not path.exists():
         raise CheckpointError(
             f"no checkpoint is shipped for model '{config.model.name}'; set model.checkpoint=PATH, "
@@ -56,18 +48,6 @@ def resolve_device(config: Config) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise CheckpointError("runtime.device=cuda but no CUDA device is available; use runtime.device=cpu or auto")
     return torch.device(name)
-
-
-def placement_plan(config: Config, device: torch.device, parallel: ParallelContext, model: nn.Module) -> PlacementPlan:
-    """Where one module's weights go: FSDP shards for a model with declared block stacks in a sharded render (its
-    shards idling in host memory under ``runtime.offload=model|block``), else the ``runtime.offload`` policy; and
-    a model with a token sequence has it split over the render's sequence group, if it has one."""
-    offload = config.runtime.offload.value
-    sequence = parallel.sequence_group if has_token_sequence(model) else None
-    if parallel.sharded and model_blocks(model):
-        return PlacementPlan("fsdp", device, mesh=parallel.mesh, fsdp_host_offload=offload in ("model", "block"),
-                             sequence_group=sequence)  # fmt: skip
-    return PlacementPlan(offload, device, resident_blocks=config.runtime.offload_resident_blocks, sequence_group=sequence)
 
 
 def resolve_precision(config: Config, device: torch.device, parallel: ParallelContext) -> Precision:
@@ -96,7 +76,16 @@ def _cache_key(config: Config, device: torch.device, parallel: ParallelContext) 
     return json.dumps([model, seed, placement, layout], sort_keys=True, default=str)
 
 
-def place_models(config: Config, device: torch.device, parallel: ParallelContext) -> PlacedModels:
+def build_models(config: Config, engine: FamilyEngine, device: torch.device, parallel: ParallelContext) -> PlacedModels:
+    """The family's parts placed (one loop for every family: avatargen/pipeline/parts.py) and wrapped in its model
+    set, with one monitor and the family's precision."""
+    monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
+    precision = engine.precision(config, device, parallel)
+    modules = place_parts(config, engine.model_parts(config), device, parallel, monitor, precision, engine.build_threads)
+    return engine.model_set(config, modules, monitor, precision, parallel)
+
+
+def place_models(config: Config, engine: FamilyEngine, device: torch.device, parallel: ParallelContext) -> PlacedModels:
     """The family's modules for this render, built and placed once per process and reused while the model config,
     seed, device, sharding and ``runtime.dtype`` stay the same. One model set per process, whatever the family: a
     batch that switches models does not pile them up."""
@@ -104,27 +93,23 @@ def place_models(config: Config, device: torch.device, parallel: ParallelContext
     key = _cache_key(config, device, parallel)
     if key not in _cache:
         _cache.clear()
-        _cache[key] = family_of(config).build_models(config, device, parallel)
+        _cache[key] = build_models(config, engine, device, parallel)
         settle_long_lived_objects()  # the models live as long as the process, or until another model set
     return _cache[key]
 
 
-def pipeline_for(
-    config: Config, models: PlacedModels, overlap: bool = False, composited: bool | None = None,
-    family: Family | None = None,
-) -> Pipeline:
-    """The chunk engine over the ``family``'s steps on ``models`` (None: the family of ``config``). ``composited``:
-    whether the frames are put back into the reference picture (None: as configured); a family may choose its
-    defaults by it."""
-    family = family or family_of(config)
-    steps = family.chunk_steps(config, models, composited)
+def pipeline_for(config: Config, models: PlacedModels, engine: FamilyEngine, overlap: bool = False,
+                 composited: bool | None = None) -> Pipeline:  # fmt: skip
+    """The chunk engine over ``engine``'s steps on ``models``. ``composited``: whether the frames are put back into
+    the reference picture (None: as configured); a family may choose its defaults by it."""
+    steps = engine.chunk_steps(config, models, composited)
     return Pipeline(steps, models, config.model.sample_rate, config.model.fps, overlap=overlap)
 
 
-def build_pipeline(config: Config, family: Family, device: torch.device, parallel: ParallelContext,
+def build_pipeline(config: Config, engine: FamilyEngine, device: torch.device, parallel: ParallelContext,
                    composited: bool) -> Pipeline:  # fmt: skip
     """A render's Pipeline: the family's placed models (cached) and its steps; overlapped emission where
     ``runtime.overlap`` asks for it or, when null, where it pays (avatargen/pipeline/overlap.py)."""
-    models = place_models(config, device, parallel)
-    overlap = family.overlap and overlaps(config, device, parallel.world.world_size)
-    return pipeline_for(config, models, overlap=overlap, composited=composited, family=family)
+    models = place_models(config, engine, device, parallel)
+    overlap = engine.overlap and overlaps(config, device, parallel.world.world_size)
+    return pipeline_for(config, models, engine, overlap=overlap, composited=composited)

@@ -1,4 +1,11 @@
-"""What a model family implements so that the chunk engine (avatargen/pipeline/pipeline.py) can run it.
+"""What a model family implements so that the chunk engine (avatargen/pipeline/pipeline.py) can run it: its
+``FamilyEngine`` (the typed contract a render is built from), and the two objects of its chunk steps.
+
+A family's engine declares its models as parts (``model_parts``: avatargen/pipeline/parts.py places them all, one loop
+for every family) and wraps them in its model set; it gives the chunk steps over that set, the files a render reads,
+and what else a render asks of it (what its ranks can split, how it frames a picture, notes on its inputs). Its
+config half, ``FamilyConfig`` (avatargen/config/families.py), names it; a render loads it once (``load_engine``) and
+hands it down.
 
 The engine owns everything that is the same for every family: the loop over ``ChunkSchedule.steps``, replay on
 resume, stop checks, resume points, emission in timeline order (inline or on a second thread), progress and stats.
@@ -17,11 +24,21 @@ engine, which snapshots and saves it; the family's steps read and replace its wi
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from avatargen.config.families import FamilyConfig, load_object
+from avatargen.config.schema import Config
+from avatargen.errors import ConfigError
+from avatargen.modules import Module
+from avatargen.pipeline.parts import ModelPart
+from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.layout import SplittableWork
 
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.inputs import RenderInputs
@@ -96,5 +113,61 @@ class ChunkSteps(Protocol):
         ``read_box`` (y0, y1, x0, x1) in model-frame pixels is all the sinks read of each frame (None: all of it);
         a family may compute only that part (the frames' other pixels are then zero). ``inputs``: a source video,
         several audio tracks and their regions, the tracks' statistics (pipeline/inputs.py); a family that takes
-        none of them (``Family.follows_video``, ``Family.speakers``) is never handed them."""
+        none of them (``FamilyEngine.follows_video``, ``FamilyEngine.speakers``) is never handed them."""
         ...
+
+
+@dataclass(frozen=True)
+class FamilyEngine:
+    """A model family as a render runs it; each family's ``engine.py`` defines one as ``ENGINE``.
+
+    ``model_parts(config)``: its models, in the order they load; ``precision(config, device, parallel)``: what they
+    compute in; ``model_set(config, modules, monitor, precision, parallel)``: the placed modules (by part name) as its
+    ``PlacedModels``; ``chunk_steps(config, models, composited)``: its steps over them (``composited``: whether the
+    frames are put back into the reference picture, None: as configured); ``weight_files(config)``: the files a render
+    reads (resume fingerprints, never overwritten); ``shipped_checkpoints``: model option -> its checkpoint folder in
+    the package. Optional: ``check_weights(config, folder)``, a downloaded folder checked from its headers (``avatargen
+    weights check``); ``parallel_work(config)``, what of one render its ranks can split (nothing without it);
+    ``framing(config, height, width)``, how it frames a picture of that size itself (None: the square of
+    ``pipeline.image_fit``); ``train(overrides, out)``, its recipe (``avatargen train``); ``reference_notes(config,
+    *, picture, square, prompt, composited, warped, is_photo, warn)``, what a render says of its inputs once opened.
+    ``composited``: its frames are the framed face square the compositor puts back into the picture;
+    ``follows_video``: it can dub a source video; ``speakers``: audio tracks it routes to as many speakers;
+    ``build_threads``: torch's threads while its parts are placed (None: as they are)."""
+
+    family: FamilyConfig
+    model_parts: Callable[[Config], list[ModelPart]]
+    precision: Callable[[Config, torch.device, ParallelContext], Precision]
+    model_set: Callable[[Config, dict[str, Module], OffloadMonitor, Precision, ParallelContext], PlacedModels]
+    chunk_steps: Callable[[Config, PlacedModels, bool | None], ChunkSteps]
+    weight_files: Callable[[Config], list[Path]]
+    shipped_checkpoints: dict[str, Path] = field(default_factory=dict)
+    check_weights: Callable[[Config, Path], Any] | None = None
+    parallel_work: Callable[[Config], SplittableWork] | None = None
+    framing: Callable[[Config, int, int], Any] | None = None
+    train: Callable[[list[str], Path], dict] | None = None
+    reference_notes: Callable[..., None] | None = None
+    composited: bool = False
+    follows_video: bool = False
+    speakers: int = 1
+    build_threads: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+    @property
+    def overlap(self) -> bool:
+        return self.family.overlap
+
+    def splittable_work(self, config: Config) -> SplittableWork:
+        """What one render's ranks can split (nothing where the family declares nothing)."""
+        return self.parallel_work(config) if self.parallel_work is not None else SplittableWork()
+
+
+def load_engine(family: FamilyConfig) -> FamilyEngine:
+    """``family``'s engine, imported on first use (its models, torch)."""
+    engine = load_object(family.engine)
+    if not isinstance(engine, FamilyEngine) or engine.family is not family:
+        raise ConfigError(f"'{family.engine}' is not the FamilyEngine of the {family.name} family")
+    return engine

@@ -1,8 +1,8 @@
 """What a render request gives a family beyond the reference picture and the prompt (``RenderInputs``), for the
 families that read it: a source video to follow (dubbing), several audio tracks (speakers) and the regions of the
 picture they belong to, each track's statistics when the whole track is known before the render (a file). A family
-that reads none of it ignores it; the render session refuses what a family cannot take (``Family.follows_video``,
-``Family.speakers``) before anything is built.
+that reads none of it ignores it; the render session refuses what a family cannot take (``FamilyEngine.follows_video``,
+``FamilyEngine.speakers``) before anything is built.
 
 With several tracks the audio blocks the engine reads are (n, tracks) arrays, and ``AudioTimeline.samples`` returns
 (n, tracks); with one track they stay 1-D.
@@ -46,7 +46,7 @@ class RenderInputs:
 
 class Framing(Protocol):
     """How pictures of one size become the model's frames: the reference, a source video's frames (the same framing
-    as its first), the speakers' boxes. A family that frames pictures itself returns one (``Family.framing``);
+    as its first), the speakers' boxes. A family that frames pictures itself returns one (``FamilyEngine.framing``);
     otherwise the square of ``pipeline.image_fit`` is the framing."""
 
     def picture(self, rgb: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ def compositor_for(
 
     Compositing needs to know where the model's square sits on a face framed as in training: ``image_fit=face``
     found a face, or the image is a square taken whole (``image_fit=crop``/``pad`` of a square image, a
-    training-style avatar); the render asks only for a family whose frames are that square (``Family.composited``).
+    training-style avatar); the render asks only for a family whose frames are that square (``FamilyEngine.composited``).
     Idle motion (``pipeline.idle_motion``) moves each composited frame, placed from the detected face, or from the training
     layout when a whole square image had none detected. ``pipeline.mouth`` chooses how the mouth gets in: the
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or

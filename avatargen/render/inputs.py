@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from avatargen.config.families import Family
+from avatargen.pipeline.family import FamilyEngine
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError
 from avatargen.face.framing import SquareFraming
@@ -56,7 +56,7 @@ def _check_face_number(face: int | None, video: Path | None, audio: list[Path], 
 
 
 def check_request_inputs(image: Path | None, video: Path | None, audio: list[Path], boxes: list[Box],
-                         audio_type: str, config: Config, family: Family) -> None:  # fmt: skip
+                         audio_type: str, config: Config, family: FamilyEngine) -> None:  # fmt: skip
     """Refuse, before anything is opened, what the request cannot mean or the model (``family``) cannot do."""
     if (image is None) == (video is None):
         raise BadInputError("give the picture to animate: --image PICTURE, or --video SOURCE to dub a video (not both)")
@@ -95,9 +95,9 @@ class OpenedPicture:
     video: VideoFrames | None  # the source video when dubbing (its frame 0 is the picture)
 
 
-def open_picture(image: Path | None, video: Path | None, config: Config, family: Family,
+def open_picture(image: Path | None, video: Path | None, config: Config, family: FamilyEngine,
                  warn: Callable[[str], None], face: int | None = None) -> OpenedPicture:  # fmt: skip
-    """The picture (an image, or a source video's first frame) framed: by the family (``Family.framing``, e.g. the
+    """The picture (an image, or a source video's first frame) framed: by the family (``FamilyEngine.framing``, e.g. the
     aspect-ratio buckets) or as the square of ``pipeline.image_fit`` (``face``: which face, ``pipeline.face``)."""
     size, fit = config.model.image_size, config.pipeline.image_fit.value
     source = VideoFrames(video, config.model.fps) if video is not None else None

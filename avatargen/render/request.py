@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from avatargen.config.families import Family
+from avatargen.pipeline.family import FamilyEngine
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError, CheckpointError
 from avatargen.io.audio_stream import RawPcm
@@ -70,7 +70,7 @@ def partial_path_for(output: Path) -> Path:
     return output.with_name(f"{output.stem}.partial.mp4")
 
 
-def check_request(request: RenderRequest, config: Config, family: Family, resume: bool) -> None:
+def check_request(request: RenderRequest, config: Config, family: FamilyEngine, resume: bool) -> None:
     """Refuse a request that cannot mean anything or that ``family`` (the model of ``config``) cannot do."""
     try:
         request.prompt.encode("utf-8")
@@ -136,7 +136,7 @@ def _check_output(output: Path) -> None:
         )
 
 
-def _inputs(request: RenderRequest, config: Config, family: Family) -> list[Path]:
+def _inputs(request: RenderRequest, config: Config, family: FamilyEngine) -> list[Path]:
     """Every file the render reads: the image, the audio file, the model's weight files."""
     files = [request.picture] + [audio for audio in request.audio_files if audio != STREAM]
     try:
@@ -146,7 +146,7 @@ def _inputs(request: RenderRequest, config: Config, family: Family) -> list[Path
     return files
 
 
-def check_outputs_spare_inputs(request: RenderRequest, config: Config, family: Family, live: list[Output]) -> None:
+def check_outputs_spare_inputs(request: RenderRequest, config: Config, family: FamilyEngine, live: list[Output]) -> None:
     """Refuse a render that would write over one of its own inputs (the same file, also through a link or a
     hard link) or delete it with the resume folder, before anything is written."""
     written: list[Path] = [Path(o.target) for o in live if o.kind == "hls"]

@@ -24,13 +24,13 @@ from omegaconf import DictConfig
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.families import Family, family_of
+from avatargen.config.families import family_named
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_stream import AudioStreamSource
-from avatargen.io.console import say
+from avatargen.io.console import RANDOM_WEIGHTS, Note, say
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import YAML_HEADER, foreign_reason, remove_name, write_text_atomic
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
@@ -39,6 +39,7 @@ from avatargen.io.sink import encoder_targets
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.pipeline.family import FamilyEngine, load_engine
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.inputs import RenderInputs
 from avatargen.pipeline.pipeline import Pipeline
@@ -127,18 +128,18 @@ def render(
         return RenderSession(request, cfg, options, stop).run()
 
 
-def load_models_early(config: Config) -> None:
+def load_models_early(config: Config, family: FamilyEngine) -> None:
     """Build and place a single-process render's models into the per-process cache that ``build_pipeline`` reads,
     beside the main thread's work on the inputs (time to first frame: docs/performance.md). A render over several
     ranks builds them in its turn (their process group comes first), and any error here is left for that turn,
     where it is raised in order."""
     try:
-        parallel = solo_parallel(config)
+        parallel = solo_parallel(config, family.splittable_work(config))
         if parallel is None:
             return
         if config.runtime.threads:  # as start_runtime sets them: the precision probes time with these
             torch.set_num_threads(config.runtime.threads)
-        place_models(config, resolve_device(config), parallel)
+        place_models(config, family, resolve_device(config), parallel)
     except Exception:  # noqa: BLE001 - raised again, in order, when build_pipeline builds them
         pass
 
@@ -153,7 +154,7 @@ class RenderSession:
         self.started = time.perf_counter()
         self.streamed_audio = request.audio == STREAM
         self.config: Config = to_config(cfg)
-        self.family: Family = family_of(self.config)  # looked up once; what of it the steps need is passed down
+        self.family: FamilyEngine = load_engine(family_named(self.config.model.family))  # once; passed down
         self.live: list[Output] = []
         self.opened: OpenedInputs
         self.weights = "random"
@@ -198,7 +199,7 @@ class RenderSession:
 
     def open_inputs(self) -> None:
         """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the
-        family's notes on them (``Family.reference_notes``). ffmpeg reads the audio file's header in its own process
+        family's notes on them (``FamilyEngine.reference_notes``). ffmpeg reads the audio file's header in its own process
         (~30 ms) and the models load (``load_models_early``) while the image's face is searched; an image error still
         comes first (the audio's outcome is then not asked, a model error comes when the models are built).
 
@@ -209,7 +210,7 @@ class RenderSession:
         warn = held.append  # list.append is atomic: the audio's thread may add to it too
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
-            pool.submit(load_models_early, config)
+            pool.submit(load_models_early, config, self.family)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
             opened = open_picture(request.image, request.video, config, self.family, warn, face=config.pipeline.face)
@@ -217,7 +218,7 @@ class RenderSession:
             # The compositor's mouth and the photo warning both ask whether the square is a photograph: one search.
             is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
             speech = None if self.streamed_audio else request.audio_files[0]
-            # a family whose frames are not the reference's square goes out as it makes them (Family.composited)
+            # a family whose frames are not the reference's square goes out as it makes them (FamilyEngine.composited)
             compositor = compositor_for(loaded, config, is_photo, warn, speech) if self.family.composited else None
             notes = self.family.reference_notes
             if notes is not None:
@@ -245,13 +246,14 @@ class RenderSession:
         """Threads, the device, and this process's place among torchrun's ranks (alone, or one rank of a render)."""
         config = self.config
         if config.model.weights == WeightsSource.random:
-            self.warn("note: model.weights=random: untrained weights, the video is noise (for tests and benchmarks only)")
+            self.warn(Note(RANDOM_WEIGHTS, "note: model.weights=random: untrained weights, the video is noise (for tests "
+                           "and benchmarks only)"))  # fmt: skip
         else:
-            self.weights = str(resolve_checkpoint(config))
+            self.weights = str(resolve_checkpoint(config, self.family.shipped_checkpoints))
         if config.runtime.threads:
             torch.set_num_threads(config.runtime.threads)
         self.device = resolve_device(config)
-        self.parallel = start_parallel(config, self.device)
+        self.parallel = start_parallel(config, self.device, self.family.splittable_work(config))
         if self.streamed_audio and self.parallel.world.world_size > 1:
             raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
 

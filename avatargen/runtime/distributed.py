@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from avatargen.config.families import family_of
 from avatargen.config.schema import Config
 from avatargen.errors import EXIT_FAILURE, AvatarGenError
 from avatargen.runtime.guidance import GuidanceSplit
@@ -122,12 +121,6 @@ class ParallelContext:
         return box[0]
 
 
-def splittable_work(config: Config) -> SplittableWork:
-    """What the model family of ``config`` can split over ranks (``Family.parallel_work``; nothing without it)."""
-    declared = family_of(config).parallel_work
-    return declared(config) if declared is not None else SplittableWork()
-
-
 _meshes: dict[tuple[str, int, int, int], tuple[Any, Any]] = {}
 
 
@@ -147,22 +140,22 @@ def _device_meshes(device_type: str, layout: ParallelLayout) -> tuple[Any, Any]:
     return _meshes[key]
 
 
-def solo_parallel(config: Config) -> ParallelContext | None:
+def solo_parallel(config: Config, splittable: SplittableWork) -> ParallelContext | None:
     """The context of a render that one process does alone and unsharded (no process group, nothing to join), or
     None where ``start_parallel`` has a group to join."""
     world = world_info()
-    layout = resolve_layout(config, world.world_size, splittable_work(config))
+    layout = resolve_layout(config, world.world_size, splittable)
     return ParallelContext(world, layout=layout) if world.world_size == 1 and not layout.sharded else None
 
 
-def start_parallel(config: Config, device: torch.device) -> ParallelContext:
-    """Decide how this process renders (``resolve_layout``); for a render over several ranks (or sharded) pin to
-    NUMA, then join the process group and build the meshes."""
-    solo = solo_parallel(config)
+def start_parallel(config: Config, device: torch.device, splittable: SplittableWork) -> ParallelContext:
+    """Decide how this process renders (``resolve_layout``, given what of the render its family can split); for a
+    render over several ranks (or sharded) pin to NUMA, then join the process group and build the meshes."""
+    solo = solo_parallel(config, splittable)
     if solo is not None:
         return solo
     world = world_info()
-    layout = resolve_layout(config, world.world_size, splittable_work(config))
+    layout = resolve_layout(config, world.world_size, splittable)
     if config.runtime.numa:  # first: the process group's and CUDA's threads then inherit the binding
         pin_rank(world, device)
     ensure_process_group(device, config.runtime.dist_timeout_s)

@@ -27,7 +27,7 @@ from avatargen.errors import ConfigError
 
 @dataclass(frozen=True)
 class SplittableWork:
-    """What of one render a model family can spread over ranks (``Family.parallel_work``)."""
+    """What of one render a model family can spread over ranks (``FamilyEngine.parallel_work``)."""
 
     guidance_passes: int = 1  # independent model passes per sampling step (classifier-free guidance)
     sequence: bool = False  # its DiT's tokens can be split over ranks (its token path is a TokenSequence)

@@ -61,6 +61,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without an install, as on the GPU machine
 
 from avatargen.config.schema import Config, Device, Offload, RuntimeConfig, WeightsSource  # noqa: E402
+from avatargen.config.families import family_named  # noqa: E402
 from avatargen.config.validate import validate_config  # noqa: E402
 from avatargen.io.null_sink import NullSink  # noqa: E402
 from avatargen.families.tiny.models.a2v_dit import A2VDiTParams  # noqa: E402
@@ -71,6 +72,7 @@ from avatargen.families.tiny.models.vae import VAEParams  # noqa: E402
 from avatargen.modules import Module, ModuleSpec, PlacementPlan, tensors_digest  # noqa: E402
 from avatargen.families.tiny.build import TinyModelSet, module_specs  # noqa: E402
 from avatargen.families.tiny.config import TinyModelConfig  # noqa: E402
+from tests.conftest import engine_of  # noqa: E402
 from avatargen.pipeline.build import pipeline_for  # noqa: E402
 from avatargen.pipeline.pipeline import Pipeline, Progress  # noqa: E402
 from avatargen.runtime.offload import OffloadMonitor  # noqa: E402
@@ -89,7 +91,7 @@ def base_model() -> TinyModelConfig:
         image_size=960,
         audio_encoder=AudioEncoderParams(n_mels=80, dim=768, layers=8, out_dim=768),
         text_encoder=TextEncoderParams(dim=768, layers=6, heads=12),
-        vae=VAEParams(latent_channels=16, widths=[512, 256, 128], blocks_per_level=1),
+        vae=VAEParams(latent_channels=16, widths=[512, 256, 128], blocks_per_level=1, decoder_widths=None),
         a2v=A2VDiTParams(latent_channels=16, latent_size=60, patch_size=2, dim=1536, depth=22, heads=12, audio_dim=768, text_dim=768),
         sr=SRDiTParams(latent_channels=16, low_size=60, high_size=120, patch_size=4, dim=1024, depth=28, heads=16, face_patch_size=2, face_depth=12),
     )
@@ -102,7 +104,7 @@ def smoke_model() -> TinyModelConfig:
         image_size=64,
         audio_encoder=AudioEncoderParams(dim=32, layers=1, out_dim=32),
         text_encoder=TextEncoderParams(max_tokens=16, dim=32, layers=1, heads=2),
-        vae=VAEParams(latent_channels=4, widths=[16, 8, 8]),
+        vae=VAEParams(latent_channels=4, widths=[16, 8, 8], decoder_widths=None),
         a2v=A2VDiTParams(latent_channels=4, latent_size=4, patch_size=2, dim=64, depth=2, heads=4, audio_dim=32, text_dim=32),
         sr=SRDiTParams(latent_channels=4, low_size=4, high_size=8, patch_size=4, dim=64, depth=2, heads=4, face_patch_size=2, face_depth=1),
     )
@@ -393,7 +395,7 @@ def make_bench(args: argparse.Namespace, key: str) -> tuple[Bench, dict[str, Any
     dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
     model_cfg = smoke_model() if args.smoke else base_model()
     config = Config(model=model_cfg, runtime=RuntimeConfig(device=Device(device.type), offload=Offload.none), seed=0)
-    validate_config(config)
+    validate_config(config, family_named(config.model.family))
     models = build_models(config, device, dtype, seed=0)
     blocks = [b for name in ("a2v", "sr") for child in models[name].children() if isinstance(child, nn.ModuleList) for b in child]
     info: dict[str, Any] = {
@@ -410,7 +412,7 @@ def make_bench(args: argparse.Namespace, key: str) -> tuple[Bench, dict[str, Any
     clock = StageClock(device)
     probes = {name: StageProbe(name, models[name], device, enters[name], clock) for name in models}
     # The hook-placed configs get an idle monitor: ModelSet carries one, and nothing feeds it there.
-    pipeline = pipeline_for(config, TinyModelSet(**probes, monitor=monitor or OffloadMonitor("none", args.resident_blocks, device)))
+    pipeline = pipeline_for(config, TinyModelSet(**probes, monitor=monitor or OffloadMonitor("none", args.resident_blocks, device)), engine_of(config))
     size = config.model.image_size
     reference = np.random.default_rng(0).integers(0, 256, (size, size, 3), dtype=np.uint8)
     if device.type == "cuda":

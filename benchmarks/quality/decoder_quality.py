@@ -20,7 +20,7 @@ import torch
 from avatargen.config.loader import load_config, to_config
 from avatargen.families.tiny.config import trained_vae_params
 from avatargen.families.tiny.models.vae import VAE
-from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.train.pixel_phases import FrameSampler, decode_with_past
 from avatargen.families.tiny.train.recipe import load_module
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    folders = [*args.checkpoint, shipped_checkpoint("tiny")]
+    folders = [*args.checkpoint, SHIPPED_CHECKPOINTS["tiny"]]
     size = to_config(load_config([])).model.image_size
     vaes = [load_vae(folder) for folder in folders]
     print("| checkpoint | decoder widths | frames | mouth L1 (grey levels) | mouth PSNR (dB) |\n|---|---|---|---|---|")

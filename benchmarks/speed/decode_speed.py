@@ -25,7 +25,7 @@ from avatargen.compose.composite import ReferenceCompositor
 from avatargen.io.image import load_reference
 from avatargen.families.tiny.models.vae import VAE, CausalConv3d, VAEParams
 from avatargen.modules import read_checkpoint
-from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.stages.decode import DECODE_MARGIN, DecodeRegion
 
 EXAMPLE = "examples/avatar_1.png"
@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     vae = VAE(VAEParams())
-    vae.load_state_dict(read_checkpoint(shipped_checkpoint("tiny"), "vae"))
+    vae.load_state_dict(read_checkpoint(SHIPPED_CHECKPOINTS["tiny"], "vae"))
     vae.eval()
     loaded = load_reference(EXAMPLE, 256, "face")
     frames = np.stack([np.roll(loaded.square, shift, axis=1) for shift in range(args.frames)])  # (T, S, S, 3)

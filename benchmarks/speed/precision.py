@@ -32,6 +32,7 @@ from avatargen.config.schema import Config  # noqa: E402
 from avatargen.io.audio import AudioFileSource  # noqa: E402
 from avatargen.io.image import load_reference_image  # noqa: E402
 from avatargen.families.tiny.build import build_modules
+from tests.conftest import engine_of  # noqa: E402
 from avatargen.pipeline.build import pipeline_for, resolve_device  # noqa: E402
 from avatargen.pipeline.pipeline import Pipeline  # noqa: E402
 from avatargen.runtime.precision import NATIVE_BF16_FLAGS, Precision, choose_precision, cpu_flags, probe_cpu_bf16_speedup  # noqa: E402
@@ -95,7 +96,7 @@ def main() -> None:
           f"{'psnr_db':>8} {'mean_abs':>9} {'max_abs':>8}")  # fmt: skip
     # One model set for both dtypes (weights stay float32; the dtype is the modules' compute dtype), warmed up in
     # both before anything is timed: the first forwards of a process pay for kernel selection and allocation.
-    pipeline = pipeline_for(config, build_modules(config, resolve_device(config), precision=Precision(torch.float32, "benchmark")))
+    pipeline = pipeline_for(config, build_modules(config, resolve_device(config), precision=Precision(torch.float32, "benchmark")), engine_of(config))
     walls = {torch.float32: 0.0, torch.bfloat16: 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")

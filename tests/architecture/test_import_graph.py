@@ -124,3 +124,79 @@ def test_families_are_a_layer_of_their_own() -> None:
         and family(target) not in BUILT_ON.get(family(module) or "", ())
     ]
     assert not crossing, "\n".join(crossing)
+
+
+# -- imports by a name read at run time --------------------------------------------------------------------------
+
+REGISTRY = PACKAGE / "config" / "families.py"  # load_object: the one place avatargen imports a module by its name
+CONFIG_HALF = ("config", "params")  # a family's modules the loader reaches (layer 2: no torch, nothing above)
+
+
+def _dynamic_imports(path: Path) -> list[str]:
+    """Calls that import a module by a name computed at run time: ``import_module(x)`` / ``__import__(x)`` with ``x``
+    not a string literal, or with a literal naming an avatargen module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("import_module", "__import__") and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+                    arg = arg.values[0]  # f"mediapipe.{part}": its fixed start names the package
+                literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                if not literal or arg.value.startswith("avatargen"):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    return found
+
+
+def test_modules_are_imported_by_name_only_in_the_registry() -> None:
+    """Outside ``config/families.py`` every avatargen module is imported by an import statement, which the graph above
+    sees (the doctor probes third-party packages by name: their names are literals in its table)."""
+    found = [hit for path in PACKAGE.rglob("*.py") if path != REGISTRY for hit in _dynamic_imports(path)]
+    assert {hit.split(":")[0] for hit in found} <= {"avatargen/doctor.py"}, found
+
+
+def _named_modules() -> list[tuple[str, str]]:
+    """(module, what names it) for every "package.module:ATTR" in the registry and in the families' configs."""
+    from avatargen.config.families import FAMILIES, family_named
+
+    named = [(reference.partition(":")[0], f"FAMILIES['{name}']") for name, reference in FAMILIES.items()]
+    named += [(family_named(name).engine.partition(":")[0], f"the {name} family's engine") for name in FAMILIES]
+    return named
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The avatargen modules ``path`` imports at its top (an import inside a function runs only when called)."""
+    top = ast.Module(body=[n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))],
+                     type_ignores=[])  # fmt: skip
+    scratch = PACKAGE.parent / ".import-graph-scratch.py"
+    try:
+        scratch.write_text(ast.unparse(top))
+        return imports(scratch)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def test_what_the_registry_names_exists_and_a_config_half_stays_in_the_config_layer() -> None:
+    """Each name the registry and the families' configs give is a module of this tree; a family's config half
+    (``families/<name>/config.py``, ``params.py``) imports nothing above the config layer at its top, so that loading
+    a config pulls in no engine (what its checks need of the models they import when they run)."""
+    edges = graph()
+    for module, named_by in _named_modules():
+        assert module in edges, f"{named_by} names '{module}', which is not a module of avatargen"
+    halves = [p for p in PACKAGE.glob("families/*/*.py") if p.stem in CONFIG_HALF]
+    assert halves, "no family config modules found"
+    above = [f"{module_name(path)} imports {target}" for path in halves for target in sorted(_top_level_imports(path))
+             if target.split(".")[-1] not in CONFIG_HALF and layer(target) > LAYER_OF["config"]]
+    assert not above, "\n".join(above)
+
+
+def test_loading_the_default_config_imports_no_torch() -> None:
+    """``avatargen config`` and a config check of the bundled model start without torch (~1 s on a 2-core CPU)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from avatargen.config.loader import load_config; load_config([]); "
+            "load_config(['pipeline=preview', 'runtime=cpu']); print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "False", result.stdout + result.stderr

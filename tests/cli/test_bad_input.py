@@ -183,10 +183,10 @@ def test_a_checkpoint_trained_for_an_older_architecture_names_the_override_it_ne
 
     from omegaconf import OmegaConf
 
-    from avatargen.pipeline.build import shipped_checkpoint
+    from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 
     folder = tmp_path / "older"
-    shutil.copytree(shipped_checkpoint("tiny"), folder)
+    shutil.copytree(SHIPPED_CHECKPOINTS["tiny"], folder)
     model = OmegaConf.load(folder / "model.yaml")
     del model[section][key]
     OmegaConf.save(model, folder / "model.yaml")

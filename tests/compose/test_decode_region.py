@@ -15,6 +15,7 @@ from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference
 from avatargen.families.tiny.models.vae import DecoderCache
 from avatargen.families.tiny.build import build_modules
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.render import compositor_for
 from avatargen.families.tiny.stages.decode import DecodeRegion, StreamingDecodeStage
@@ -82,7 +83,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
     # fp32: on a CPU with native bf16 the default picks bf16, whose rounding between layers differs between the two
     # decodes' shapes by more than a grey level (3 levels after the colour match's gain, in a few pixels).
     config = to_config(load_config(["runtime.dtype=float32"]))
-    pipeline = pipeline_for(config, build_modules(config, CPU))
+    pipeline = pipeline_for(config, build_modules(config, CPU), engine_of(config))
     loaded = load_reference(REPO / "examples" / "avatar_1.png", config.model.image_size, config.pipeline.image_fit.value)
     compositor = compositor_for(loaded, config)  # as a render builds it (a cartoon: the warped mouth)
 

@@ -15,7 +15,7 @@ from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.idle_motion import IdleMotion, IdleMotionSettings
 from avatargen.io.encoder import Encoder
 from avatargen.io.image import load_reference
-from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from tests.conftest import FAST, REPO, run_cli
 from tests.eval import clips
 from tests.ffmpeg_probe import decode_frames, probe
@@ -44,7 +44,7 @@ def short_speech(tmp_path_factory):
     return _speech(tmp_path_factory.mktemp("speech"), 0.4)  # only the size and the warning are looked at
 
 
-@pytest.mark.skipif(not shipped_checkpoint("tiny").exists(), reason="no shipped checkpoint")
+@pytest.mark.skipif(not SHIPPED_CHECKPOINTS["tiny"].exists(), reason="no shipped checkpoint")
 def test_a_photo_renders_at_its_size_with_only_the_face_moving(tmp_path, speech):
     photo = clips.write_png(tmp_path / "portrait.png", clips.astronaut()[20:420, 40:480])  # 440x400, off-centre face
     out = tmp_path / "out.mp4"
@@ -97,7 +97,7 @@ def test_no_face_found_renders_the_model_square_with_the_warning(tmp_path, short
     assert json.loads(result.stdout)["motion_frames"] == 0  # not composited: no motion frames by default
 
 
-@pytest.mark.skipif(not shipped_checkpoint("tiny").exists(), reason="no shipped checkpoint")
+@pytest.mark.skipif(not SHIPPED_CHECKPOINTS["tiny"].exists(), reason="no shipped checkpoint")
 def test_a_prompt_to_the_bundled_model_says_in_one_note_that_it_shows_no_style(tmp_path, short_speech):
     out = tmp_path / "out.mp4"
     avatar = REPO / "examples" / "avatar_1.png"

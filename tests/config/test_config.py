@@ -111,11 +111,21 @@ def test_values_that_cannot_run_fail_at_load_naming_the_key(overrides, expected)
 
 
 def test_i_chunks_default_on_for_avatargens_models_and_off_for_wan_models():
-    from avatargen.config.families import interpolates
+    import torch
 
-    assert interpolates(to_config(load_config([])))
-    assert not interpolates(to_config(load_config(["model=wan_tiny"])))
-    assert interpolates(to_config(load_config(["model=wan_tiny", "pipeline.interpolate=true"])))
+    from avatargen.pipeline.build import build_models, pipeline_for
+    from avatargen.runtime.distributed import ParallelContext, world_info
+    from tests.conftest import engine_of
+
+    def interpolates(*overrides: str) -> bool:
+        config = to_config(load_config(["model.weights=random", *overrides]))
+        engine = engine_of(config)
+        models = build_models(config, engine, torch.device("cpu"), ParallelContext(world_info()))
+        return pipeline_for(config, models, engine).schedule.interpolate
+
+    assert interpolates()
+    assert not interpolates("model=wan_tiny")
+    assert interpolates("model=wan_tiny", "pipeline.interpolate=true")
 
 
 @pytest.mark.parametrize(

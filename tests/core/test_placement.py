@@ -21,10 +21,10 @@ from avatargen.modules import Module
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.placement import PlacementPlan, RandomInit, place
 from avatargen.families.tiny.build import module_specs
-from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 
 CPU = torch.device("cpu")
-SHIPPED = shipped_checkpoint("tiny")
+SHIPPED = SHIPPED_CHECKPOINTS["tiny"]
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from avatargen.io.ffmpeg import ffmpeg_exe
 from avatargen.families.tiny.stages.a2v import A2VStage
 from avatargen.families.wan.stages.sampler import WanSamplerStage
 from avatargen.io.image import load_reference
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for, place_models
 from avatargen.render.inputs import open_audio, open_picture, render_inputs
 from avatargen.runtime.distributed import start_parallel
@@ -97,13 +98,13 @@ def render_layout(layout: str, folder: Path | None = None) -> dict[str, np.ndarr
     for stage, name, original in samplers:
         setattr(stage, name, recorded(original))
     try:
-        models = place_models(config, torch.device("cpu"), parallel)
+        models = place_models(config, engine_of(config), torch.device("cpu"), parallel)
 
         class Frames:
             def write(self, batch: np.ndarray) -> None:
                 frames.extend(frame.copy() for frame in batch)
 
-        pipeline_for(config, models, composited=False).render(reference, audio, [Frames()], inputs=inputs)
+        pipeline_for(config, models, engine_of(config), composited=False).render(reference, audio, [Frames()], inputs=inputs)
     finally:
         for stage, name, original in samplers:
             setattr(stage, name, original)

@@ -11,7 +11,7 @@ from PIL import Image
 
 pytest.importorskip("dlib", reason="face framing needs avatargen[eval]")
 
-from avatargen.face.domain import warn_if_out_of_domain  # noqa: E402
+from avatargen.families.tiny.notes import warn_if_out_of_domain  # noqa: E402
 from avatargen.io.image import load_reference_image  # noqa: E402
 from tests.eval import clips  # noqa: E402
 

@@ -13,9 +13,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from avatargen.config.families import Family, interpolates
+from avatargen.config.families import FamilyConfig
 from avatargen.config.schema import ModelConfig, WeightsSource
-from avatargen.pipeline.family import ChunkRun
+from avatargen.pipeline.family import ChunkRun, FamilyEngine
 from avatargen.pipeline.schedule import ChunkSchedule
 from avatargen.pipeline.state import LatentWindow
 from avatargen.runtime.offload import OffloadMonitor
@@ -40,7 +40,7 @@ class DiscModels:
 class DiscChunks:
     def __init__(self, config: Any, models: DiscModels, composited: bool | None = None):
         self.config = config
-        self.schedule = ChunkSchedule(8, 0, interpolates(config), seam_frames=4, anchor_frames=1)
+        self.schedule = ChunkSchedule(8, 0, config.pipeline.interpolates(True), seam_frames=4, anchor_frames=1)
         self.device = torch.device("cpu")
         self.audio_context_frames = 0
         self.audio_history_frames = self.schedule.tail_frames
@@ -88,9 +88,9 @@ class DiscRun(ChunkRun):
         yield frames
 
 
-def build(config: Any, device: torch.device, parallel: Any) -> DiscModels:
-    return DiscModels(OffloadMonitor("none", None, device), Precision(torch.float32, "disc"))
-
-
-FAMILY = Family(name="disc", model_config=DiscConfig, build_models=build, chunk_steps=DiscChunks,
-                weight_files=lambda config: [], interpolates=True, overlap=True, config_dir=Path(__file__).parent / "conf")
+FAMILY = FamilyConfig(name="disc", model_config=DiscConfig, engine="tests.families.disc:ENGINE", overlap=True,
+                      config_dir=Path(__file__).parent / "conf")
+ENGINE = FamilyEngine(family=FAMILY, model_parts=lambda config: [],  # no weights: nothing to place
+                      precision=lambda config, device, parallel: Precision(torch.float32, "disc"),
+                      model_set=lambda config, modules, monitor, precision, parallel: DiscModels(monitor, precision),
+                      chunk_steps=DiscChunks, weight_files=lambda config: [])

@@ -18,6 +18,7 @@ from avatargen.io.catch_up import InputGate, RawFilter
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder
 from avatargen.io.image import load_reference_image
 from avatargen.io.pacing import CatchUp, RealtimePacer
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.runtime.precision import choose_precision
 from tests.conftest import REPO, run_cli, write_face_png, write_speechlike_wav
@@ -96,7 +97,7 @@ def test_the_live_pipeline_shows_each_frame_after_little_more_audio_than_the_fra
         torch.set_num_threads(1)
         config = to_config(load_config([f"pipeline={preset}", "model.weights=random", "runtime.threads=1"]))
         models = build_modules(config, torch.device("cpu"), precision=choose_precision(config.runtime.dtype.value, torch.device("cpu")))
-        pipeline = pipeline_for(config, models)
+        pipeline = pipeline_for(config, models, engine_of(config))
         reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
         per_frame = config.model.sample_rate // config.model.fps
         consumed = [0]

@@ -21,6 +21,7 @@ import torch
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.image import load_reference
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for, place_models
 from avatargen.runtime.distributed import ParallelContext, world_info
 
@@ -57,9 +58,9 @@ def render_frames(run: str) -> list[np.ndarray]:
     square = load_reference(image, config.model.image_size, config.pipeline.image_fit.value).square
     wave, rate = sf.read(REPO / "examples" / f"speech_{example}.flac", dtype="float32")
     assert rate == config.model.sample_rate
-    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
     sink = _Frames()
-    pipeline_for(config, models, composited=False).render(square, [wave[: int(SECONDS * rate)]], [sink])
+    pipeline_for(config, models, engine_of(config), composited=False).render(square, [wave[: int(SECONDS * rate)]], [sink])
     return sink.frames
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import FAST, run_cli, write_face_png, write_speechlike_wav
+from tests.conftest import FAST, engine_of, run_cli, write_face_png, write_speechlike_wav
 
 
 def _live_tensors() -> tuple[int, int]:
@@ -57,7 +57,7 @@ def test_what_a_render_keeps_alive_is_the_same_at_its_end_as_after_its_first_chu
     sink = LiveTensorSink()
     try:
         with torch_threads(1):
-            pipeline_for(config, models, overlap=False).render(square, source, [sink])
+            pipeline_for(config, models, engine_of(config), overlap=False).render(square, source, [sink])
     finally:
         source.close()
     assert sink.frames == 100

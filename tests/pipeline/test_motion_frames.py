@@ -10,6 +10,7 @@ from avatargen.families.tiny.config import motion_frames_for
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
 from avatargen.families.tiny.build import build_modules
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.pipeline.schedule import NChunk
 from tests.conftest import FrameList, REPO, write_speechlike_wav
@@ -20,7 +21,7 @@ DEFAULT_MOTION_FRAMES = 2  # docs/model-card.md, "Boundary-frame conditioning"
 
 def test_the_default_schedule_conditions_each_n_chunk_on_the_previous_chunks_last_frames():
     config = to_config(load_config())
-    schedule = pipeline_for(config, build_modules(config, CPU)).schedule
+    schedule = pipeline_for(config, build_modules(config, CPU), engine_of(config)).schedule
     assert schedule.motion_frames == DEFAULT_MOTION_FRAMES
     chunks = [s for s in schedule.steps(schedule.spans(100)) if isinstance(s, NChunk)]
     assert chunks[0].window == (0, 16)  # the first chunk has no past
@@ -44,7 +45,7 @@ def test_a_default_render_gives_each_n_chunk_the_previous_chunks_own_last_latent
     torch.set_num_threads(1)
     audio = write_speechlike_wav(tmp_path / "speech.wav", 1.4, rate=16000)  # 35 frames: N0, N1, N2 and two seams
     config = to_config(load_config(["model.weights=random", "runtime.quantize=none"]))  # one A2V stage for all chunks
-    pipeline = pipeline_for(config, build_modules(config, CPU))
+    pipeline = pipeline_for(config, build_modules(config, CPU), engine_of(config))
     calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (given, given_mask, output) per A2V window
     generate = pipeline.steps.a2v.generate
 

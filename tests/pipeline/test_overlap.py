@@ -14,6 +14,7 @@ from avatargen.config.loader import load_config, to_config
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference
 from avatargen.families.tiny.build import build_modules
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.overlap import EmitThread, split_threads
@@ -52,7 +53,7 @@ def setup(tmp_path_factory):
 
 def _render(setup, overlap: bool, sink: ThreadedFrames, **options) -> Pipeline:
     config, models, square, audio = setup
-    pipeline = pipeline_for(config, models, overlap=overlap)
+    pipeline = pipeline_for(config, models, engine_of(config), overlap=overlap)
     source = AudioFileSource(audio, config.model.sample_rate)
     try:
         pipeline.render(square, source, [sink], **options)
@@ -70,7 +71,7 @@ def test_overlapped_segments_come_from_a_second_thread_and_resume_to_the_same_fr
         tensors, meta = checkpoint.to_tensors()
         saved.append(RenderCheckpoint.from_tensors({k: v.clone() for k, v in tensors.items()}, meta))
 
-    grid = checkpoint_grid(pipeline_for(config, setup[1]).schedule, config.pipeline.n_chunk_frames)  # every N chunk
+    grid = checkpoint_grid(pipeline_for(config, setup[1], engine_of(config)).schedule, config.pipeline.n_chunk_frames)  # every N chunk
     inline, overlapped = ThreadedFrames(), ThreadedFrames()
     _render(setup, False, inline)
     _render(setup, True, overlapped, checkpoints=grid, on_checkpoint=keep)

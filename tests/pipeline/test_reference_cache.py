@@ -12,6 +12,7 @@ import torch
 from avatargen.config.loader import load_config, to_config
 from avatargen.families.tiny.stages.context import ContextGenStage
 from avatargen.io.image import load_reference
+from tests.conftest import engine_of
 from avatargen.pipeline.build import place_models
 from avatargen.runtime.distributed import ParallelContext, world_info
 from avatargen.stages import reference_cache
@@ -30,7 +31,7 @@ def context():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     config = to_config(load_config(["runtime.dtype=float32"]))
-    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
     model = config.model
     stage = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed, model.text_encoder.max_tokens,
                             (model.vae, model.text_encoder, model.image_size))  # fmt: skip

@@ -10,6 +10,7 @@ import torch
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.audio_stats import TrackStats
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for, place_models
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.inputs import RenderInputs
@@ -37,7 +38,7 @@ class _Source:
 def _pipeline() -> Pipeline:
     torch.set_num_threads(1)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2"]))
-    return pipeline_for(config, place_models(config, torch.device("cpu"), ParallelContext(world_info())))
+    return pipeline_for(config, place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info())), engine_of(config))
 
 
 def _stop_and_resume(render, pipeline: Pipeline) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import FAST, FrameList, run_cli, write_speechlike_wav
+from tests.conftest import FAST, FrameList, engine_of, run_cli, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
 
 
@@ -79,9 +79,9 @@ def test_colour_correction_moves_every_frame_to_the_reference_lab_statistics():
     for strength in ("0", "1"):
         config = to_config(load_config(["model=wan_tiny", f"model.wan.color_correction={strength}",
                                         "model.wan.sampling_steps=1"]))  # fmt: skip
-        models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+        models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
         sink = FrameList()
-        pipeline_for(config, models).render(reference, audio, [sink])
+        pipeline_for(config, models, engine_of(config)).render(reference, audio, [sink])
         video = sink.video()  # (T, 64, 64, 3)
         assert video.shape[0] == 13
         means = np.stack([rgb2lab(frame / 255.0).reshape(-1, 3).mean(axis=0) for frame in video])  # (T, 3)
@@ -104,10 +104,10 @@ def test_block_offload_streams_the_dit_and_umt5_and_gives_the_same_frames():
     videos, policies = [], {}
     for offload in ("none", "block"):
         config = to_config(load_config(["model=wan_tiny", f"runtime.offload={offload}"]))
-        models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+        models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
         policies[offload] = {m.name: m.offload for m in models.all()}
         sink = FrameList()
-        pipeline_for(config, models).render(reference, audio, [sink])
+        pipeline_for(config, models, engine_of(config)).render(reference, audio, [sink])
         videos.append(sink.video())
     assert policies["block"] == {"audio_encoder": "model", "text_encoder": "block", "image_encoder": "model",
                                  "vae": "model", "dit": "block"}  # fmt: skip
@@ -125,11 +125,11 @@ def test_the_state_between_clips_does_not_grow_with_the_duration():
 
     torch.set_num_threads(1)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1"]))
-    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
     sizes = []
     audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s = 75 frames: 13 + 8 x 8, 9 clips
     on_checkpoint = lambda point: sizes.append(sum(t.numel() * t.element_size() for t in point.tensors()))  # noqa: E731
-    stats = pipeline_for(config, models).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [FrameList()],
+    stats = pipeline_for(config, models, engine_of(config)).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [FrameList()],
                                                checkpoints=CheckpointGrid(8, 3), on_checkpoint=on_checkpoint)  # fmt: skip
     assert stats.n_chunks == 9 and len(sizes) == 8  # a resume point after every clip but the last (frames 13, 21, ...)
     assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 8
@@ -149,9 +149,9 @@ def test_the_first_clip_starts_from_the_reference_as_one_given_frame():
     reference = np.zeros((64, 64, 3), dtype=np.uint8)
     reference[:], reference[8:40, 20:52] = (200, 90, 60), (40, 160, 210)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2", "model.wan.color_correction=0"]))
-    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
     sink = FrameList()
-    pipeline_for(config, models).render(reference, [np.sin(np.arange(8000) / 10).astype(np.float32)], [sink])  # 0.5 s
+    pipeline_for(config, models, engine_of(config)).render(reference, [np.sin(np.arange(8000) / 10).astype(np.float32)], [sink])  # 0.5 s
     video = sink.video()
     assert video.shape[0] == 13  # one clip, every frame of it shown (the given frame is the video's first)
     with torch.inference_mode(), models.vae.active() as vae:
@@ -174,10 +174,10 @@ def test_bfloat16_renders_on_a_cpu():
 
     torch.set_num_threads(1)
     config = to_config(load_config(["model=wan_tiny", "model.wan.dtype=bfloat16", "model.wan.sampling_steps=1"]))
-    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
     assert next(models.dit.model.parameters()).dtype == torch.bfloat16
     sink = FrameList()
-    pipeline_for(config, models).render(np.full((64, 64, 3), 128, dtype=np.uint8), [np.zeros(4000, np.float32)], [sink])
+    pipeline_for(config, models, engine_of(config)).render(np.full((64, 64, 3), 128, dtype=np.uint8), [np.zeros(4000, np.float32)], [sink])
     assert sink.video().shape == (6, 64, 64, 3)
 
 
@@ -203,9 +203,9 @@ def test_multitalk_conditions_each_later_clip_on_its_motion_frames():
     try:
         for mode in ("reference", "motion"):
             config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=1", f"model.wan.clip_condition={mode}"]))
-            models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+            models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
             sink = FrameList()
-            pipeline_for(config, models).render(reference, audio, [sink])
+            pipeline_for(config, models, engine_of(config)).render(reference, audio, [sink])
             videos[mode] = sink.video().astype(int)
     finally:
         WanContextStage.encode_given = original

@@ -10,6 +10,7 @@ import torch
 from avatargen.config.loader import load_config, to_config
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.schedule import checkpoint_grid
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for, place_models
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.runtime.distributed import ParallelContext, world_info
@@ -28,7 +29,7 @@ def reference() -> np.ndarray:
 def _pipeline(interpolate: bool) -> Pipeline:
     torch.set_num_threads(1)
     config = to_config(load_config(["model=wan_tiny", "model.wan.sampling_steps=2", f"pipeline.interpolate={str(interpolate).lower()}"]))
-    return pipeline_for(config, place_models(config, torch.device("cpu"), ParallelContext(world_info())))
+    return pipeline_for(config, place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info())), engine_of(config))
 
 
 def test_seams_are_regenerated_and_the_frames_before_the_first_seam_are_unchanged(reference):

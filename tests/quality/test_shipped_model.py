@@ -13,13 +13,13 @@ import soundfile as sf
 
 from avatargen.eval import evaluate_video
 from avatargen.io.audio import load_audio
-from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from tests.conftest import REPO, run_cli
 from tests.ffmpeg_probe import decode_frames
 
 EXAMPLES = REPO / "examples"
 
-pytestmark = pytest.mark.skipif(not shipped_checkpoint("tiny").exists(), reason="no shipped checkpoint")
+pytestmark = pytest.mark.skipif(not SHIPPED_CHECKPOINTS["tiny"].exists(), reason="no shipped checkpoint")
 
 
 def test_default_render_is_lip_synced_with_smooth_seams(tmp_path):

@@ -24,6 +24,7 @@ from avatargen.config.schema import Config
 from avatargen.families.tiny.build import build_modules
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.render import compositor_for
 from tests.conftest import FrameList, REPO
@@ -52,7 +53,7 @@ def composited_frames(config: Config, image: Path, audio: Path,
         for module in models.all():
             module.model.register_forward_hook(perturb)
     sink = FrameList()
-    pipeline = pipeline_for(config, models, composited=True)
+    pipeline = pipeline_for(config, models, engine_of(config), composited=True)
     with AudioFileSource(audio, config.model.sample_rate) as source:
         pipeline.render(loaded.square, source, [CompositingSink(compositor, [sink])], read_box=compositor.model_box())
     return sink.video(), perturbed

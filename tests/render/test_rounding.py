@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from avatargen.config.loader import load_config, to_config
-from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from tests.conftest import REPO
 from tests.render.noisy_render import NOISE, composited_frames, grey_moves, speech_start
 
@@ -19,7 +19,7 @@ from tests.render.noisy_render import NOISE, composited_frames, grey_moves, spee
 MAX_GREY_MOVE = 3
 
 
-@pytest.mark.skipif(not shipped_checkpoint("tiny").exists(), reason="no shipped checkpoint")
+@pytest.mark.skipif(not SHIPPED_CHECKPOINTS["tiny"].exists(), reason="no shipped checkpoint")
 def test_float_noise_on_every_models_output_moves_no_frame_of_a_float32_render_by_more_than_a_few_grey_levels(tmp_path):
     torch.set_num_threads(1)
     audio = speech_start(tmp_path, 2.0)  # 50 frames: N chunks 0-3 and the seams between them

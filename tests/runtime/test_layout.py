@@ -7,13 +7,13 @@ import pytest
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.errors import ConfigError
-from avatargen.runtime.distributed import splittable_work
+from tests.conftest import engine_of
 from avatargen.runtime.layout import SplittableWork, resolve_layout
 
 
 def layout(world: int, *overrides: str):
     config = to_config(load_config(list(overrides)))
-    found = resolve_layout(config, world, splittable_work(config))
+    found = resolve_layout(config, world, engine_of(config).splittable_work(config))
     return found.guidance, found.sequence, found.replicas, found.sharded
 
 
@@ -69,7 +69,7 @@ LIVE = "model=liveavatar_tiny"  # a causal family: 4 denoising steps a block, on
 
 def stages(world: int, *overrides: str):
     config = to_config(load_config(list(overrides)))
-    found = resolve_layout(config, world, splittable_work(config))
+    found = resolve_layout(config, world, engine_of(config).splittable_work(config))
     return found.pipeline, found.replicas, found.sharded, found.report()
 
 

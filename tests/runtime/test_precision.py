@@ -15,7 +15,9 @@ from avatargen.config.loader import load_config, to_config
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
 from avatargen.families.tiny.build import build_modules
-from avatargen.pipeline.build import pipeline_for, shipped_checkpoint
+from tests.conftest import engine_of
+from avatargen.pipeline.build import pipeline_for
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from avatargen.runtime.precision import MIN_SPEEDUP, NATIVE_BF16_FLAGS, choose_precision, cpu_flags
 from tests.conftest import FrameList, REPO, run_cli
 from tests.ffmpeg_probe import count_frames, decode_frames
@@ -76,7 +78,7 @@ def test_an_unknown_dtype_is_refused_with_the_valid_ones(face_png, speech_wav, t
 
 # -- renders of the shipped model --------------------------------------------------------------------------------
 
-shipped = pytest.mark.skipif(not shipped_checkpoint("tiny").exists(), reason="no shipped checkpoint")
+shipped = pytest.mark.skipif(not SHIPPED_CHECKPOINTS["tiny"].exists(), reason="no shipped checkpoint")
 
 
 class DtypesSeen(TorchDispatchMode):
@@ -107,7 +109,7 @@ def render_frames(dtype: torch.dtype, audio, watch: DtypesSeen | None = None) ->
     torch.set_num_threads(1)
     config = to_config(load_config([f"runtime.dtype={str(dtype).removeprefix('torch.')}", "runtime.quantize=none"]))
     models = build_modules(config, CPU, precision=choose_precision(config.runtime.dtype.value, CPU))
-    pipeline = pipeline_for(config, models)
+    pipeline = pipeline_for(config, models, engine_of(config))
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
     sink, source = FrameList(), AudioFileSource(audio, config.model.sample_rate)
     if watch is not None:
@@ -160,7 +162,7 @@ def test_a_bfloat16_render_resumes_bit_exact(tmp_path):
     config = to_config(load_config(["model.weights=random", "runtime.dtype=bfloat16"]))
     models = build_modules(config, CPU)
     assert models.precision.dtype == torch.bfloat16
-    pipeline = pipeline_for(config, models)
+    pipeline = pipeline_for(config, models, engine_of(config))
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
     grid = checkpoint_grid(pipeline.schedule, round(config.model.fps * config.output.gop_seconds))
     saved = []

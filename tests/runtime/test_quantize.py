@@ -16,6 +16,7 @@ from avatargen.errors import ConfigError
 from avatargen.families.tiny.build import build_modules
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import load_reference_image
+from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.runtime.quantize import Int8Linear, choose_quantization, engine_for_this_cpu
 from tests.conftest import FrameList, REPO, run_cli
@@ -64,7 +65,7 @@ def _frames(quantize_setting: str, audio) -> np.ndarray:
     config = to_config(load_config(["runtime.dtype=float32", f"runtime.quantize={quantize_setting}"]))
     models = build_modules(config, CPU)
     assert models.precision.quantization.int8 is (quantize_setting == "int8")
-    pipeline = pipeline_for(config, models)
+    pipeline = pipeline_for(config, models, engine_of(config))
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size)
     sink, source = FrameList(), AudioFileSource(audio, config.model.sample_rate)
     pipeline.render(reference, source, [sink])

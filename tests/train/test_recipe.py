@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from avatargen.errors import ConfigError
 from avatargen.families.tiny.config import checkpoint_architecture
-from avatargen.pipeline.build import shipped_checkpoint
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.models.vae import VAE, VAEParams
 from avatargen.families.tiny.train.recipe import MODULES, load_recipe, run_recipe, save_module
 
@@ -34,7 +34,7 @@ def test_same_seed_gives_the_same_weights(tmp_path):
 def test_init_from_distils_only_the_a2v_of_a_checkpoint(tmp_path):
     run_recipe(load_recipe([*TINY, "a2v_distill_steps=0"]), tmp_path / "base")
     run_recipe(load_recipe([*TINY, f"init_from={tmp_path / 'base'}"]), tmp_path / "distilled")
-    shipped = checkpoint_architecture(shipped_checkpoint("tiny"))  # the model config's
+    shipped = checkpoint_architecture(SHIPPED_CHECKPOINTS["tiny"])  # the model config's
     assert checkpoint_architecture(tmp_path / "base") == checkpoint_architecture(tmp_path / "distilled") == shipped
     for name in MODULES:
         base, distilled = (load_file(str(tmp_path / run / f"{name}.safetensors")) for run in ("base", "distilled"))
@@ -48,7 +48,7 @@ def test_init_from_needs_a_checkpoint_folder_not_yet_distilled(tmp_path):
     with pytest.raises(ConfigError, match="no audio_encoder.safetensors"):
         run_recipe(load_recipe([f"init_from={tmp_path}"]), tmp_path / "out")
     folder = tmp_path / "shipped"
-    shutil.copytree(shipped_checkpoint("tiny"), folder)
+    shutil.copytree(SHIPPED_CHECKPOINTS["tiny"], folder)
     (folder / "recipe.yaml").write_text("a2v_distill_steps: 1000\n")
     with pytest.raises(ConfigError, match="already distilled"):
         run_recipe(load_recipe([f"init_from={folder}"]), tmp_path / "out")
@@ -59,7 +59,7 @@ def test_a_checkpoint_folder_says_which_architecture_its_weights_were_trained_fo
     assert checkpoint_architecture(tmp_path) is None  # no model.yaml: nothing to check against
     (tmp_path / "model.yaml").write_text("a2v: {dim: 192}\nsr: {dim: 128}\n")  # from before the keys existed
     assert checkpoint_architecture(tmp_path) == {("a2v", "attention"): "full", ("vae", "decoder_widths"): None}
-    assert checkpoint_architecture(shipped_checkpoint("tiny")) == {("a2v", "attention"): "axial",
+    assert checkpoint_architecture(SHIPPED_CHECKPOINTS["tiny"]) == {("a2v", "attention"): "axial",
                                                                    ("vae", "decoder_widths"): [48, 32, 16]}
 
 
@@ -68,18 +68,18 @@ def test_init_from_a_checkpoint_with_a_wider_decoder_trains_only_the_decoder(tmp
     recipe with a2v_distill_steps=0 distils that decoder into the model config's narrower one and keeps everything
     else, the VAE's encoder and latent statistics included, bit for bit."""
     folder = tmp_path / "wide"
-    shutil.copytree(shipped_checkpoint("tiny"), folder)
+    shutil.copytree(SHIPPED_CHECKPOINTS["tiny"], folder)
     model = OmegaConf.load(folder / "model.yaml")
     del model.vae["decoder_widths"]
     OmegaConf.save(model, folder / "model.yaml")
     torch.manual_seed(0)
-    wide = VAE(VAEParams(widths=list(model.vae.widths)))  # random weights stand in for an older decoder
+    wide = VAE(VAEParams(widths=list(model.vae.widths), decoder_widths=None))  # random weights: an older, wide decoder
     wide.latent_std.fill_(0.5)
     save_module(wide, folder / "vae.safetensors", torch.float16)
     summary = run_recipe(load_recipe([f"init_from={folder}", "a2v_distill_steps=0", "decoder_distill_steps=2",
                                       "vae_batch=2", "log_every=1", "threads=1"]), tmp_path / "out")  # fmt: skip
     assert set(summary["phases"]) == {"decoder_distill"}  # no latent cache, no A2V distillation
-    assert checkpoint_architecture(tmp_path / "out") == checkpoint_architecture(shipped_checkpoint("tiny"))
+    assert checkpoint_architecture(tmp_path / "out") == checkpoint_architecture(SHIPPED_CHECKPOINTS["tiny"])
     before, after = (load_file(str(run / "vae.safetensors")) for run in (folder, tmp_path / "out"))
     narrow = VAE(VAEParams(widths=list(model.vae.widths), decoder_widths=[48, 32, 16])).state_dict()
     assert {key: value.shape for key, value in after.items()} == {key: value.shape for key, value in narrow.items()}

@@ -6,7 +6,7 @@ rings (made per render, families/liveavatar/chunks.py) are its steps' alone."""
 from __future__ import annotations
 
 import glob
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,12 +26,12 @@ from avatargen.families.wan.models.vae import WanVAE, WanVAEParams, vae_params
 from avatargen.families.wan.sources import wav2vec2_names
 from avatargen.families.wan.stages.text import ByteTokenizer, FolderTokenizer, Tokenizer
 from avatargen.modules import Module
-from avatargen.pipeline.build import placement_plan
+from avatargen.pipeline.parts import ModelPart
 from avatargen.runtime.distributed import ParallelContext
 from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.pipeline_parallel import PipelineRanks
-from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, place
+from avatargen.runtime.placement import RandomInit, Weights
 from avatargen.runtime.precision import Precision
 from avatargen.runtime.tensor_source import RenamedSource, TensorSource, files_of, pth_source, safetensors_files
 
@@ -145,8 +145,11 @@ def _wav2vec2_config(spec: LiveAvatarSpec, root: Path | None, la: LiveAvatarMode
                                                 do_stable_layer_norm=True, conv_bias=True))  # fmt: skip
 
 
-def build_liveavatar_modules(config: Config, device: torch.device, parallel: ParallelContext) -> LiveAvatarModels:
-    """The four modules, built on the meta device and placed in one pass (names and shapes checked first)."""
+LIVEAVATAR_MODULES = ("audio_encoder", "text_encoder", "vae", "dit")  # in build order
+
+
+def model_parts(config: Config) -> list[ModelPart]:
+    """The four parts, in build order (names and shapes checked before any weight is read)."""
     model = config.model
     assert isinstance(model, LiveAvatarConfig)
     la = model.liveavatar
@@ -154,28 +157,33 @@ def build_liveavatar_modules(config: Config, device: torch.device, parallel: Par
     require_wan_extra(config)
     from avatargen.families.wan.models.wav2vec2 import Wav2Vec2Encoder
 
-    monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
     root = None if model.weights == WeightsSource.random else checkpoint_root(config)
     run = DTYPES[la.dtype]
     audio_config = _wav2vec2_config(spec, root, la)
 
-    def weights(index: int, source: Callable[[], Weights]) -> Weights:
-        return RandomInit(config.seed + index) if root is None else source()
+    def part(index: int, name: str, build: Callable[[], nn.Module], source: Callable[[], Weights], dtype: torch.dtype,
+             streamed: bool) -> ModelPart:  # fmt: skip
+        weights = (lambda: RandomInit(config.seed + index)) if root is None else source
+        return ModelPart(name, build, weights, streamed=streamed, dtype=dtype, compute_dtype=torch.float32)
 
-    parts: list[tuple[str, Callable[[], nn.Module], Callable[[], Weights], torch.dtype, bool]] = [
-        ("audio_encoder", lambda: Wav2Vec2Encoder(audio_config), lambda: wav2vec2_source(root, la), torch.float32, False),
-        ("text_encoder", lambda: UMT5Encoder(spec.text_encoder), lambda: pth_source(root, la.text_encoder, "model.liveavatar.text_encoder"), run, True),
-        ("vae", lambda: WanVAE(spec.vae), lambda: pth_source(root, la.vae, "model.liveavatar.vae"), torch.float32, False),
-        ("dit", lambda: LiveAvatarDiT(spec.dit), lambda: dit_source(root, la), run, True),
+    return [
+        part(0, "audio_encoder", lambda: Wav2Vec2Encoder(audio_config), lambda: wav2vec2_source(root, la), torch.float32, False),
+        part(1, "text_encoder", lambda: UMT5Encoder(spec.text_encoder), lambda: pth_source(root, la.text_encoder, "model.liveavatar.text_encoder"), run, True),
+        part(2, "vae", lambda: WanVAE(spec.vae), lambda: pth_source(root, la.vae, "model.liveavatar.vae"), torch.float32, False),
+        part(3, "dit", lambda: LiveAvatarDiT(spec.dit), lambda: dit_source(root, la), run, True),
     ]  # fmt: skip
-    modules = []
-    for index, (name, build, source, dtype, streamed) in enumerate(parts):
-        net = build_on_meta(build)
-        if streamed:
-            plan = placement_plan(config, device, parallel, net)
-        else:
-            plan = PlacementPlan("none" if config.runtime.offload.value == "none" else "model", device)
-        modules.append(Module(name, place(net, weights(index, source), replace(plan, dtype=dtype), monitor, name)))
+
+
+def liveavatar_precision(config: Config, device: torch.device, parallel: ParallelContext) -> Precision:
+    return Precision(DTYPES[config.model.liveavatar.dtype], "model.liveavatar.dtype")
+
+
+def model_set(config: Config, modules: dict[str, Module], monitor: OffloadMonitor, precision: Precision,
+              parallel: ParallelContext) -> LiveAvatarModels:  # fmt: skip
+    """The placed modules with the prompt tokenizer and this rank's pipeline stage."""
+    la = config.model.liveavatar
+    spec = SPECS[la.spec]
+    root = None if config.model.weights == WeightsSource.random else checkpoint_root(config)
     length = spec.dit.text_len
     if la.tokenizer is None or root is None:
         tokenizer: Tokenizer = ByteTokenizer(length)
@@ -184,9 +192,8 @@ def build_liveavatar_modules(config: Config, device: torch.device, parallel: Par
         if not folder.is_dir():
             raise CheckpointError(f"model.liveavatar.tokenizer: '{folder}' does not exist; download Wan2.2-S2V-14B whole")
         tokenizer = FolderTokenizer(folder, length)
-    return LiveAvatarModels(spec, *modules, tokenizer=tokenizer, monitor=monitor,
-                            precision=Precision(run, "model.liveavatar.dtype"),
-                            stage=parallel.pipeline_ranks)  # fmt: skip
+    return LiveAvatarModels(spec, *(modules[name] for name in LIVEAVATAR_MODULES), tokenizer=tokenizer,
+                            monitor=monitor, precision=precision, stage=parallel.pipeline_ranks)  # fmt: skip
 
 
 def parallel_work(config: Config) -> SplittableWork:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from avatargen.config.families import FamilyConfig
 from avatargen.config.schema import Config, ModelConfig
 from avatargen.errors import ConfigError
 
@@ -89,3 +90,6 @@ def validate_liveavatar(config: Config) -> None:
 def negative_prompt(model: LiveAvatarConfig) -> str:
     """``model.liveavatar.negative_prompt``, or the reference's."""
     return REFERENCE_NEGATIVE_PROMPT if model.liveavatar.negative_prompt is None else model.liveavatar.negative_prompt
+
+
+FAMILY = FamilyConfig(name="liveavatar", model_config=LiveAvatarConfig, engine="avatargen.families.liveavatar.engine:ENGINE", validate=validate_liveavatar)

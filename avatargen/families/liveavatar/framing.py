@@ -35,5 +35,5 @@ def size_within_area(height: int, width: int, max_area: int, divisor: int = DIVI
 
 
 def liveavatar_framing(config, height: int, width: int) -> CoverCrop:
-    """``Family.framing``: the picture's frame within ``model.liveavatar.max_area``."""
+    """``FamilyEngine.framing``: the picture's frame within ``model.liveavatar.max_area``."""
     return CoverCrop((height, width), size_within_area(height, width, config.model.liveavatar.max_area))

@@ -1,6 +1,6 @@
-"""The bundled family's five Modules: architecture from ``model.*``, weights from its checkpoint (a folder of
-``<name>.safetensors``, shipped in the package) or a seeded init, placed by ``runtime.*`` (and sharded under
-torchrun) in one pass."""
+"""The bundled family's five models as parts: architecture from ``model.*``, weights from its checkpoint (a folder of
+``<name>.safetensors``, shipped in the package) or a seeded init; avatargen/pipeline/parts.py places them by
+``runtime.*`` (and shards them under torchrun) in one pass, and ``model_set`` wraps them."""
 
 from __future__ import annotations
 
@@ -13,19 +13,18 @@ from pathlib import Path
 import torch
 
 from avatargen.config.schema import Config, WeightsSource
-
-from avatargen.families.tiny.config import check_checkpoint_architecture
+from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS, check_checkpoint_architecture
 from avatargen.families.tiny.models import MODEL_CLASSES
 from avatargen.modules import Module, ModuleSpec
-from avatargen.pipeline.build import placement_plan, resolve_checkpoint, resolve_precision
+from avatargen.pipeline.build import resolve_checkpoint, resolve_precision
+from avatargen.pipeline.parts import ModelPart, place_parts
 from avatargen.runtime.distributed import ParallelContext, world_info
 from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor, Resident
-from avatargen.runtime.placement import RandomInit, build_on_meta, place
+from avatargen.runtime.placement import RandomInit
 from avatargen.runtime.precision import Precision
 from avatargen.runtime.quantize import choose_quantization, quantize_linears
 from avatargen.runtime.tensor_source import open_checkpoint
-from avatargen.threads import torch_threads
 
 
 @dataclass
@@ -70,7 +69,7 @@ def weight_files(config: Config) -> list[Path]:
     """The safetensors files a render reads (none for random weights)."""
     if config.model.weights == WeightsSource.random:
         return []
-    checkpoint = resolve_checkpoint(config)
+    checkpoint = resolve_checkpoint(config, SHIPPED_CHECKPOINTS)
     return sorted(checkpoint.glob("*.safetensors")) if checkpoint.is_dir() else [checkpoint]
 
 
@@ -83,34 +82,43 @@ def parallel_work(config: Config) -> SplittableWork:
     return SplittableWork(sequence=True, sequence_by_default=False)
 
 
-def build_modules(
-    config: Config, device: torch.device, parallel: ParallelContext | None = None, precision: Precision | None = None
-) -> TinyModelSet:
-    """All five modules, built on the meta device and placed in one pass: loaded strictly (names and shapes checked)
-    from the memory-mapped checkpoint, or randomly initialised from ``seed`` where they live; placed by
-    ``runtime.offload`` (or FSDP-sharded in a sharded render) with one shared monitor. Their forwards compute in
-    ``precision`` (default: ``runtime.dtype`` resolved for ``device``); the weights stay float32 (where
-    ``runtime.quantize`` resolves to int8, the two DiTs also get int8 copies: ``TinyModelSet.fast``)."""
+def model_parts(config: Config) -> list[ModelPart]:
+    """The five models, in load order: loaded strictly (names and shapes checked) from the memory-mapped checkpoint
+    (its architecture checked against the config first), or randomly initialised from ``seed`` where they live."""
+    random = config.model.weights == WeightsSource.random
+    checkpoint = None if random else resolve_checkpoint(config, SHIPPED_CHECKPOINTS)
+    if checkpoint is not None:
+        check_checkpoint_architecture(config, checkpoint)
+
+    def weights(index: int, name: str):
+        return (lambda: RandomInit(config.seed + index)) if checkpoint is None else (lambda: open_checkpoint(checkpoint, name))
+
+    return [ModelPart(spec.name, spec.build, weights(i, spec.name)) for i, spec in enumerate(module_specs(config))]
+
+
+def model_set(config: Config, modules: dict[str, Module], monitor: OffloadMonitor, precision: Precision,
+              parallel: ParallelContext) -> TinyModelSet:  # fmt: skip
+    """The placed modules as the bundled family's set; its forwards compute in ``precision`` (the weights stay
+    float32); where ``runtime.quantize`` resolves to int8 the two DiTs also get int8 copies (``TinyModelSet.fast``)."""
+    models = TinyModelSet(*(modules[name] for name in MODEL_CLASSES), monitor=monitor, precision=precision)
+    quantization = choose_quantization(config.runtime.quantize.value, modules["a2v"].device, precision.dtype,
+                                       single_process=parallel.world.world_size == 1,
+                                       resident=config.runtime.offload.value == "none")  # fmt: skip
+    models.precision = replace(precision, quantization=quantization)
+    return models
+
+
+# One thread while placing: hundreds of small copies and inits; on two threads under load they took 0.66 s against
+# 0.05 s for the tiny model, the same weights to the bit (copies and the seeded init do not depend on the thread count).
+BUILD_THREADS = 1
+
+
+def build_modules(config: Config, device: torch.device, parallel: ParallelContext | None = None,
+                  precision: Precision | None = None) -> TinyModelSet:  # fmt: skip
+    """The five modules placed for ``device`` outside the process's model cache (scripts, tests): what a render
+    builds, with ``precision`` instead of ``runtime.dtype`` resolved where given."""
     parallel = parallel if parallel is not None else ParallelContext(world_info())
     precision = precision if precision is not None else resolve_precision(config, device, parallel)
     monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
-    random = config.model.weights == WeightsSource.random
-    checkpoint = None if random else resolve_checkpoint(config)
-    if checkpoint is not None:
-        check_checkpoint_architecture(config, checkpoint)
-    modules = []
-    # One thread: building and placing is hundreds of small copies and inits; on two threads under load they took
-    # 0.66 s against 0.05 s for the tiny model, the same weights to the bit (copies and the seeded init do not depend
-    # on the thread count).
-    with torch_threads(1):
-        for i, spec in enumerate(module_specs(config)):
-            model = build_on_meta(spec.build)
-            weights = RandomInit(config.seed + i) if random else open_checkpoint(checkpoint, spec.name)
-            plan = placement_plan(config, device, parallel, model)
-            modules.append(Module(spec.name, place(model, weights, plan, monitor, spec.name), precision.dtype))
-        models = TinyModelSet(*modules, monitor=monitor, precision=precision)
-        quantization = choose_quantization(config.runtime.quantize.value, device, precision.dtype,
-                                           single_process=parallel.world.world_size == 1,
-                                           resident=config.runtime.offload.value == "none")  # fmt: skip
-        models.precision = replace(precision, quantization=quantization)  # the DiTs' int8 copies: ``fast``
-    return models
+    modules = place_parts(config, model_parts(config), device, parallel, monitor, precision, BUILD_THREADS)
+    return model_set(config, modules, monitor, precision, parallel)

@@ -23,9 +23,8 @@ import torch
 from torch import Tensor
 
 from avatargen.config.schema import Config
-from avatargen.config.families import interpolates
 from avatargen.families.tiny.build import TinyModelSet
-from avatargen.families.tiny.config import TinyModelConfig, motion_frames_for
+from avatargen.families.tiny.config import INTERPOLATES, TinyModelConfig, motion_frames_for
 from avatargen.families.tiny.models.vae import DecoderCache
 from avatargen.families.tiny.stages import A2VStage, ContextGenStage, DecodeRegion, ReferenceContext, SRStage, StreamingDecodeStage
 from avatargen.pipeline.audio_timeline import AudioTimeline
@@ -53,7 +52,7 @@ class TinyChunks:
         self.config, self.model, self.models = config, model, models
         p = config.pipeline
         self.schedule = ChunkSchedule(
-            p.n_chunk_frames, motion_frames_for(config, composited), interpolates(config), p.seam_frames, p.anchor_frames
+            p.n_chunk_frames, motion_frames_for(config, composited), p.interpolates(INTERPOLATES), p.seam_frames, p.anchor_frames
         )
         self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed,
                                        model.text_encoder.max_tokens, (model.vae, model.text_encoder, model.image_size),

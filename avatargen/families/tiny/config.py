@@ -12,16 +12,12 @@ from pathlib import Path
 
 import yaml
 
+from avatargen.config.families import FamilyConfig
 from avatargen.config.schema import Config, ModelConfig
 from avatargen.config.validate import MAX_SAMPLE_RATE, numbers, require_in
 from avatargen.errors import ConfigError
-from avatargen.families.tiny.models import MODEL_CLASSES
-from avatargen.families.tiny.models.a2v_dit import A2VDiTParams
-from avatargen.families.tiny.models.audio_encoder import AudioEncoderParams
-from avatargen.families.tiny.models.sr_dit import SRDiTParams
-from avatargen.families.tiny.models.text_encoder import TextEncoderParams
-from avatargen.families.tiny.models.vae import VAEParams
-from avatargen.models.meta import build_on_meta
+from avatargen.families.tiny.params import (A2VDiTParams, AudioEncoderParams, SRDiTParams, TextEncoderParams,
+                                            VAEParams)
 
 MAX_LAYERS = 256  # depth-like keys: far past any CPU model, and a meta build stays instant
 DEPTH_KEYS = ("depth", "face_depth", "layers", "blocks_per_level")
@@ -29,6 +25,12 @@ MAX_MODEL_SIZE = 16_384  # any other width, length or count of the five models b
 MAX_MODEL_PARAMETERS = 2**33  # 8.6 G parameters (34 GB in float32): a thousand times the shipped model's 14 M
 MAY_BE_ZERO = ("audio_window",)  # counts that may be 0 besides the depth-like DEPTH_KEYS
 COMPOSITED_MOTION_FRAMES = 2  # the count the training recipe conditions its windows on
+INTERPOLATES = True  # pipeline.interpolate=null runs I chunks
+MODEL_NAMES = ("audio_encoder", "text_encoder", "vae", "a2v", "sr")  # its five models' sections, in the order they load
+SHIPPED_CHECKPOINTS = {"tiny": Path(__file__).with_name("checkpoint")}  # model option -> its folder in the package
+# A live render (--realtime with --audio -) renders for latency: small causal chunks (pipeline=live), catching up to
+# 0.3 s behind the voice, a 0.2-s output buffer (the jitter of a 4-frame chunk's emission on a 2-core CPU: docs/live.md)
+LIVE_OVERRIDES = ("pipeline=live", "output.realtime_target_s=0.3", "output.realtime_buffer_s=0.2")
 
 
 @dataclass
@@ -115,17 +117,15 @@ def motion_frames_for(config: Config, composited: bool | None = None) -> int:
 
 def validate_tiny(config: Config) -> None:
     """Raise ConfigError naming the first inconsistent ``model.*`` or ``pipeline.*`` key the bundled family reads."""
-    from avatargen.config.families import interpolates
-
     p, m = config.pipeline, config.model
     assert isinstance(m, TinyModelConfig)
     for key, value in numbers(m):
-        if key.split(".")[0] in MODEL_CLASSES and isinstance(value, int) and key.split(".")[-1] not in DEPTH_KEYS:
+        if key.split(".")[0] in MODEL_NAMES and isinstance(value, int) and key.split(".")[-1] not in DEPTH_KEYS:
             low = 0 if key.split(".")[-1] in MAY_BE_ZERO else 1  # a width or size of 0 builds, then fails mid-render
             require_in(value, low, MAX_SAMPLE_RATE if key.endswith("sample_rate") else MAX_MODEL_SIZE, f"model.{key}")
     _require(p.motion_frames is None or 0 <= p.motion_frames < p.n_chunk_frames,
              "pipeline.motion_frames must be null or in [0, pipeline.n_chunk_frames)")  # fmt: skip
-    if interpolates(config):
+    if p.interpolates(INTERPOLATES):
         _require(
             p.seam_frames >= 1 and p.anchor_frames >= 1,
             "pipeline.seam_frames and pipeline.anchor_frames must be >= 1 when pipeline.interpolate=true",
@@ -159,9 +159,12 @@ def validate_tiny(config: Config) -> None:
 
 
 def _validate_model_shapes(model: TinyModelConfig) -> None:
-    """Every model must be buildable from its keys: heads >= 1, then each model is built on the meta device (no
-    memory, no weights), so a shape the architecture rejects fails here, naming its section, not while loading."""
-    for name in MODEL_CLASSES:
+    """Every model must be buildable from its keys: heads >= 1, then each model whose keys differ from the shipped
+    ones is built on the meta device (no memory, no weights), so a shape the architecture rejects fails here, naming
+    its section, not while loading. The shipped sections build: a config that keeps them imports no torch."""
+    defaults = TinyModelConfig()
+    changed = [name for name in MODEL_NAMES if getattr(model, name) != getattr(defaults, name)]
+    for name in changed:
         section = getattr(model, name)
         if isinstance(getattr(section, "heads", None), int):
             _require(section.heads >= 1, f"model.{name}.heads must be >= 1")
@@ -169,9 +172,14 @@ def _validate_model_shapes(model: TinyModelConfig) -> None:
             value = getattr(section, key, None)
             if isinstance(value, int):
                 _require(0 <= value <= MAX_LAYERS, f"model.{name}.{key} must be in [0, {MAX_LAYERS}]")
-    for name, model_class in MODEL_CLASSES.items():
+    if not changed:
+        return
+    from avatargen.families.tiny.models import MODEL_CLASSES  # torch: only for a model config of one's own
+    from avatargen.models.meta import build_on_meta
+
+    for name in changed:
         try:
-            built = build_on_meta(partial(model_class, getattr(model, name)))
+            built = build_on_meta(partial(MODEL_CLASSES[name], getattr(model, name)))
         except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError, OverflowError, MemoryError) as error:
             reason = (str(error).strip().splitlines() or [error.__class__.__name__])[0]  # torch appends a C++ trace
             raise ConfigError(
@@ -182,3 +190,12 @@ def _validate_model_shapes(model: TinyModelConfig) -> None:
         _require(count <= MAX_MODEL_PARAMETERS, f"model.{name} would have {count:,} parameters, over the limit of "
                  f"{MAX_MODEL_PARAMETERS:,}; fix the model.{name}.* keys")  # fmt: skip
 
+
+FAMILY = FamilyConfig(
+    name="tiny",
+    model_config=TinyModelConfig,
+    engine="avatargen.families.tiny.engine:ENGINE",
+    validate=validate_tiny,
+    overlap=True,
+    live_overrides=LIVE_OVERRIDES,
+)

@@ -1,39 +1,4 @@
-"""The Wan2.1 family (``model=infinitetalk|multitalk|wan_tiny``): InfiniteTalk and MultiTalk on Wan2.1-I2V-14B,
-loaded from the files as their users download them (docs/models.md); ``wan_tiny`` is the same code at toy size."""
-
-from avatargen.config.families import Family
-from avatargen.config.schema import Config
-from avatargen.families.wan.build import build_wan_modules, parallel_work, weight_files
-from avatargen.families.wan.check import check_wan_weights
-from avatargen.families.wan.chunks import WanChunks
-from avatargen.families.wan.config import WanConfig, WanFraming, validate_wan
-from avatargen.families.wan.framing import CoverCrop, cover_crop
-from avatargen.families.wan.models.speakers import SPEAKERS
-from avatargen.families.wan.models.specs import family_spec
-
-def wan_framing(config: Config, height: int, width: int) -> CoverCrop | None:
-    """``Family.framing``: the reference's aspect-ratio buckets (``model.wan.framing=bucket``), or None for the
-    shared square of ``pipeline.image_fit``."""
-    model = config.model
-    if model.wan.framing != WanFraming.bucket:
-        return None
-    spec = family_spec(model.wan.spec)
-    return cover_crop(height, width, model.image_size, spec.vae.spatial_stride * spec.dit.patch_size[1])
-
-
-FAMILY = Family(
-    name="wan",
-    model_config=WanConfig,
-    build_models=build_wan_modules,
-    chunk_steps=WanChunks,
-    weight_files=weight_files,
-    validate=validate_wan,
-    check_weights=check_wan_weights,
-    parallel_work=parallel_work,  # its guidance passes, and its DiT's tokens (Ulysses)
-    interpolates=False,  # its clips already continue from their motion frames (docs/models.md)
-    composited=False,  # it renders the whole picture at its own resolution
-    overlap=False,  # a clip's motion frames are the frames the last one showed: emission cannot lag generation
-    framing=wan_framing,  # the reference's aspect-ratio buckets (model.wan.framing)
-    follows_video=True,  # InfiniteTalk's video-to-video (dubbing)
-    speakers=SPEAKERS,  # MultiTalk's two-speaker routing
-)
+"""The Wan2.1 family (``model=infinitetalk|multitalk|wan_tiny``): its config (config.py, ``FAMILY``), models
+(models/), parts and set (build.py), stages (stages/), chunk steps (chunks.py) and engine (engine.py, ``ENGINE``).
+Its clips continue from their motion frames (no I chunks by default), it renders the whole picture at its own
+resolution, and a clip's motion frames are the frames the last one showed (no overlapped emission)."""

@@ -1,10 +1,11 @@
-"""Builds the five Modules of a Wan-family model: each built on the meta device and placed once, from the downloaded
-files (``model.checkpoint`` + ``model.wan.*``) or a seeded init where its weights live."""
+"""The five models of a Wan-family model as parts: each built on the meta device and placed once
+(avatargen/pipeline/parts.py), from the downloaded files (``model.checkpoint`` + ``model.wan.*``) or a seeded init
+where its weights live; ``model_set`` wraps them with the prompt tokenizer."""
 
 from __future__ import annotations
 
 import glob
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,19 +21,20 @@ from avatargen.families.wan.models.specs import WanFamilySpec, family_spec
 from avatargen.families.wan.models.umt5 import UMT5Encoder
 from avatargen.families.wan.models.vae import WanVAE
 from avatargen.modules import Module
-from avatargen.pipeline.build import placement_plan
+from avatargen.pipeline.parts import ModelPart
 from avatargen.runtime.distributed import ParallelContext
 from avatargen.runtime.guidance import GuidanceSplit
 from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.precision import Precision
-from avatargen.runtime.placement import PlacementPlan, RandomInit, Weights, build_on_meta, place
+from avatargen.runtime.placement import RandomInit, Weights
 from avatargen.families.wan.sources import dit_source, wav2vec2_folder_config, wav2vec2_source
 from avatargen.runtime.tensor_source import pth_source
 from avatargen.families.wan.stages.sampler import Guidance, guidance_passes
 from avatargen.families.wan.stages.text import Tokenizer, tokenizer_for
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+WAN_MODULES = ("audio_encoder", "text_encoder", "image_encoder", "vae", "dit")  # in build order
 WAN_EXTRA = "pip install 'avatargen[wan]'"
 
 
@@ -82,18 +84,7 @@ def checkpoint_root(config: Config) -> Path:
     return root
 
 
-@dataclass(frozen=True)
-class WanPart:
-    """One of the five: how to build it, where its tensors are, and the dtype it runs in."""
-
-    name: str
-    build: Callable[[], nn.Module]
-    weights: Callable[[], Weights]
-    dtype: torch.dtype
-    streamed: bool  # big enough to follow runtime.offload block by block (the DiT, umT5)
-
-
-def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
+def wan_parts(config: Config, root: Path | None) -> list[ModelPart]:
     """The five parts in build order (``root`` None: seeded random weights)."""
     wan: WanModelConfig = config.model.wan
     spec = family_spec(wan.spec)
@@ -111,45 +102,40 @@ def wan_parts(config: Config, root: Path | None) -> list[WanPart]:
     def pth(key: str, prefix: str = "") -> Callable[[], Any]:
         return lambda: pth_source(root, getattr(wan, key), f"model.wan.{key}", prefix)
 
+    def part(name: str, build: Callable[[], nn.Module], weights: Callable[[], Any], dtype: torch.dtype,
+             streamed: bool) -> ModelPart:  # fmt: skip
+        # its weights in ``dtype``; its forwards as they are (the Wan stages cast themselves: model.wan.dtype)
+        return ModelPart(name, build, weights, streamed=streamed, dtype=dtype, compute_dtype=torch.float32)
+
     return [
-        WanPart("audio_encoder", lambda: Wav2Vec2Encoder(audio_config),
-                weights(0, lambda: wav2vec2_source(root, wan)), torch.float32, streamed=False),
-        WanPart("text_encoder", lambda: UMT5Encoder(spec.text_encoder), weights(1, pth("text_encoder")), run, streamed=True),
-        WanPart("image_encoder", lambda: CLIPVisionTower(spec.image_encoder),
-                weights(2, pth("image_encoder", wan.image_encoder_prefix)), run, streamed=False),
-        WanPart("vae", lambda: WanVAE(spec.vae), weights(3, pth("vae")), torch.float32, streamed=False),
-        WanPart("dit", lambda: WanDiT(spec.dit, wan.fp32_time_head), weights(4, lambda: dit_source(root, wan)), run,
-                streamed=True),
+        part("audio_encoder", lambda: Wav2Vec2Encoder(audio_config),
+             weights(0, lambda: wav2vec2_source(root, wan)), torch.float32, streamed=False),
+        part("text_encoder", lambda: UMT5Encoder(spec.text_encoder), weights(1, pth("text_encoder")), run, streamed=True),
+        part("image_encoder", lambda: CLIPVisionTower(spec.image_encoder),
+             weights(2, pth("image_encoder", wan.image_encoder_prefix)), run, streamed=False),
+        part("vae", lambda: WanVAE(spec.vae), weights(3, pth("vae")), torch.float32, streamed=False),
+        part("dit", lambda: WanDiT(spec.dit, wan.fp32_time_head), weights(4, lambda: dit_source(root, wan)), run,
+             streamed=True),
     ]  # fmt: skip
 
 
-def part_plan(
-    config: Config, part: WanPart, device: torch.device, parallel: ParallelContext, model: nn.Module
-) -> PlacementPlan:
-    """The DiT and umT5 follow ``runtime.offload`` (or FSDP); the small ones stay whole: on the device, or moved in
-    whole for their one call under ``model`` / ``block``."""
-    if part.streamed:
-        plan = placement_plan(config, device, parallel, model)
-    else:
-        policy = "none" if config.runtime.offload.value == "none" else "model"
-        plan = PlacementPlan(policy, device)
-    return replace(plan, dtype=part.dtype)
+def model_parts(config: Config) -> list[ModelPart]:
+    """The five parts of ``config``'s model (its downloaded files checked for a folder first)."""
+    return wan_parts(config, None if config.model.weights == WeightsSource.random else checkpoint_root(config))
 
 
-def build_wan_modules(config: Config, device: torch.device, parallel: ParallelContext) -> WanModelSet:
-    """All five Wan modules, built on the meta device and placed in one pass (names and shapes checked first)."""
-    offload, resident_blocks = config.runtime.offload.value, config.runtime.offload_resident_blocks
-    monitor = OffloadMonitor(offload, resident_blocks, device)
-    random = config.model.weights == WeightsSource.random
-    root = None if random else checkpoint_root(config)
-    modules = []
-    for part in wan_parts(config, root):
-        model = build_on_meta(part.build)
-        plan = part_plan(config, part, device, parallel, model)
-        modules.append(Module(part.name, place(model, part.weights(), plan, monitor, part.name)))
-    tokenizer = tokenizer_for(config.model.wan, root, family_spec(config.model.wan.spec).dit.text_len)
-    precision = Precision(DTYPES[config.model.wan.dtype.value], "model.wan.dtype")
-    return WanModelSet(family_spec(config.model.wan.spec), *modules, tokenizer=tokenizer, monitor=monitor,
+def wan_precision(config: Config, device: torch.device, parallel: ParallelContext) -> Precision:
+    """The DiT's run dtype: ``model.wan.dtype`` (``runtime.dtype`` is for avatargen's own models)."""
+    return Precision(DTYPES[config.model.wan.dtype.value], "model.wan.dtype")
+
+
+def model_set(config: Config, modules: dict[str, Module], monitor: OffloadMonitor, precision: Precision,
+              parallel: ParallelContext) -> WanModelSet:  # fmt: skip
+    """The placed modules with the prompt tokenizer and this rank's guidance passes."""
+    root = None if config.model.weights == WeightsSource.random else checkpoint_root(config)
+    spec = family_spec(config.model.wan.spec)
+    tokenizer = tokenizer_for(config.model.wan, root, spec.dit.text_len)
+    return WanModelSet(spec, *(modules[name] for name in WAN_MODULES), tokenizer=tokenizer, monitor=monitor,
                        precision=precision, guidance=parallel.guidance_split())  # fmt: skip
 
 

@@ -55,7 +55,6 @@ from einops import rearrange
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
-from avatargen.config.families import interpolates
 from avatargen.config.schema import Config
 from avatargen.errors import ResumeMismatchError
 from avatargen.families.wan.build import WanModelSet
@@ -101,7 +100,7 @@ class WanChunks:
         self.clip_frames, self.motion_frames = spec.clip_frames, spec.motion_frames
         self.step = spec.vae.temporal_stride  # video frames per latent frame (after a stream's first)
         # The first clip shows all its frames (one given: the reference), each later one its frames after the motion.
-        self.schedule = ChunkSchedule(self.clip_frames - self.motion_frames, self.motion_frames, interpolates(config),
+        self.schedule = ChunkSchedule(self.clip_frames - self.motion_frames, self.motion_frames, config.pipeline.interpolates(False),
                                       wan.seam_frames, wan.anchor_frames, first_chunk_frames=self.clip_frames)  # fmt: skip
         # Frames shown that later steps read: the next clip's motion frames, the next seam's left anchor.
         self.held_frames = max(self.motion_frames, wan.anchor_frames + 1 if self.schedule.interpolate else 0)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import List, Optional
 
+from avatargen.config.families import FamilyConfig
 from avatargen.config.schema import Config, ModelConfig
 from avatargen.errors import ConfigError
 
@@ -157,3 +158,6 @@ def validate_wan(config: Config) -> None:
     require(wan.seam_frames <= new_frames and wan.seam_frames // 2 + wan.anchor_frames <= new_frames,
             f"model.wan.seam_frames / 2 + model.wan.anchor_frames ({wan.seam_frames // 2 + wan.anchor_frames}) and "
             f"seam_frames must be <= the {new_frames} new frames of a clip of model.wan.spec={wan.spec}")  # fmt: skip
+
+
+FAMILY = FamilyConfig(name="wan", model_config=WanConfig, engine="avatargen.families.wan.engine:ENGINE", validate=validate_wan)

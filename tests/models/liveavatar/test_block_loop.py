@@ -12,6 +12,7 @@ import torch
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.families.liveavatar.chunks import LiveAvatarChunks, reference_offset
+from tests.conftest import engine_of
 from avatargen.pipeline.build import place_models
 from avatargen.pipeline.schedule import NChunk
 from avatargen.pipeline.state import RollingState
@@ -30,7 +31,7 @@ class Tone:
 @pytest.fixture(scope="module")
 def chunks() -> LiveAvatarChunks:
     config = to_config(load_config(["model=liveavatar_tiny", "runtime.threads=1"]))
-    models = place_models(config, torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, engine_of(config), torch.device("cpu"), ParallelContext(world_info()))
     return LiveAvatarChunks(config, models)
 
 

@@ -53,9 +53,3 @@ def merge_peft_lora(state: dict[str, Tensor], lora: dict[str, Tensor], alpha: fl
         scale = alpha / a.shape[0]
         merged[name] = (merged[name].float() + scale * (b.float() @ a.float())).to(state[name].dtype)
     return merged
-
-
-def target_names(lora: dict[str, Tensor]) -> list[str]:
-    """The base tensors a LoRA file changes (for ``weights check``)."""
-    pairs, replaced = parse_peft(lora)
-    return sorted([*pairs, *replaced])

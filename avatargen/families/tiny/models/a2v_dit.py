@@ -8,7 +8,7 @@ frames around their own frame. Timestep + pooled text form the adaLN-Zero condit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -31,26 +31,7 @@ from avatargen.families.tiny.models.layers import (
     init_sincos_2d,
     unpatchify,
 )
-
-
-@dataclass
-class A2VDiTParams:
-    """Hyper-parameters of :class:`A2VDiT`."""
-
-    latent_channels: int = 8
-    latent_size: int = 16
-    patch_size: int = 2
-    dim: int = 192
-    depth: int = 4
-    heads: int = 4
-    mlp_ratio: float = 4.0
-    audio_dim: int = 128
-    audio_window: int = 2
-    text_dim: int = 128
-    # self-attention: "axial" (heads // 2 heads within each frame and the reference frame, the rest along time; 1/16
-    # of full attention's scores for an 18-frame window) or "full" (every token over every token, what checkpoints
-    # trained before it was added use: docs/model-card.md, "Frame-axial attention")
-    attention: str = "axial"
+from avatargen.families.tiny.params import A2VDiTParams
 
 
 ATTENTION_KINDS = ("axial", "full")

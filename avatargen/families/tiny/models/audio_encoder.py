@@ -8,26 +8,12 @@ would depend on where a window starts), every convolution is local, and no norma
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
-
-
-@dataclass
-class AudioEncoderParams:
-    """Hyper-parameters of :class:`AudioEncoder`."""
-
-    sample_rate: int = 16000
-    fps: int = 25
-    n_fft: int = 512
-    hop_length: int = 160
-    n_mels: int = 40
-    dim: int = 128
-    layers: int = 3
-    out_dim: int = 128
+from avatargen.families.tiny.params import AudioEncoderParams
 
 
 def mel_filterbank(

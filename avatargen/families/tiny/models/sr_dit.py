@@ -10,7 +10,6 @@ Both predict residuals through zero-initialised heads, so an untrained model is 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -18,23 +17,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from avatargen.families.tiny.models.layers import TransformerBlock, init_linear_xavier, init_sincos_2d, patchify, unpatchify
-
-
-@dataclass
-class SRDiTParams:
-    """Hyper-parameters of :class:`SRDiT`. ``face_box`` is (x0, y0, x1, y1) in [0, 1] image coordinates."""
-
-    latent_channels: int = 8
-    low_size: int = 16
-    high_size: int = 32
-    patch_size: int = 4
-    dim: int = 128
-    depth: int = 3
-    heads: int = 4
-    mlp_ratio: float = 4.0
-    face_box: list[float] = field(default_factory=lambda: [0.25, 0.35, 0.75, 0.95])
-    face_patch_size: int = 2
-    face_depth: int = 2
+from avatargen.families.tiny.params import SRDiTParams
 
 
 def _validate(p: SRDiTParams) -> None:

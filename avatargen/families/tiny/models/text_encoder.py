@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from avatargen.families.tiny.models.layers import TransformerBlock
+from avatargen.families.tiny.params import TextEncoderParams
 
 BOS_ID = 256
 EOS_ID = 257
 PAD_ID = 258
 VOCAB_SIZE = 259
-
-
-@dataclass
-class TextEncoderParams:
-    """Hyper-parameters of :class:`TextEncoder`."""
-
-    max_tokens: int = 64
-    dim: int = 128
-    layers: int = 2
-    heads: int = 4
 
 
 def tokenize(texts: list[str], max_tokens: int) -> Tensor:

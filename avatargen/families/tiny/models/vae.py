@@ -10,31 +10,13 @@ video chunk by chunk equals decoding it at once, with memory bounded by the chun
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
-
-
-@dataclass
-class VAEParams:
-    """Hyper-parameters of :class:`VAE`. ``widths`` run from the latent resolution up to full resolution."""
-
-    latent_channels: int = 8
-    widths: list[int] = field(default_factory=lambda: [96, 48, 24])
-    blocks_per_level: int = 1
-    temporal_kernel: int = 3
-    # The decoder's own widths, as many levels as ``widths`` (None: ``widths``). The decoder runs on every frame
-    # rendered, the encoder only on the reference, so the decoder may be the narrower of the two.
-    decoder_widths: Optional[list[int]] = None
-
-    @property
-    def decoder_levels(self) -> list[int]:
-        """The decoder's widths, from the latent resolution up."""
-        return list(self.decoder_widths) if self.decoder_widths is not None else list(self.widths)
+from avatargen.families.tiny.params import VAEParams
 
 
 @dataclass

@@ -12,11 +12,13 @@ from torch import Tensor, nn
 
 
 class RMSNorm(nn.Module):
-    """RMS norm over the last dimension, computed in fp32, with a learned scale (``weight``)."""
+    """RMS norm over the last dimension, computed in fp32, with a learned scale (``weight``), no mean subtraction and
+    no bias. Its output is in the input's dtype (Wan's norms), or in the scale's (``in_weight_dtype``: T5's)."""
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, in_weight_dtype: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.in_weight_dtype = in_weight_dtype
         self.weight = nn.Parameter(torch.ones(dim))
 
     def reset_parameters(self) -> None:
@@ -24,9 +26,11 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
-        """(..., dim) -> (..., dim), in ``x``'s dtype."""
+        """(..., dim) -> (..., dim), in ``x``'s dtype (or the scale's)."""
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        if self.in_weight_dtype:
+            return self.weight * normed.type_as(self.weight)
         return normed.type_as(x) * self.weight
 
 

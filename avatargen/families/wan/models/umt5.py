@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avatargen.families.wan.models.layers import RMSNorm
 from avatargen.families.wan.models.named_specs import lookup_spec
 
 
@@ -48,24 +49,6 @@ UMT5_SPECS: dict[str, UMT5Params] = {
 def umt5_params(name: str, **overrides: object) -> UMT5Params:
     """A named spec (``UMT5_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
     return replace(lookup_spec(UMT5_SPECS, name, "umT5"), **overrides)
-
-
-class T5RMSNorm(nn.Module):
-    """T5's norm: ``weight * x / rms(x)``, the statistic in fp32, no mean subtraction, no bias."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def reset_parameters(self) -> None:
-        """Unit scale (the meta-device build's random init calls this; see ``models/structure.py``)."""
-        nn.init.ones_(self.weight)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """(..., dim) -> (..., dim)."""
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return self.weight * normed.type_as(self.weight)
 
 
 def relative_position_buckets(length: int, num_buckets: int, max_distance: int, device: torch.device) -> Tensor:
@@ -135,9 +118,9 @@ class T5Block(nn.Module):
 
     def __init__(self, params: UMT5Params) -> None:
         super().__init__()
-        self.norm1 = T5RMSNorm(params.dim, params.eps)
+        self.norm1 = RMSNorm(params.dim, params.eps, in_weight_dtype=True)
         self.attn = T5Attention(params)
-        self.norm2 = T5RMSNorm(params.dim, params.eps)
+        self.norm2 = RMSNorm(params.dim, params.eps, in_weight_dtype=True)
         self.ffn = T5FeedForward(params)
         self.pos_embedding = RelativePositionBias(params)
 
@@ -156,7 +139,7 @@ class UMT5Encoder(nn.Module):
         self.params = params
         self.token_embedding = nn.Embedding(params.vocab_size, params.dim)
         self.blocks = nn.ModuleList([T5Block(params) for _ in range(params.num_layers)])
-        self.norm = T5RMSNorm(params.dim, params.eps)
+        self.norm = RMSNorm(params.dim, params.eps, in_weight_dtype=True)
 
     def block_stacks(self) -> list[nn.ModuleList]:
         """This model's repeated block stacks, in forward order (``models/structure.py``)."""

@@ -1,0 +1,37 @@
+"""The bundled family (``model=tiny``) as a render runs it: five small models trained by ``avatargen train`` on
+synthetic avatars, shipped in the package (docs/model-card.md). Its frames are the framed face square, which the
+compositor puts back into the reference picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from avatargen.families.tiny.build import BUILD_THREADS, model_parts, model_set, parallel_work, weight_files
+from avatargen.families.tiny.chunks import TinyChunks
+from avatargen.families.tiny.config import FAMILY, SHIPPED_CHECKPOINTS
+from avatargen.families.tiny.notes import reference_notes
+from avatargen.pipeline.build import resolve_precision
+from avatargen.pipeline.family import FamilyEngine
+
+
+def train(overrides: list[str], out: Path) -> dict:
+    """``avatargen train``: the recipe (conf/train/tiny.yaml + ``overrides``) run into ``out``; its summary."""
+    from avatargen.families.tiny.train.recipe import load_recipe, run_recipe  # torch training code: only when asked
+
+    return run_recipe(load_recipe(overrides), out)
+
+
+ENGINE = FamilyEngine(
+    family=FAMILY,
+    model_parts=model_parts,
+    precision=resolve_precision,  # runtime.dtype resolved for the device (bf16 where it runs faster)
+    model_set=model_set,
+    chunk_steps=TinyChunks,
+    weight_files=weight_files,
+    shipped_checkpoints=SHIPPED_CHECKPOINTS,
+    parallel_work=parallel_work,  # the A2V's tokens, on request only (docs/distributed.md, "The bundled model")
+    train=train,
+    reference_notes=reference_notes,  # cartoons only; no visible style for a prompt
+    composited=True,
+    build_threads=BUILD_THREADS,
+)
