@@ -8,7 +8,6 @@ the sink's first frame on), behind the real-time pacer when the render is paced 
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, Union
 
 import numpy as np
+
+from avatargen.config.families import load_object  # the registry's one way to import a module by its name
 
 if TYPE_CHECKING:  # the schema is a layer below; named for the types only
     from avatargen.config.schema import Config
@@ -116,8 +117,7 @@ def sink_plugins(targets: list[str] | tuple[str, ...] = ()) -> list[SinkPlugin]:
     claimed = {scheme for plugin in plugins for scheme in plugin.schemes}
     for scheme in sorted({scheme_of(t) for t in targets} - claimed - {None}):
         if scheme in BUILT_IN_SCHEMES:
-            module, _, name = BUILT_IN_SCHEMES[scheme].partition(":")
-            plugins.append(getattr(importlib.import_module(module), name))
+            plugins.append(load_object(BUILT_IN_SCHEMES[scheme]))
     return plugins
 
 

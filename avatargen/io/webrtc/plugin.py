@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
-
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError, MissingExtraError
 from avatargen.io.sink import SinkContext, SinkPlugin
@@ -17,7 +15,7 @@ def check_webrtc_target(text: str, config: Config) -> None:
     """A ``BadInputError`` naming the fix for a target that cannot be served: the extra missing, a bad address, a
     port in use, a render that is not paced."""
     target = parse_webrtc_target(text)
-    if not _importable("aiortc", "aiohttp"):
+    if not _extra_installed():
         raise MissingExtraError(f"--publish {text} needs the WebRTC libraries: {INSTALL}")
     if not config.output.realtime:
         raise BadInputError(f"--publish {text} plays the render as it is made: add --realtime (a browser shows frames "
@@ -27,10 +25,10 @@ def check_webrtc_target(text: str, config: Config) -> None:
         raise BadInputError(f"cannot serve WebRTC on {target.host}:{target.port}: {problem}")
 
 
-def _importable(*names: str) -> bool:
+def _extra_installed() -> bool:
     try:
-        for name in names:
-            importlib.import_module(name)
+        import aiohttp  # noqa: F401
+        import aiortc  # noqa: F401
     except ImportError:
         return False
     return True
