@@ -65,7 +65,9 @@ def prepare_out_dir(outputs: OutDir, jobs_file: Where, overwrite: bool) -> None:
         refuse_writing_inputs([outputs.root / REPORT_NAME, outputs.root / MANIFEST_NAME], [jobs_file],
                               fix="give the jobs file another name or place")  # fmt: skip
     elif str(jobs_file) in (str(outputs.root / REPORT_NAME), str(outputs.root / MANIFEST_NAME)):
-        raise BadInputError(f"jobs file '{jobs_file}' is where the batch writes its report; give the jobs file another name or place")
+        raise BadInputError(
+            f"jobs file '{jobs_file}' is where the batch writes its report; give the jobs file another name or place"
+        )
     outputs.prepare([REPORT_NAME, MANIFEST_NAME], overwrite)
 
 
@@ -75,5 +77,3 @@ def write_report(outputs: OutDir, log: ResultLog, header: dict[str, Any]) -> int
     outputs.write_side(REPORT_NAME, log.report_chunks({"made_by": MADE_BY, **header, "exit_code": code}))
     print_summary(log, str(outputs.root / REPORT_NAME))
     return code
-
-

@@ -98,7 +98,11 @@ class BucketClaim:
     def acquire(self) -> None:
         if not self.try_acquire():
             held = self.holder()
-            who = f"avatargen pid {held[0].get('pid')} on host {held[0].get('host')}" if held else "another avatargen process"
+            who = (
+                f"avatargen pid {held[0].get('pid')} on host {held[0].get('host')}"
+                if held
+                else "another avatargen process"
+            )
             raise OutputLockedError(f"'{self.target}' is being written by {who}; wait for it to finish or stop it (its "
                                     f"claim '{self.url}' is free {self.lease_s:g} s after that process ends)")  # fmt: skip
 
@@ -189,7 +193,9 @@ class BucketOutDir:
         record = job.claimed_as.with_name(failed_name(job.claimed_as))
         found = self.store.read(record)
         if found is not None and not job.overwrite and not is_batch_side_file(found[0][:65536]):
-            raise BadInputError(f"'{record}' is not an object avatargen batch wrote; this job would replace it: {OVERWRITE_FIX}")
+            raise BadInputError(
+                f"'{record}' is not an object avatargen batch wrote; this job would replace it: {OVERWRITE_FIX}"
+            )
         claim = BucketClaim(self.store, job.claimed_as, owner, self.lease_s)
         return claim if claim.try_acquire() else None
 
@@ -209,7 +215,7 @@ class BucketOutDir:
         names: set[str] = set()
         resume: set[str] = set()
         for url, _ in self.store.list(self.root):
-            relative = url.key[len(self.root.prefix):]
+            relative = url.key[len(self.root.prefix) :]
             folder, _, leaf = relative.rpartition("/")
             if folder.endswith(".resume") and leaf == "resume.json":
                 resume.add(f"{folder[: -len('.resume')]}.mp4")
@@ -221,11 +227,15 @@ class BucketOutDir:
             outputs = [str(o) for o in json.loads(manifest[0])["outputs"]] if manifest is not None else []
         except (ValueError, KeyError, TypeError):
             pass
-        listed = [str(ObjectUrl.parse(o).key[len(self.root.prefix):]) for o in outputs if o.startswith(str(self.root))]
+        listed = [str(ObjectUrl.parse(o).key[len(self.root.prefix) :]) for o in outputs if o.startswith(str(self.root))]
         seen = set(listed)
         for name in sorted(names):
             for suffix in (".mp4", ".lock", FAILED_SUFFIX):
-                if name.endswith(suffix) and not name.rsplit("/", 1)[-1].startswith(".") and not name.endswith(".partial.mp4"):
+                if (
+                    name.endswith(suffix)
+                    and not name.rsplit("/", 1)[-1].startswith(".")
+                    and not name.endswith(".partial.mp4")
+                ):
                     output = name[: -len(suffix)] + ".mp4"
                     if output not in seen:
                         seen.add(output)
@@ -240,7 +250,9 @@ class BucketOutDir:
         if row is not None:
             if failure is None:
                 return JobState(bad_row_label(row), "pending")
-            return JobState(bad_row_label(row), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error")))
+            return JobState(
+                bad_row_label(row), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error"))
+            )
         if name in names:
             return JobState(str(url), "done")
         if f"{stem}.lock" in names:

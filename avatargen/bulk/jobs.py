@@ -2,10 +2,10 @@
 
 A jobs file may be a local file or an object (``s3://...``); either way it is streamed, never read whole, so a file
 of millions of rows costs the memory of one row, plus about 100 bytes a job (a digest of each output, to find two
-rows with one output): 1,000,000 rows streamed in 53 s, 117 MB more at the end, on a 2-core VM. Inputs are relative to the jobs file's folder (or prefix), outputs to the out-dir; each may also be an
-``s3://`` URL. A row that cannot run gets a ``problem`` (its job fails alone, with its line number); so does a line
-longer than ``MAX_LINE_BYTES`` or nested deeper than JSON can be read.
-"""
+rows with one output): 1,000,000 rows streamed in 53 s, 117 MB more at the end, on a 2-core VM. Inputs are relative
+to the jobs file's folder (or prefix), outputs to the out-dir; each may also be an ``s3://`` URL. A row that cannot
+run gets a ``problem`` (its job fails alone, with its line number); so does a line longer than ``MAX_LINE_BYTES`` or
+nested deeper than JSON can be read."""
 
 from __future__ import annotations
 
@@ -84,7 +84,9 @@ def _local_lines(path: Path) -> Iterator[bytes]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without a writer, then is refused
     except OSError as err:
-        raise BadInputError(f"jobs file '{path}' could not be read ({err.strerror}); give a JSONL or CSV file") from None
+        raise BadInputError(
+            f"jobs file '{path}' could not be read ({err.strerror}); give a JSONL or CSV file"
+        ) from None
     with os.fdopen(fd, "rb") as file:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise BadInputError(f"jobs file '{path}' is not a regular file (a pipe, device or folder); give a JSONL or "
@@ -120,7 +122,9 @@ def _text_lines(raw: Iterable[bytes], name: str) -> Iterator[tuple[int, str | No
         yield number, (text.lstrip("\ufeff") if number == 1 else text)  # a byte-order mark (spreadsheets) is no column
 
 
-def open_jobs(jobs_file: Where, read_object: Callable[[ObjectUrl], Iterable[bytes]] | None) -> Iterator[tuple[int, str | None]]:
+def open_jobs(
+    jobs_file: Where, read_object: Callable[[ObjectUrl], Iterable[bytes]] | None
+) -> Iterator[tuple[int, str | None]]:
     """The numbered lines of ``jobs_file`` (local, or an object read through ``read_object``)."""
     if isinstance(jobs_file, ObjectUrl):
         if read_object is None:
@@ -136,15 +140,21 @@ def iter_jobs(jobs_file: Where, out_dir: Where, allow_outside: bool = False,
     ``BadInputError``. Outputs must lie inside ``out_dir`` unless ``allow_outside``."""
     base = jobs_file.parent if isinstance(jobs_file, ObjectUrl) else jobs_file.resolve().parent
     lines = open_jobs(jobs_file, read_object)
-    rows = _csv_rows(lines, jobs_file.name) if jobs_file.suffix.lower() == ".csv" else _jsonl_rows(lines, jobs_file.name)
+    rows = (
+        _csv_rows(lines, jobs_file.name) if jobs_file.suffix.lower() == ".csv" else _jsonl_rows(lines, jobs_file.name)
+    )
     seen: dict[int, int] = {}  # an 8-byte digest of each output's identity -> the first job that names it
     for index, (row, where, problem) in enumerate(rows):
         job = row_to_job(index, row, base, out_dir, where, allow_outside)
         job.problem = problem or job.problem
         if job.problem is None:
-            digest = int.from_bytes(hashlib.blake2b(identity(job.output).encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big")
+            digest = int.from_bytes(
+                hashlib.blake2b(identity(job.output).encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big"
+            )
             if digest in seen:  # x.mp4, d/../x.mp4 and link/x.mp4 are one file
-                job.problem = f"output '{job.output}' is also the output of job {seen[digest]}; give each job its own output"
+                job.problem = (
+                    f"output '{job.output}' is also the output of job {seen[digest]}; give each job its own output"
+                )
             seen.setdefault(digest, index)
         job.claim = job.output if job.problem is None else bad_row_claim(out_dir, index, job.problem)
         yield job
@@ -190,7 +200,15 @@ def _csv_rows(lines: Iterator[tuple[int, str | None]], name: str) -> Iterator[tu
         if any("\x00" in (v or "") for v in row.values() if isinstance(v, str)):
             yield {}, where, f"{where}: longer than {MAX_LINE_BYTES >> 20} MiB or not UTF-8 text; fix the row"
             continue
-        yield {k.strip(): (v or "").strip() for k, v in row.items() if k is not None and isinstance(v, str) and v.strip()}, where, None
+        yield (
+            {
+                k.strip(): (v or "").strip()
+                for k, v in row.items()
+                if k is not None and isinstance(v, str) and v.strip()
+            },
+            where,
+            None,
+        )
 
 
 # -- one row ---------------------------------------------------------------------------------------------------------
@@ -225,7 +243,9 @@ def row_to_job(index: int, row: dict[str, Any], base: Where, out_dir: Where, whe
         try:
             overrides = shlex.split(overrides)  # CSV: one space-separated string
         except ValueError as err:  # an unclosed quote: this row fails, the others run
-            problems.append(f"overrides '{overrides[:80]}' cannot be split into key=value words ({err}); close the quote")
+            problems.append(
+                f"overrides '{overrides[:80]}' cannot be split into key=value words ({err}); close the quote"
+            )
             overrides = []
     elif not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         problems.append(f"overrides must be a list of key=value strings, not {json.dumps(overrides)[:80]}")
@@ -273,5 +293,7 @@ def _person_boxes(value: Any, problems: list[str]) -> tuple[tuple[float, float, 
             return boxes  # type: ignore[return-value]
     except (TypeError, ValueError):
         pass
-    problems.append(f"person_boxes must be [[x0, y0, x1, y1], ...] in pixels (CSV: x0,y0,x1,y1;...), not {json.dumps(value)[:80]}")
+    problems.append(
+        f"person_boxes must be [[x0, y0, x1, y1], ...] in pixels (CSV: x0,y0,x1,y1;...), not {json.dumps(value)[:80]}"
+    )
     return ()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from avatargen.bulk.jobs import Job, bad_row_number
-from avatargen.bulk.outdir import (FAILED_SUFFIX, failed_name, failure_record, is_batch_side_file, parse_failure)
+from avatargen.bulk.outdir import FAILED_SUFFIX, failed_name, failure_record, is_batch_side_file, parse_failure
 from avatargen.bulk.status import MANIFEST_NAME, JobState, bad_row_label
 from avatargen.errors import BadInputError
 from avatargen.io.output_lock import OutputLock, is_locked, lock_path_for, read_holder
@@ -61,7 +61,9 @@ class LocalOutDir:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise BadInputError(f"cannot write to --out-dir '{self.root}' ({err.strerror}); choose a writable folder") from None
+            raise BadInputError(
+                f"cannot write to --out-dir '{self.root}' ({err.strerror}); choose a writable folder"
+            ) from None
         for name in side_names:
             path = self.root / name
             if overwrite:
@@ -92,8 +94,12 @@ class LocalOutDir:
             if job.overwrite and foreign_reason(lock_path_for(claim), "lock") is not None:
                 remove_name(lock_path_for(claim))  # --overwrite: a user's file or a link at OUT.lock (a link as a link)
             record = claim.with_name(failed_name(claim))
-            if not job.overwrite and (record.is_symlink() or record.is_dir() or (record.is_file() and not is_batch_side_file(_head(record)))):
-                raise BadInputError(f"'{record}' is not a file avatargen batch wrote; this job would replace it: {OVERWRITE_FIX}")
+            if not job.overwrite and (
+                record.is_symlink() or record.is_dir() or (record.is_file() and not is_batch_side_file(_head(record)))
+            ):
+                raise BadInputError(
+                    f"'{record}' is not a file avatargen batch wrote; this job would replace it: {OVERWRITE_FIX}"
+                )
             lock = OutputLock(claim)
             return FileClaim(lock) if lock.try_acquire() else None
         except OSError as err:
@@ -118,7 +124,9 @@ class LocalOutDir:
             failure = self.failure(output)
             if failure is None:
                 return JobState(bad_row_label(row), "pending")
-            return JobState(bad_row_label(row), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error")))
+            return JobState(
+                bad_row_label(row), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error"))
+            )
         if output.is_file():
             return JobState(str(output), "done")
         if is_locked(output):
@@ -126,7 +134,9 @@ class LocalOutDir:
             return JobState(str(output), "running", holder.host, holder.pid, resumable=self.resumable(output))
         failure = self.failure(output)
         if failure is not None:
-            return JobState(str(output), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error")))
+            return JobState(
+                str(output), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error"))
+            )
         return JobState(str(output), "pending", resumable=self.resumable(output))
 
     def states(self) -> list[JobState]:

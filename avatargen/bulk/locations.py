@@ -37,7 +37,7 @@ class ObjectUrl:
     def parse(cls, text: str) -> ObjectUrl:
         if not is_url(text):
             raise BadInputError(f"'{text}' is not an object URL; write s3://BUCKET/KEY")
-        bucket, _, key = text[len(S3_SCHEME):].partition("/")
+        bucket, _, key = text[len(S3_SCHEME) :].partition("/")
         if not bucket or "/" in bucket or bucket in (".", ".."):
             raise BadInputError(f"'{text}' names no bucket; write s3://BUCKET/KEY")
         return cls(bucket, _normal_key(key, text))
@@ -73,7 +73,9 @@ class ObjectUrl:
         return ObjectUrl(self.bucket, _normal_key(posixpath.join(self.key, str(relative)), str(relative)))
 
     def is_relative_to(self, folder: ObjectUrl) -> bool:
-        return self.bucket == folder.bucket and (not folder.key or self.key == folder.key or self.key.startswith(folder.prefix))
+        return self.bucket == folder.bucket and (
+            not folder.key or self.key == folder.key or self.key.startswith(folder.prefix)
+        )
 
 
 Where = Union[Path, ObjectUrl]

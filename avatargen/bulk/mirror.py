@@ -96,7 +96,9 @@ class ResumeMirror:
         """Stage what a resume needs now and hand it to the copying thread (replacing a copy not yet begun)."""
         index = (self.local / INDEX).read_bytes()
         data = json.loads(index)
-        listed = {RESUME_MARKER} | {c["file"] for c in data["checkpoints"]} | {Path(p["file"]).name for p in data["parts"]}
+        listed = (
+            {RESUME_MARKER} | {c["file"] for c in data["checkpoints"]} | {Path(p["file"]).name for p in data["parts"]}
+        )
         folder = self.staging / str(next(self._count))
         folder.mkdir(parents=True)
         files = []
@@ -111,7 +113,11 @@ class ResumeMirror:
         if self.partial.is_file():
             _link_or_copy(self.partial, folder / "partial")
             info = os.stat(folder / "partial")
-            snap.partial, snap.partial_size, snap.partial_id = folder / "partial", info.st_size, (info.st_dev, info.st_ino)
+            snap.partial, snap.partial_size, snap.partial_id = (
+                folder / "partial",
+                info.st_size,
+                (info.st_dev, info.st_ino),
+            )
         with self._cond:
             if self._error is not None:
                 raise self._error
@@ -162,8 +168,13 @@ class ResumeMirror:
                     self._refresh_partial()
             except BaseException as error:  # noqa: BLE001 - reported to the render at its next checkpoint
                 with self._cond:
-                    self._error = error if isinstance(error, AvatarGenError) else AvatarGenError(
-                        f"copying the resume state to '{self.remote}' failed ({error.__class__.__name__}: {error})")
+                    self._error = (
+                        error
+                        if isinstance(error, AvatarGenError)
+                        else AvatarGenError(
+                            f"copying the resume state to '{self.remote}' failed ({error.__class__.__name__}: {error})"
+                        )
+                    )
                 return
             finally:
                 if snap is not None:
@@ -250,7 +261,9 @@ class ResumeMirror:
         (self.local / RESUME_MARKER).write_text("made by avatargen: removed with the render it resumes\n")
         present = {url.name: size for url, size in self.store.list(self.remote)}
         for part in data.get("parts", []):
-            self.store.download(self.remote / Path(part["file"]).name, self.local / Path(part["file"]).name, "resume part")
+            self.store.download(
+                self.remote / Path(part["file"]).name, self.local / Path(part["file"]).name, "resume part"
+            )
         checkpoints = []
         for checkpoint in data.get("checkpoints", []):
             if checkpoint.get("file") in present:

@@ -90,4 +90,6 @@ def is_batch_side_file(head: bytes) -> bool:
         parsed = json.loads(head)  # written before side files carried the mark
     except ValueError:
         return False
-    return isinstance(parsed, dict) and (set(parsed) == {"outputs"} or {"error", "exit_code", "host", "pid"} <= set(parsed))
+    return isinstance(parsed, dict) and (
+        set(parsed) == {"outputs"} or {"error", "exit_code", "host", "pid"} <= set(parsed)
+    )

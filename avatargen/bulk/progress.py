@@ -21,8 +21,9 @@ class BatchProgress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._progress = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
-                                      TimeRemainingColumn(), console=Console(stderr=True), transient=False)  # fmt: skip
+            columns = (TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
+                       TimeRemainingColumn())  # fmt: skip
+            self._progress = Progress(*columns, console=Console(stderr=True), transient=False)
             self._progress.start()
             self._task = self._progress.add_task("batch", total=self.total, state="")
         return self

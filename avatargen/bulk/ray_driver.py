@@ -1,12 +1,13 @@
 """``avatargen batch JOBS --out-dir DIR --ray``: the jobs of a batch run on a Ray cluster.
 
 The driver (this process) joins the cluster (``batch.ray.address``, e.g. ``auto`` for the one ``ray start`` made
-here; none: ``RAY_ADDRESS``, else a new local Ray on this machine, bound to 127.0.0.1), starts long-lived worker actors (``bulk.ray_worker``: ``batch.ray.workers`` of them,
-each reserving ``batch.ray.num_cpus`` CPUs and ``batch.ray.num_gpus`` GPUs), streams the jobs file and hands each
-worker one job at a time: at most one job per worker is in flight, so a file of any length costs the driver the
-memory of the jobs in flight. Every job goes through the same runner as the file-lock workers (``bulk.runner``), so
-the out-dir -- a shared folder or a bucket -- holds the same files, ``avatargen batch status`` reads them, and a
-second driver, or file-lock workers, on the same out-dir never render a job twice.
+here; none: ``RAY_ADDRESS``, else a new local Ray on this machine, bound to 127.0.0.1), starts long-lived worker
+actors (``bulk.ray_worker``: ``batch.ray.workers`` of them, each reserving ``batch.ray.num_cpus`` CPUs and
+``batch.ray.num_gpus`` GPUs), streams the jobs file and hands each worker one job at a time: at most one job per
+worker is in flight, so a file of any length costs the driver the memory of the jobs in flight. Every job goes
+through the same runner as the file-lock workers (``bulk.runner``), so the out-dir -- a shared folder or a bucket --
+holds the same files, ``avatargen batch status`` reads them, and a second driver, or file-lock workers, on the same
+out-dir never render a job twice.
 
 - A worker lost mid-job (its process, its raylet, its node): Ray starts it again where resources allow; the driver
   hands the job to a live worker at once, which claims it (its claim names this run) and resumes it from the last
@@ -15,8 +16,7 @@ second driver, or file-lock workers, on the same out-dir never render a job twic
   tried again up to ``batch.max_retries`` times, then recorded with its reason.
 - Ctrl-C: every worker stops its job at the next chunk, keeping its resume state, and the driver writes its report
   and exits 130; the same command continues the batch. A second Ctrl-C ends the driver at once (its claims in a
-  bucket free themselves after ``storage.lease_s``).
-"""
+  bucket free themselves after ``storage.lease_s``)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,9 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise MissingExtraError(f"--ray needs Ray on this machine and every node of the cluster: {INSTALL_HINT}") from None
+        raise MissingExtraError(
+            f"--ray needs Ray on this machine and every node of the cluster: {INSTALL_HINT}"
+        ) from None
     return ray
 
 
@@ -182,7 +184,9 @@ class Dispatcher:
             self.in_flight[worker.run.remote(job, attempt, attempt > max_retries)] = (job, attempt, worker)
 
     def done(self) -> bool:
-        return not self.in_flight and (self.stop.signum is not None or (self.exhausted and not self.retry and not self.held))
+        return not self.in_flight and (
+            self.stop.signum is not None or (self.exhausted and not self.retry and not self.held)
+        )
 
     def run(self) -> None:
         stopped = False
@@ -297,7 +301,9 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
                                 max_restarts=-1, max_task_retries=0, max_concurrency=2)(RenderWorker)  # fmt: skip
             workers = [remote.remote(settings) for _ in range(workers_wanted)]  # they start while the jobs are counted
             counted: list[Job] = []  # the jobs are counted while the manifest streams them: only the last is held
-            outputs.write_side(MANIFEST_NAME, manifest_chunks(_counting(jobs(), counted)))  # for `avatargen batch status`
+            outputs.write_side(
+                MANIFEST_NAME, manifest_chunks(_counting(jobs(), counted))
+            )  # for `avatargen batch status`
             count = len(counted) and counted[0].index + 1
             warn(f"avatargen batch: {count} job(s) on {joined}: {workers_wanted} worker(s) of "
                  f"{config.batch.ray.num_cpus:g} CPU, {config.batch.ray.num_gpus:g} GPU")  # fmt: skip

@@ -148,7 +148,9 @@ def _refuse_foreign_objects(store: Store, output: ObjectUrl, save_config: bool, 
     for url in [] if overwrite else names:
         info = store.head(url)
         if info is not None and info.metadata.get("made-with") != "avatargen":
-            raise BadInputError(f"'{url}' is an object avatargen did not write; this render would replace it: {OVERWRITE_FIX}")
+            raise BadInputError(
+                f"'{url}' is an object avatargen did not write; this render would replace it: {OVERWRITE_FIX}"
+            )
 
 
 def _keep_in_bucket(error: BaseException, mirror: ResumeMirror, claim: BucketClaim, output: ObjectUrl,
@@ -156,7 +158,9 @@ def _keep_in_bucket(error: BaseException, mirror: ResumeMirror, claim: BucketCla
     """After ``error``: copy what was rendered to the bucket (unless the claim went to another worker) and make the
     message name where it is kept there, not the scratch folder that is about to go."""
     if claim.lost:
-        raise ClaimLostError(f"another worker took over '{output}' while this one rendered it; it renders it now") from None
+        raise ClaimLostError(
+            f"another worker took over '{output}' while this one rendered it; it renders it now"
+        ) from None
     if not isinstance(error, AvatarGenError):
         return
     message = str(error)

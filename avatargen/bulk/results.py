@@ -128,7 +128,9 @@ def print_summary(log: ResultLog, report_name: str, out: Callable[[], Any] = lam
     rows = [r for r in log if r.status in ("failed", "stopped")][:SUMMARY_ROWS]
     rows += [r for r in log if r.status not in ("failed", "stopped")][: max(0, SUMMARY_ROWS - len(rows))]
     rows.sort(key=lambda r: r.index)
-    table = Table(title=f"avatargen batch: {len(log)} job(s)" + (f", {len(rows)} shown" if len(rows) < len(log) else ""))
+    table = Table(
+        title=f"avatargen batch: {len(log)} job(s)" + (f", {len(rows)} shown" if len(rows) < len(log) else "")
+    )
     for name in ("#", "status", "output", "frames", "seconds", "worker", "error"):
         table.add_column(name, overflow="fold")
     colour = {"ok": "green", "skipped": "cyan", "failed": "red", "stopped": "yellow"}

@@ -23,8 +23,14 @@ from avatargen.bulk.remote_render import ClaimLostError, render_anywhere
 from avatargen.bulk.results import JobResult, result_for
 from avatargen.config.loader import load_config
 from avatargen.io.console import RANDOM_WEIGHTS, kind_of
-from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, AvatarGenError, BadInputError, RenderInterrupted,
-                              ResumeMismatchError)
+from avatargen.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    AvatarGenError,
+    BadInputError,
+    RenderInterrupted,
+    ResumeMismatchError,
+)
 from avatargen.render import RenderRequest
 from avatargen.resume import StopRequests
 from avatargen.runtime.distributed import RankFailedError, solo_rank
@@ -70,7 +76,9 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
     the result. ``resume`` continues the job's stopped render (or starts over if its inputs or config changed)."""
     started = time.perf_counter()
     if job.problem is not None:
-        return result_for(job, ctx.rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True)
+        return result_for(
+            job, ctx.rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True
+        )
     if ctx.out_dir.finished(job.output):
         return result_for(job, ctx.rank, "skipped", started)
     try:
@@ -102,7 +110,9 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
     except ClaimLostError as lost:  # another worker renders it now: this one's work on it is dropped
         return result_for(job, ctx.rank, "skipped", started, error=str(lost), worker=WORKER, ran=True)
     except AvatarGenError as err:
-        return result_for(job, ctx.rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True)
+        return result_for(
+            job, ctx.rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True
+        )
     except Exception as err:  # a bug in one job must not stop the others: record it with its inputs
         return result_for(job, ctx.rank, "failed", started, error=f"unexpected {err.__class__.__name__}: {err}",
                           exit_code=EXIT_FAILURE, worker=WORKER, ran=True)  # fmt: skip
@@ -136,11 +146,15 @@ def claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult
             return failed
         claim = out_dir.try_claim(job, ctx.owner)
     except AvatarGenError as err:  # a user's file at OUT.lock, an out-dir that cannot be written, a store down
-        return result_for(job, ctx.rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True)
+        return result_for(
+            job, ctx.rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True
+        )
     if claim is None:
         return None
     try:
-        if job.problem is None and out_dir.finished(job.output):  # finished by another worker between the look and the claim
+        if job.problem is None and out_dir.finished(
+            job.output
+        ):  # finished by another worker between the look and the claim
             return result_for(job, ctx.rank, "skipped", started)
         failed = failed_before(job, ctx)
         if failed is not None:
@@ -153,4 +167,3 @@ def claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult
         return result
     finally:
         claim.release()
-

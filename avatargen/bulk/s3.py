@@ -100,12 +100,16 @@ class Store:
             code = str(error.response.get("Error", {}).get("Code", "?"))
             status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code in _REFUSED or status == 403:
-                return BadInputError(f"{self.endpoint} refused the S3 credentials for '{url}' ({code}); {CREDENTIAL_FIX}")
+                return BadInputError(
+                    f"{self.endpoint} refused the S3 credentials for '{url}' ({code}); {CREDENTIAL_FIX}"
+                )
             if code == "InvalidBucketName":
                 return BadInputError(f"'{url.bucket}' is not a valid bucket name at {self.endpoint} (S3: 3-63 "
                                      "lowercase letters, digits, dots and hyphens); fix the URL")  # fmt: skip
             if code == "NoSuchBucket":
-                return BadInputError(f"bucket '{url.bucket}' does not exist at {self.endpoint}; create it or fix '{url}'")
+                return BadInputError(
+                    f"bucket '{url.bucket}' does not exist at {self.endpoint}; create it or fix '{url}'"
+                )
             if code in _MISSING and missing is not None:
                 return BadInputError(missing)
             return StorageError(f"S3 {doing} '{url}' failed at {self.endpoint} ({code}: {error}); try again")
@@ -132,7 +136,9 @@ class Store:
             self.client.head_bucket(Bucket=url.bucket)
         except Exception as error:  # noqa: BLE001 - every kind becomes one line
             if self._code(error) in ("404", "NoSuchBucket", "NotFound"):
-                raise BadInputError(f"bucket '{url.bucket}' does not exist at {self.endpoint}; create it or fix '{url}'") from None
+                raise BadInputError(
+                    f"bucket '{url.bucket}' does not exist at {self.endpoint}; create it or fix '{url}'"
+                ) from None
             raise self._fail(error, url, "access to") from None
         with self._lock:
             self._checked.add(url.bucket)
@@ -162,7 +168,9 @@ class Store:
         try:
             body = self.client.get_object(Bucket=url.bucket, Key=url.key)["Body"]
         except Exception as error:  # noqa: BLE001
-            raise self._fail(error, url, "GET of", f"{what} '{url}' does not exist in the bucket; upload it or fix the URL") from None
+            raise self._fail(
+                error, url, "GET of", f"{what} '{url}' does not exist in the bucket; upload it or fix the URL"
+            ) from None
         try:
             yield from body.iter_lines(keepends=True)
         finally:

@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from avatargen.io.null_sink import NullSink
 from avatargen.pipeline.pipeline import Pipeline
+from avatargen.pipeline.run import RenderRun
 
 
-def render_as_follower(
-    pipeline: Pipeline, reference: np.ndarray, source: Any, prompt: str, should_stop: Callable[[], bool],
-    **render_options: Any,
-) -> dict[str, Any]:
+def render_as_follower(pipeline: Pipeline, reference: np.ndarray, source: Any, prompt: str, run: RenderRun) -> dict[str, Any]:
     """A non-primary rank of a render over several ranks: the same steps and collectives as rank 0, frames into a
-    NullSink, the user's output path never touched; ``render_options`` are the primary's that shape the work
-    (``read_box``, and ``resume``: the resume point rank 0 read). Returns a small report (the primary's is the real
-    one)."""
+    NullSink, the user's output path never touched; ``run`` is rank 0's (``RenderRun.followed``: the same work and
+    resume point, this rank's stop check). Returns a small report (the primary's is the real one)."""
     try:
-        stats = pipeline.render(reference, source, [NullSink()], prompt, should_stop=should_stop, **render_options)
+        stats = pipeline.render(reference, source, [NullSink()], prompt, run)
     finally:
         source.close()
-        inputs = render_options.get("inputs")
-        if inputs is not None and inputs.video is not None:
-            inputs.video.close()
+        if run.inputs.video is not None:
+            run.inputs.video.close()
     duration = stats.frames / pipeline.fps
     wall = stats.wall_s
     # The same keys as the primary's report, so any caller can print it; "output" says who wrote the video.

@@ -52,7 +52,9 @@ def placement_plan(config: Config, device: torch.device, parallel: ParallelConte
     if parallel.sharded and model_blocks(model):
         return PlacementPlan("fsdp", device, mesh=parallel.mesh, fsdp_host_offload=offload in ("model", "block"),
                              sequence_group=sequence)  # fmt: skip
-    return PlacementPlan(offload, device, resident_blocks=config.runtime.offload_resident_blocks, sequence_group=sequence)
+    return PlacementPlan(
+        offload, device, resident_blocks=config.runtime.offload_resident_blocks, sequence_group=sequence
+    )
 
 
 def part_plan(config: Config, part: ModelPart, device: torch.device, parallel: ParallelContext,

@@ -20,14 +20,14 @@ from avatargen.io.sink import FrameSink
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.family import ChunkRun, ChunkSteps, PlacedModels
-from avatargen.pipeline.inputs import RenderInputs
+from avatargen.pipeline.run import RenderRun
 from avatargen.pipeline.overlap import EmitThread, split_threads
-from avatargen.pipeline.schedule import CheckpointGrid, Emit, IChunk, NChunk, Step
+from avatargen.pipeline.schedule import Emit, IChunk, NChunk, Step
 from avatargen.pipeline.state import RollingState
 from avatargen.pipeline.stats import Progress, RenderStats, check_finite
 from avatargen.runtime.memory import process_trimmer
 
-__all__ = ["Pipeline", "Progress", "RenderStats", "check_finite"]
+__all__ = ["Pipeline", "Progress", "RenderRun", "RenderStats", "check_finite"]
 
 
 class Pipeline:
@@ -45,49 +45,30 @@ class Pipeline:
         self.schedule = steps.schedule
         self.stats = RenderStats()
 
-    def render(
-        self,
-        reference_rgb: np.ndarray,
-        audio_blocks: Iterable[np.ndarray],
-        sinks: Sequence[FrameSink],
-        prompt: str = "",
-        on_progress: Callable[[Progress], None] | None = None,
-        record_seams: bool = False,
-        resume: RenderCheckpoint | None = None,
-        checkpoints: CheckpointGrid | None = None,
-        on_checkpoint: Callable[[RenderCheckpoint], None] | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        read_box: tuple[int, int, int, int] | None = None,
-        inputs: RenderInputs | None = None,
-    ) -> RenderStats:
-        """Render the whole audio stream into ``sinks``; returns timing and counts.
-
-        ``record_seams`` keeps the frame index of every chunk seam (one int per chunk) for seam metrics.
-        ``resume`` continues from a checkpoint: the sinks then receive the frames after ``resume.frames`` only.
-        ``on_checkpoint`` receives the state at every frame of ``checkpoints`` (the tensors are not copied: save them
-        before returning). ``should_stop`` is asked between steps (never inside one): when it says so the render
-        returns early with ``stopped`` set, every frame it emitted already handed to the sinks.
-        ``read_box`` (y0, y1, x0, x1), in model-frame pixels, is all the sinks read of each frame (None: the whole
-        frame); a family may compute only that part, the frames' other pixels then being zero. ``inputs``: what the
-        request gives beyond the picture and the prompt (a source video, several audio tracks: pipeline/inputs.py);
-        with several tracks ``audio_blocks`` are (n, tracks) arrays.
-        With ``overlap`` every segment after the first reaches the sinks (and ``on_progress``, ``on_checkpoint``)
-        from a second thread, in the same order, while this one generates the next chunks.
+    def render(self, reference_rgb: np.ndarray, audio_blocks: Iterable[np.ndarray], sinks: Sequence[FrameSink],
+               prompt: str = "", run: RenderRun | None = None) -> RenderStats:  # fmt: skip
+        """Render the whole audio stream into ``sinks`` as ``run`` asks (``RenderRun``: inputs, resume point, hooks);
+        returns timing and counts. With several audio tracks ``audio_blocks`` are (n, tracks) arrays. When
+        ``run.should_stop`` says so the render returns early with ``stopped`` set, every frame it emitted already
+        handed to the sinks. With ``overlap`` every segment after the first reaches the sinks (and the progress and
+        checkpoint hooks) from a second thread, in the same order, while this one generates the next chunks.
         """
+        run = run if run is not None else RenderRun()
+        resume, should_stop, checkpoints, on_checkpoint = run.resume, run.should_stop, run.checkpoints, run.on_checkpoint
         started = time.perf_counter()
-        self.stats = stats = RenderStats(seams=[] if record_seams else None)
+        self.stats = stats = RenderStats(seams=[] if run.record_seams else None)
         with stats.timed("init"):
-            run = self.steps.start(reference_rgb, prompt, stats, read_box, inputs or RenderInputs())
+            chunk_run = self.steps.start(reference_rgb, prompt, stats, run.read_box, run.inputs)
         audio = AudioTimeline(audio_blocks, self.sample_rate, self.fps, self.steps.audio_context_frames)
         state = RollingState()
         skip = 0
         if resume is not None:
             resume = resume.to(self.steps.device)  # read on the CPU; joined with activations on the device
             state, skip = resume.state, resume.steps
-            run.restore(*resume.family_state)
+            chunk_run.restore(*resume.family_state)
             stats.frames = stats.resumed_from = resume.frames
             stats.n_chunks, stats.i_chunks = resume.n_chunks, resume.i_chunks
-        emit = _Emission(run, stats, sinks, started, on_progress, on_checkpoint)
+        emit = _Emission(chunk_run, stats, sinks, started, run.on_progress, on_checkpoint)
         handed = stats.frames  # frames handed over to be emitted (they reach the sinks in order, maybe later)
         # With overlap the first segment of a render runs here with every thread (it sets the time to the first
         # frame), every step after it with the threads split. A resumed render splits them from its start, so each
@@ -104,24 +85,24 @@ class Pipeline:
                 if number < skip:
                     _replay(step, stats)
                     continue
-                if (should_stop is not None and should_stop()) or run.stream_ended():
+                if (should_stop is not None and should_stop()) or chunk_run.stream_ended():
                     stats.stopped = True
                     break
                 if isinstance(step, NChunk):
-                    run.n_chunk(step, audio, state)
+                    chunk_run.n_chunk(step, audio, state)
                     stats.n_chunks += 1
                 elif isinstance(step, IChunk):
-                    run.i_chunk(step, audio, state)
+                    chunk_run.i_chunk(step, audio, state)
                     stats.i_chunks += 1
                 else:
-                    segment = run.hand_over(step, state)
+                    segment = chunk_run.hand_over(step, state)
                     handed += step.end - step.start
                     finished = audio.total_frames is not None and handed >= audio.total_frames  # nothing left to resume
                     checkpoint_at = None
                     if step.source == "N" and checkpoints is not None and on_checkpoint is not None and checkpoints.contains(handed) and not finished:
                         checkpoint_at = (number + 1, stats.n_chunks, stats.i_chunks, state.snapshot())
                     if prepare_may_move and emitter is not None and emitter.behind():
-                        segment = run.prepare(segment, step)  # the emitting thread has a segment waiting: help it
+                        segment = chunk_run.prepare(segment, step)  # the emitting thread has a segment waiting: help it
                     job = partial(emit, step, segment, checkpoint_at, audio.total_frames)
                     if emitter is None:
                         job()
@@ -131,7 +112,7 @@ class Pipeline:
                         emitter.submit(job)
             if emitter is not None:
                 emitter.drain()
-            run.finish()
+            chunk_run.finish()
         finally:
             if emitter is not None:
                 emitter.close(cancel=True)  # after drain() nothing waits; after an error the rest is dropped

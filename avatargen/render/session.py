@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -43,7 +43,8 @@ from avatargen.pipeline.family import FamilyEngine, load_engine
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.inputs import RenderInputs
 from avatargen.pipeline.pipeline import Pipeline
-from avatargen.pipeline.schedule import checkpoint_grid
+from avatargen.pipeline.run import RenderRun
+from avatargen.pipeline.schedule import CheckpointGrid, checkpoint_grid
 from avatargen.pipeline.stats import RenderStats
 from avatargen.render.compositing import compositor_for
 from avatargen.render.outputs import OutputPlan, RenderOutputs
@@ -145,8 +146,8 @@ def load_models_early(config: Config, family: FamilyEngine) -> None:
 
 
 class RenderSession:
-    """One request through its steps, in the order ``run()`` takes them; each step leaves its results as attributes
-    that the later steps read."""
+    """One request through its steps, in the order ``run()`` takes them; a step leaves what later steps read as the
+    attributes ``__init__`` declares."""
 
     def __init__(self, request: RenderRequest, cfg: DictConfig, options: RenderOptions, stop: StopRequests):
         self.request, self.cfg, self.options, self.stop = request, cfg, options, stop
@@ -166,6 +167,7 @@ class RenderSession:
         self.checkpoint: RenderCheckpoint | None = None
         self.partial: Path | None = None
         self.outputs: RenderOutputs
+        self.grid: CheckpointGrid  # where checkpoints and forced keyframes fall (start_encoder)
         self.rss_end: float | None = None
 
     def run(self) -> dict[str, Any]:
@@ -180,8 +182,8 @@ class RenderSession:
                 self.find_resume_point()
                 self.start_encoder()
                 stats = self.generate()
-                self.finish(stats)
-                return self.report(stats)
+                finishing = self.finish(stats)
+                return self.report(stats, finishing)
         finally:
             self.opened.close()  # the audio and video decoders stop whatever happened (again: it is idempotent)
 
@@ -291,20 +293,18 @@ class RenderSession:
         composited = self.opened.compositor is not None
         self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel, composited=composited)
 
-    def _work_options(self) -> dict[str, Any]:
-        """What shapes the work on every rank: the part of each frame the compositor reads (only that is decoded),
-        a source video, the speakers."""
-        options: dict[str, Any] = {"inputs": self.opened.inputs}
-        if self.opened.compositor is not None:
-            options["read_box"] = self.opened.compositor.model_box()
-        return options
+    def _run(self, resume: RenderCheckpoint | None) -> RenderRun:
+        """What shapes the work on every rank: a source video, the speakers, the part of each frame the compositor
+        reads (only that is decoded), the resume point."""
+        compositor = self.opened.compositor
+        return RenderRun(inputs=self.opened.inputs, read_box=compositor.model_box() if compositor is not None else None,
+                         resume=resume, record_seams=self.options.record_seams)  # fmt: skip
 
     def follow(self) -> dict[str, Any]:
         """A rank other than 0: its share of what rank 0 computes, from rank 0's resume point; nothing written."""
         checkpoint = self.parallel.from_primary(None) if self.options.resume else None
-        return render_as_follower(self.pipeline, self.opened.reference, self.opened.audio, self.request.prompt,
-                                  self.parallel.agreed(self.stop.requested), resume=checkpoint,
-                                  **self._work_options())  # fmt: skip
+        run = self._run(checkpoint).followed(self.parallel.agreed(self.stop.requested))
+        return render_as_follower(self.pipeline, self.opened.reference, self.opened.audio, self.request.prompt, run)
 
     def find_resume_point(self) -> None:
         """With ``--resume``, the latest checkpoint the saved video covers (None: from the start); the resume folder
@@ -371,17 +371,17 @@ class RenderSession:
             estimate = round(audio.duration_hint * fps) if audio.duration_hint else None
             progress_cm = self.options.progress_factory(fps, estimate) if self.options.progress_factory else None
             should_stop = None if self.streamed_audio else self.parallel.agreed(self.stop.requested)  # a stream stops at its end
-            run = dict(record_seams=self.options.record_seams, resume=self.checkpoint, should_stop=should_stop,
-                       **self._work_options())  # fmt: skip
+            run = replace(self._run(self.checkpoint), should_stop=should_stop)
             if store is not None:
-                run.update(checkpoints=self.grid, on_checkpoint=checkpoint_saver(store, self.options.after_checkpoint))
+                run = replace(run, checkpoints=self.grid,
+                              on_checkpoint=checkpoint_saver(store, self.options.after_checkpoint))  # fmt: skip
             pipeline.models.monitor.reset()  # the modules outlive a render (batch reuses them); their costs do not
             args = (self.opened.reference, audio, sinks, self.request.prompt)
             if progress_cm is not None:
                 with progress_cm as bar:
-                    stats = pipeline.render(*args, on_progress=bar.update, **run)
+                    stats = pipeline.render(*args, replace(run, on_progress=bar.update))
             else:
-                stats = pipeline.render(*args, **run)
+                stats = pipeline.render(*args, run)
             self.rss_end = current_rss_mb()  # after the last segment: what a render holds once it runs (flat)
             self.outputs.generated(stats.stopped)  # the last frames go out on the clock too
             return stats
@@ -419,9 +419,10 @@ class RenderSession:
 
     # -- the end ---------------------------------------------------------------------------------------------------
 
-    def finish(self, stats: RenderStats) -> None:
+    def finish(self, stats: RenderStats) -> float:
         """A stopped render closes its partial and raises ``RenderInterrupted`` with the resume line; a finished one
-        becomes ``OUT.mp4`` (its parts joined after a resume) with its config beside it."""
+        becomes ``OUT.mp4`` (its parts joined after a resume) with its config beside it. Returns when the encoder
+        began to finish (the report times it)."""
         request, store, fps = self.request, self.store, self.config.model.fps
         if stats.stopped or (self.streamed_audio and self.stop.requested()):  # a stream's stop ended its input
             self._close_stopped(stats)
@@ -429,11 +430,12 @@ class RenderSession:
             what = "audio from stdin" if self.streamed_audio else f"audio file '{request.audio}'"
             self.warn(f"warning: {what} is damaged ({self.opened.audio.damage}); the video covers the "
                       f"{stats.frames / fps:.2f} s that decoded")  # fmt: skip
-        self.encode_started = time.perf_counter()
+        finishing = time.perf_counter()
         earlier = [(p.file, p.end - p.start) for p in store.parts] if store is not None else []
         self.outputs.publish(earlier, self.partial, before_publish=self._save_config)  # the config first: OUT.mp4 never comes without it
         if store is not None:
             store.remove()
+        return finishing
 
     def _save_config(self) -> None:
         """``OUT.yaml``, written atomically under avatargen's header (a rerun knows it as its own)."""
@@ -461,7 +463,7 @@ class RenderSession:
         where = f"'{partial}'" + (f" (earlier parts in '{store.folder}')" if store.parts else "")
         raise RenderInterrupted(f"{done}; the video of this run is in {where}; {self._resume_hint()}", stop.exit_code)
 
-    def report(self, stats: RenderStats) -> dict[str, Any]:
+    def report(self, stats: RenderStats, finishing: float) -> dict[str, Any]:
         """What ``--json`` prints: counts, times, memory, where the work ran and what each output did."""
         config, pipeline, writer = self.config, self.pipeline, self.outputs.writer
         models = pipeline.models
@@ -469,7 +471,7 @@ class RenderSession:
         duration = stats.frames / config.model.fps
         stage_s = dict(stats.stage_s)
         self.outputs.split_stage_times(stage_s)  # publish held the compositing: reported apart from the pipe
-        stage_s["encode_finish"] = time.perf_counter() - self.encode_started
+        stage_s["encode_finish"] = time.perf_counter() - finishing
         ttff = (writer.first_frame_time - self.started) if writer.first_frame_time else None
         return {
             "output": str(self.request.output) if self.request.output is not None else None,

@@ -111,7 +111,10 @@ def main() -> None:
             cluster.add_node(num_cpus=1, node_ip_address="127.0.0.2")
         cluster.wait_for_nodes()
         ways = {
-            "ray, joined": (lambda: batch(jobs, root / "ray-joined", 1, ["--ray-address", cluster.address], args.overrides), 2),
+            "ray, joined": (
+                lambda: batch(jobs, root / "ray-joined", 1, ["--ray-address", cluster.address], args.overrides),
+                2,
+            ),
             "ray, local": (lambda: batch(jobs, root / "ray-local", 1, ["--ray"], args.overrides), 2),
             "workers": (lambda: batch(jobs, root / "workers", 2, [], args.overrides), 2),
             "loop": (lambda: loop(jobs, root / "loop", 1, args.overrides), 1),

@@ -76,6 +76,7 @@ from tests.conftest import engine_of  # noqa: E402
 from avatargen.pipeline.build import pipeline_for  # noqa: E402
 from avatargen.pipeline.pipeline import Pipeline, Progress  # noqa: E402
 from avatargen.runtime.offload import OffloadMonitor  # noqa: E402
+from avatargen.pipeline.run import RenderRun
 
 GiB = 2**30
 
@@ -375,7 +376,7 @@ class Bench:
 
         started = time.perf_counter()
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            stats = self.pipeline.render(self.reference, (wave[i : i + block] for i in range(0, wave.size, block)), [NullSink()], prompt="a person speaking", on_progress=progress)
+            stats = self.pipeline.render(self.reference, (wave[i : i + block] for i in range(0, wave.size, block)), [NullSink()], prompt="a person speaking", run=RenderRun(on_progress=progress))
         self.sync()
         wall = time.perf_counter() - started
         marks = [ends[n] for n in sorted(ends)]

@@ -29,7 +29,10 @@ def test_an_over_long_line_and_a_deeply_nested_row_fail_alone(tmp_path):
     jobs = tmp_path / "jobs.jsonl"
     good = json.dumps({"image": "f.png", "audio": "a.wav", "output": "ok.mp4"})
     with jobs.open("w") as rows:
-        rows.write(json.dumps({"image": "f.png", "audio": "a.wav", "output": "big.mp4", "prompt": "x" * (MAX_LINE_BYTES + 10)}) + "\n")
+        rows.write(
+            json.dumps({"image": "f.png", "audio": "a.wav", "output": "big.mp4", "prompt": "x" * (MAX_LINE_BYTES + 10)})
+            + "\n"
+        )
         rows.write("[" * 100_000 + "]" * 100_000 + "\n")
         rows.write('{"a": ' * 5000 + "1" + "}" * 5000 + "\n")
         rows.write(good + "\n")
@@ -43,7 +46,11 @@ def test_an_output_that_is_not_mp4_is_a_bad_row_and_does_not_fail_the_mp4_of_the
     write_face_png(tmp_path / "face.png")
     write_speechlike_wav(tmp_path / "a.wav", 0.4)
     jobs = tmp_path / "jobs.jsonl"
-    jobs.write_text("".join(json.dumps({"image": "face.png", "audio": "a.wav", "output": name}) + "\n" for name in ("x.mov", "x.mp4")))
+    jobs.write_text(
+        "".join(
+            json.dumps({"image": "face.png", "audio": "a.wav", "output": name}) + "\n" for name in ("x.mov", "x.mp4")
+        )
+    )
     from avatargen.bulk.batch import run_batch
 
     said: list[str] = []

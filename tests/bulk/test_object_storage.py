@@ -42,7 +42,11 @@ def _reference(folder: Path, audio: str, name: str) -> np.ndarray:
     from avatargen.render import RenderRequest, render
 
     output = folder / "reference" / name
-    render(RenderRequest(image=folder / "face.png", audio=folder / audio, output=output), load_config(BULK), warn=lambda m: None)
+    render(
+        RenderRequest(image=folder / "face.png", audio=folder / audio, output=output),
+        load_config(BULK),
+        warn=lambda m: None,
+    )
     return decode_frames(output)
 
 
@@ -81,9 +85,20 @@ def test_a_claim_in_a_bucket_has_one_holder_until_released_stale_or_taken_back_b
     assert BucketClaim(store, target, "run-d", lease_s=2.0).try_acquire()
 
 
-def test_a_render_from_and_to_a_bucket_is_bit_equal_and_a_sigkill_resumes_on_another_scratch(s3_server, bucket, s3_env, tmp_path):
+def test_a_render_from_and_to_a_bucket_is_bit_equal_and_a_sigkill_resumes_on_another_scratch(
+    s3_server, bucket, s3_env, tmp_path
+):
     upload_jobs(s3_server, bucket, tmp_path, [8.0])
-    args = ["-i", f"s3://{bucket}/in/face.png", "-a", f"s3://{bucket}/in/a0.wav", "-o", f"s3://{bucket}/r/v.mp4", "-q", *BULK]
+    args = [
+        "-i",
+        f"s3://{bucket}/in/face.png",
+        "-a",
+        f"s3://{bucket}/in/a0.wav",
+        "-o",
+        f"s3://{bucket}/r/v.mp4",
+        "-q",
+        *BULK,
+    ]
     first = subprocess.Popen([sys.executable, "-m", "avatargen", "render", *args, f"storage.scratch_dir={tmp_path / 'node1'}"],
                              env=s3_env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 120
@@ -98,7 +113,9 @@ def test_a_render_from_and_to_a_bucket_is_bit_equal_and_a_sigkill_resumes_on_ano
     second = run_cli("render", *args, "--resume", "--json", f"storage.scratch_dir={tmp_path / 'node2'}", env=s3_env)
     assert second.returncode == 0, second.stderr
     report = json.loads(second.stdout)
-    assert report["output"] == f"s3://{bucket}/r/v.mp4" and report["resumed_from"] == 62, report  # from the bucket's state
+    assert report["output"] == f"s3://{bucket}/r/v.mp4" and report["resumed_from"] == 62, (
+        report
+    )  # from the bucket's state
     assert set(_objects(s3_server, bucket, "r/")) == {"r/v.mp4", "r/v.yaml"}  # no claim, no resume state left
     video = _download(s3_server, bucket, "r/v.mp4", tmp_path / "v.mp4")
     assert np.array_equal(decode_frames(video), _reference(tmp_path, "a0.wav", "v.mp4"))  # as if never stopped
@@ -118,7 +135,9 @@ def test_wrong_credentials_are_one_line_and_exit_2_before_any_render(s3_server, 
     assert set(_objects(s3_server, bucket)) == {f"in/{n}" for n in ("face.png", "a0.wav", "jobs.jsonl")}
 
 
-def test_a_batch_in_a_bucket_fails_a_missing_input_alone_naming_its_url_and_never_shows_a_partial_mp4(s3_server, bucket, s3_env, tmp_path):
+def test_a_batch_in_a_bucket_fails_a_missing_input_alone_naming_its_url_and_never_shows_a_partial_mp4(
+    s3_server, bucket, s3_env, tmp_path
+):
     upload_jobs(s3_server, bucket, tmp_path, [2.0, 0.4, 0.4], missing={1}, bad_rows=1)
     seen: dict[int, set[int]] = {}  # size of every v0.mp4 a reader of the bucket found, while the batch ran
     client, done = s3_server.client(), threading.Event()

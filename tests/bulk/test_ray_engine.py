@@ -25,7 +25,9 @@ pytestmark = pytest.mark.xdist_group("bulk")
 def _driver(cluster: RayCluster, bucket: str, env: dict[str, str], *extra: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "avatargen", "batch", f"s3://{bucket}/in/jobs.jsonl", "--out-dir", f"s3://{bucket}/out",
                "--ray-address", cluster.address, *BULK, *extra]  # fmt: skip
-    return subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _finish(driver: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
@@ -38,7 +40,9 @@ def _report(s3_server, bucket: str) -> dict:
 
 
 def _keys(s3_server, bucket: str, prefix: str) -> set[str]:
-    return {item["Key"] for item in s3_server.client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])}
+    return {
+        item["Key"] for item in s3_server.client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    }
 
 
 def _frames(s3_server, bucket: str, key: str, folder: Path) -> np.ndarray:
@@ -85,7 +89,9 @@ def test_jobs_spread_over_two_nodes_give_the_frames_of_avatargen_render_and_a_ba
     assert jobs[6]["exit_code"] == 2 and jobs[6]["attempts"] == 1 and "missing audio" in jobs[6]["error"]  # not retried
     assert len({j["worker"] for j in jobs[:6]}) == 2  # both nodes' workers rendered
     for index in range(6):
-        assert np.array_equal(_frames(s3_server, bucket, f"out/v{index}.mp4", tmp_path), _reference(tmp_path, index)), index
+        assert np.array_equal(_frames(s3_server, bucket, f"out/v{index}.mp4", tmp_path), _reference(tmp_path, index)), (
+            index
+        )
 
 
 def test_two_drivers_on_one_out_dir_never_render_a_job_twice(s3_server, bucket, s3_env, ray_cluster, tmp_path):
@@ -99,7 +105,9 @@ def test_two_drivers_on_one_out_dir_never_render_a_job_twice(s3_server, bucket, 
             if ": job " in line:
                 ran.setdefault(int(line.split(": job ")[1].split()[0]), []).append(line)
     assert sorted(ran) == list(range(6)) and all(len(lines) == 1 and " ok: " in lines[0] for lines in ran.values()), ran
-    assert _keys(s3_server, bucket, "out/v") == {f"out/v{i}.mp4" for i in range(6)} | {f"out/v{i}.yaml" for i in range(6)}
+    assert _keys(s3_server, bucket, "out/v") == {f"out/v{i}.mp4" for i in range(6)} | {
+        f"out/v{i}.yaml" for i in range(6)
+    }
 
 
 def test_ray_workers_share_a_local_out_dir_with_the_file_lock_workers_format(ray_cluster, tmp_path):
@@ -125,7 +133,9 @@ def test_ray_workers_share_a_local_out_dir_with_the_file_lock_workers_format(ray
 
 
 @pytest.mark.slow
-def test_a_node_killed_mid_job_loses_nothing_the_job_resumes_on_the_other_node_bit_exact(s3_server, bucket, s3_env, tmp_path):
+def test_a_node_killed_mid_job_loses_nothing_the_job_resumes_on_the_other_node_bit_exact(
+    s3_server, bucket, s3_env, tmp_path
+):
     """Its own cluster: this test takes a node away. SIGKILL of the raylet running job 0 and of everything it started
     (the worker, its render's encoder), after the job's second checkpoint reached the bucket: a pre-empted VM."""
     saved = dict(os.environ)

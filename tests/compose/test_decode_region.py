@@ -20,6 +20,7 @@ from avatargen.pipeline.build import pipeline_for
 from avatargen.render import compositor_for
 from avatargen.families.tiny.stages.decode import DecodeRegion, StreamingDecodeStage
 from tests.conftest import FrameList, REPO
+from avatargen.pipeline.run import RenderRun
 
 CPU = torch.device("cpu")
 
@@ -89,7 +90,7 @@ def test_the_composited_video_is_the_whole_decodes_within_rounding(tmp_path) -> 
 
     def model_frames(read_box) -> np.ndarray:
         sink, source = FrameList(), AudioFileSource(audio, config.model.sample_rate)
-        pipeline.render(loaded.square, source, [sink], read_box=read_box)
+        pipeline.render(loaded.square, source, [sink], run=RenderRun(read_box=read_box))
         source.close()
         return np.concatenate(sink.parts)  # (T, S, S, 3)
 

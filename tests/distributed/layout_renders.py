@@ -22,7 +22,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from avatargen.config.families import family_of
+
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.ffmpeg import ffmpeg_exe
 from avatargen.families.tiny.stages.a2v import A2VStage
@@ -32,6 +32,7 @@ from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for, place_models
 from avatargen.render.inputs import open_audio, open_picture, render_inputs
 from avatargen.runtime.distributed import start_parallel
+from avatargen.pipeline.run import RenderRun
 
 REPO = Path(__file__).resolve().parents[2]
 SECONDS = 0.6  # wan_tiny: 15 frames, 2 clips and the seam between them; the bundled model: 2 chunks and a seam
@@ -72,11 +73,11 @@ def render_layout(layout: str, folder: Path | None = None) -> dict[str, np.ndarr
     layout of one render of ``layout`` over this process's world (``folder``: the conversation's files)."""
     torch.set_num_threads(1)
     config = to_config(load_config(LAYOUTS[layout]))
-    parallel = start_parallel(config, torch.device("cpu"))
+    parallel = start_parallel(config, torch.device("cpu"), engine_of(config).splittable_work(config))
     if layout.startswith("conversation"):
         assert folder is not None, "a conversation layout reads the files of write_conversation"
         speakers = [folder / name for name in SPEAKER_FILES]
-        opened = open_picture(None, folder / SOURCE, config, family_of(config), print)
+        opened = open_picture(None, folder / SOURCE, config, engine_of(config), print)
         inputs = render_inputs(opened, speakers, "para", BOXES, config, print)
         reference, audio = opened.reference, open_audio(speakers, "para", config, 4000, print)
     else:
@@ -104,7 +105,7 @@ def render_layout(layout: str, folder: Path | None = None) -> dict[str, np.ndarr
             def write(self, batch: np.ndarray) -> None:
                 frames.extend(frame.copy() for frame in batch)
 
-        pipeline_for(config, models, engine_of(config), composited=False).render(reference, audio, [Frames()], inputs=inputs)
+        pipeline_for(config, models, engine_of(config), composited=False).render(reference, audio, [Frames()], run=RenderRun(inputs=inputs))
     finally:
         for stage, name, original in samplers:
             setattr(stage, name, original)

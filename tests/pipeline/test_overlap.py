@@ -16,6 +16,7 @@ from avatargen.io.image import load_reference
 from avatargen.families.tiny.build import build_modules
 from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
+from avatargen.pipeline.run import RenderRun
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.overlap import EmitThread, split_threads
 from avatargen.pipeline.pipeline import Pipeline
@@ -56,7 +57,7 @@ def _render(setup, overlap: bool, sink: ThreadedFrames, **options) -> Pipeline:
     pipeline = pipeline_for(config, models, engine_of(config), overlap=overlap)
     source = AudioFileSource(audio, config.model.sample_rate)
     try:
-        pipeline.render(square, source, [sink], **options)
+        pipeline.render(square, source, [sink], run=RenderRun(**options))
     finally:
         source.close()
     return pipeline

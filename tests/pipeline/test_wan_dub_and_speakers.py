@@ -18,6 +18,7 @@ from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import checkpoint_grid
 from avatargen.runtime.distributed import ParallelContext, world_info
 from tests.conftest import FrameList
+from avatargen.pipeline.run import RenderRun
 
 SPEECH = np.sin(np.arange(int(16000 * 1.5)) / 10).astype(np.float32) * np.sin(np.arange(24000) / 900)  # 38 frames
 
@@ -65,7 +66,7 @@ def test_each_clip_is_conditioned_on_the_source_frame_at_its_start():
     pipeline, source = _pipeline(), _Source()
     dubbed, still = FrameList(), FrameList()
     first = source.frame(0)
-    pipeline.render(first, [SPEECH], [dubbed], inputs=RenderInputs(video=source))
+    pipeline.render(first, [SPEECH], [dubbed], run=RenderRun(inputs=RenderInputs(video=source)))
     # wan_tiny's clips start every 8 frames (13 frames, 5 of them the last clip's): the reference's audio_start_idx
     assert source.asked[1:] == [8, 16, 24, 32]  # frame 0 is the reference itself; each later one read once, in order
     pipeline.render(first, [SPEECH], [still])  # the same first frame as an image
@@ -77,7 +78,7 @@ def test_a_stopped_dub_resumes_with_the_uninterrupted_frames():
     def render(pipeline, sinks, **options):
         source = _Source()
         inputs = RenderInputs(video=source, track_stats=lambda: (TrackStats.of(SPEECH),))  # a file: whole-file features
-        return pipeline.render(source.frame(0), [SPEECH], sinks, inputs=inputs, **options)
+        return pipeline.render(source.frame(0), [SPEECH], sinks, run=RenderRun(inputs=inputs, **options))
 
     whole, joined = _stop_and_resume(render, _pipeline())
     assert whole.shape == (38, 64, 64, 3) and np.array_equal(joined, whole)
@@ -97,7 +98,7 @@ def test_two_speakers_are_rendered_with_their_regions_and_resume_with_the_uninte
         totals = (TrackStats.of(tracks[:, 0]), TrackStats.of(tracks[:, 1]))
         inputs = RenderInputs(tracks=2, regions=regions, track_stats=lambda: totals)
         return pipeline.render(reference, [tracks[i : i + 4000] for i in range(0, len(tracks), 4000)], sinks,
-                               inputs=inputs, **options)  # fmt: skip
+                               run=RenderRun(inputs=inputs, **options))  # fmt: skip
 
     whole, joined = _stop_and_resume(render, _pipeline())
     assert whole.shape == (38, 64, 64, 3) and np.array_equal(joined, whole)

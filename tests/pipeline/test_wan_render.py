@@ -7,6 +7,7 @@ import json
 
 from tests.conftest import FAST, FrameList, engine_of, run_cli, write_speechlike_wav
 from tests.ffmpeg_probe import decode_frames, probe
+from avatargen.pipeline.run import RenderRun
 
 
 def test_wan_tiny_renders_a_playable_mp4_with_one_frame_per_audio_frame(tmp_path, face_png):
@@ -130,7 +131,7 @@ def test_the_state_between_clips_does_not_grow_with_the_duration():
     audio = [np.sin(np.arange(16000 * 3) / 9).astype(np.float32)]  # 3 s = 75 frames: 13 + 8 x 8, 9 clips
     on_checkpoint = lambda point: sizes.append(sum(t.numel() * t.element_size() for t in point.tensors()))  # noqa: E731
     stats = pipeline_for(config, models, engine_of(config)).render(np.full((64, 64, 3), 90, dtype=np.uint8), audio, [FrameList()],
-                                               checkpoints=CheckpointGrid(8, 3), on_checkpoint=on_checkpoint)  # fmt: skip
+                                               run=RenderRun(checkpoints=CheckpointGrid(8, 3), on_checkpoint=on_checkpoint))  # fmt: skip
     assert stats.n_chunks == 9 and len(sizes) == 8  # a resume point after every clip but the last (frames 13, 21, ...)
     assert len(set(sizes)) == 1  # the motion frames and the decoder's past: the same bytes after clip 1 and clip 8
 

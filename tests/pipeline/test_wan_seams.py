@@ -15,6 +15,7 @@ from avatargen.pipeline.build import pipeline_for, place_models
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.runtime.distributed import ParallelContext, world_info
 from tests.conftest import FrameList
+from avatargen.pipeline.run import RenderRun
 
 AUDIO = [np.sin(np.arange(int(16000 * 1.5)) / 10).astype(np.float32)]  # 1.5 s = 38 frames: clips end at 13, 21, ...
 
@@ -36,7 +37,7 @@ def test_seams_are_regenerated_and_the_frames_before_the_first_seam_are_unchange
     videos, stats = {}, {}
     for interpolate in (False, True):
         sink = FrameList()
-        stats[interpolate] = _pipeline(interpolate).render(reference, AUDIO, [sink], record_seams=True)
+        stats[interpolate] = _pipeline(interpolate).render(reference, AUDIO, [sink], run=RenderRun(record_seams=True))
         videos[interpolate] = sink.video()
     assert videos[True].shape == videos[False].shape == (38, 64, 64, 3)
     assert (stats[True].n_chunks, stats[True].i_chunks) == (5, 4) and stats[False].i_chunks == 0
@@ -59,12 +60,12 @@ def test_a_stopped_render_resumes_with_the_uninterrupted_frames(reference):
         saved.append(({k: v.clone() for k, v in tensors.items()}, meta))
 
     first = FrameList()
-    stats = pipeline.render(reference, AUDIO, [first], checkpoints=grid, on_checkpoint=keep, should_stop=lambda: bool(saved))
+    stats = pipeline.render(reference, AUDIO, [first], run=RenderRun(checkpoints=grid, on_checkpoint=keep, should_stop=lambda: bool(saved)))
     assert stats.stopped and len(saved) == 1
     point = RenderCheckpoint.from_tensors(*saved[0])
     assert point.frames == 9 and "shown" in point.family_state[0]  # after the first clip's frames up to its seam
     rest = FrameList()
-    resumed = _pipeline(True).render(reference, AUDIO, [rest], resume=point)
+    resumed = _pipeline(True).render(reference, AUDIO, [rest], run=RenderRun(resume=point))
     assert resumed.resumed_from == 9 and resumed.i_chunks == 4
     joined = np.concatenate([first.video()[:9], rest.video()])
     assert np.array_equal(joined, whole.video())

@@ -28,6 +28,7 @@ from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.render import compositor_for
 from tests.conftest import FrameList, REPO
+from avatargen.pipeline.run import RenderRun
 
 CPU = torch.device("cpu")
 NOISE = 1e-6  # relative: about 8 float32 ulps
@@ -55,7 +56,7 @@ def composited_frames(config: Config, image: Path, audio: Path,
     sink = FrameList()
     pipeline = pipeline_for(config, models, engine_of(config), composited=True)
     with AudioFileSource(audio, config.model.sample_rate) as source:
-        pipeline.render(loaded.square, source, [CompositingSink(compositor, [sink])], read_box=compositor.model_box())
+        pipeline.render(loaded.square, source, [CompositingSink(compositor, [sink])], run=RenderRun(read_box=compositor.model_box()))
     return sink.video(), perturbed
 
 

@@ -21,6 +21,7 @@ from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from avatargen.runtime.precision import MIN_SPEEDUP, NATIVE_BF16_FLAGS, choose_precision, cpu_flags
 from tests.conftest import FrameList, REPO, run_cli
 from tests.ffmpeg_probe import count_frames, decode_frames
+from avatargen.pipeline.run import RenderRun
 
 CPU = torch.device("cpu")
 NATIVE = frozenset({"avx512f", "avx512_bf16"})
@@ -174,9 +175,9 @@ def test_a_bfloat16_render_resumes_bit_exact(tmp_path):
             saved.append(meta)
 
     full, rest = FrameList(), FrameList()
-    pipeline.render(reference, AudioFileSource(audio, config.model.sample_rate), [full], checkpoints=grid, on_checkpoint=keep)
+    pipeline.render(reference, AudioFileSource(audio, config.model.sample_rate), [full], run=RenderRun(checkpoints=grid, on_checkpoint=keep))
     assert saved, "the render made no resume point"
     point = RenderCheckpoint.from_tensors(load_file(str(tmp_path / "point.safetensors")), saved[0])
-    pipeline.render(reference, AudioFileSource(audio, config.model.sample_rate), [rest], resume=point)
+    pipeline.render(reference, AudioFileSource(audio, config.model.sample_rate), [rest], run=RenderRun(resume=point))
     whole = np.concatenate(full.parts)
     assert np.array_equal(np.concatenate(rest.parts), whole[point.frames :])
