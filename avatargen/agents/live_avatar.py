@@ -15,6 +15,7 @@ after the clear arrive (the live latency, about 0.3-0.5 s on a CPU).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
@@ -25,16 +26,17 @@ from typing import Callable
 
 import numpy as np
 
-from avatargen.config.live import live_overrides
 from avatargen.config.loader import load_config
 from avatargen.io.audio_stream import RawPcm
 from avatargen.io.sink import SinkContext, SinkPlugin, register_sink
 from avatargen.render import RenderRequest, render
 from avatargen.render.inputs import STREAM
 
+_log = logging.getLogger("avatargen.agents")
 SCHEME = "avatargen-agent"
 LAG_S = 0.6  # the feeder leaves out silence while more than this of what it fed is not shown yet
-REST_GUARD_FRAMES = 4  # a frame is at rest when no speech was fed this many frames around it
+REST_GUARD_FRAMES = 8  # a frame is at rest when no speech was fed this many frames around it (0.32 s: the
+# audio context the model hears on either side, and the mouth closing after a word)
 # After a clear, the first frames fed with silence still hear the cleared speech in the audio encoder's context: they
 # are shown at rest too (one live chunk's worth; measured: one frame of them opened the mouth).
 CLEAR_GUARD_FRAMES = 3
@@ -77,10 +79,11 @@ class LiveAvatar:
     ``start(on_frame)`` loads the model and starts the session; ``on_frame(ShownFrame)`` is then called for every
     frame on the wall clock (on the render's pacing thread: hand it on, do not block). ``end_segment()`` marks the
     end of an utterance (reported with the frame its last sample plays with); ``clear()`` drops what is not shown
-    yet; ``close()`` ends the session. ``overrides`` are config overrides (the live defaults are applied first)."""
+    yet; ``close()`` ends the session. ``overrides`` are config overrides (the live defaults are applied first);
+    ``warn`` gets the render's warnings (default: the ``avatargen.agents`` logger)."""
 
     def __init__(self, image: str | Path, *, sample_rate: int = 24000, channels: int = 1,
-                 overrides: tuple[str, ...] = (), warn: Callable[[str], None] = lambda line: None) -> None:  # fmt: skip
+                 overrides: tuple[str, ...] = (), warn: Callable[[str], None] = _log.warning) -> None:  # fmt: skip
         self.image, self.sample_rate, self.channels = Path(image), sample_rate, channels
         self.overrides, self.warn = tuple(overrides), warn
         self.fps = 0
@@ -133,8 +136,7 @@ class LiveAvatar:
         _sessions.pop(self._id, None)
 
     def _render(self) -> None:
-        overrides = live_overrides([*self.overrides, "output.realtime_target_s=0"], live=True)
-        config = load_config(overrides)
+        config = load_config([*self.overrides, "output.realtime_target_s=0"], live=True)
         config.output.realtime = True
         config.output.publish = [f"{SCHEME}://{self._id}"]
         request = RenderRequest(image=self.image, audio=STREAM, output=None,
@@ -194,8 +196,8 @@ class LiveAvatar:
                 tick += 1
                 with self._lock:
                     piece = self._next_piece(frame_bytes)
-                if piece is not None:
-                    os.write(self._write_fd, piece)  # a pipe of 64 KiB: a second of audio; the render reads it
+                while piece:  # a pipe of 64 KiB (a second or more of audio): the render reads it as it comes
+                    piece = piece[os.write(self._write_fd, piece) :]
         except OSError:
             pass  # the render stopped reading: it ended
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+from importlib.util import find_spec
 
 import imageio_ffmpeg
 import numpy as np
@@ -16,13 +17,17 @@ import pytest
 from tests.conftest import REPO
 from tests.live.speech_feed import mouth_box
 
-agents = pytest.importorskip("livekit.agents", reason="livekit-agents is not installed: pip install -e '.[livekit]'")
+agents = pytest.importorskip("livekit.agents", reason="livekit-agents is not installed: pip install -e '.[livekit]'",
+                            exc_type=ImportError)  # (installed beside MediaPipe it fails to import: protobuf)
 from livekit import rtc  # noqa: E402
 from livekit.agents.voice.avatar import AudioSegmentEnd, QueueAudioOutput  # noqa: E402
 
 from avatargen.agents.livekit import AvatargenVideoGenerator  # noqa: E402
 
 AVATAR = REPO / "examples" / "avatar_1.png"
+# Where mouth_box(AVATAR) finds the mouth with the eval extra's face detector; the livekit extra goes without it
+# (protobuf: docs/live.md), and the bundled square avatar is framed the same either way.
+AVATAR_MOUTH = (136, 169, 100, 155)
 RATE = 24000
 FPS = 25
 
@@ -97,8 +102,12 @@ async def started() -> tuple[Session, QueueAudioOutput]:
     return Session(generator, agent), agent
 
 
+def avatar_mouth() -> tuple[int, int, int, int]:
+    return mouth_box(AVATAR) if find_spec("dlib") is not None else AVATAR_MOUTH
+
+
 def test_the_avatar_says_what_the_agent_says_in_step_and_barge_in_rests_its_mouth_within_0_2_s():
-    box = mouth_box(AVATAR)
+    box = avatar_mouth()
     first, second = speech(2.0), speech(3.0, start_s=3.0)
 
     async def run() -> tuple[Session, float]:
@@ -132,21 +141,26 @@ def test_the_avatar_says_what_the_agent_says_in_step_and_barge_in_rests_its_mout
     assert all(i.samples_per_channel == RATE // FPS for k in audio_at[:-1] if k < end for i in [items[k][1]])
     assert sum(isinstance(i, AudioSegmentEnd) for _, i in items) == 1  # the cleared utterance never "ended"
 
-    # The mouth moves with the speech it shows, far more than it does at rest (idle motion sways the head).
+    # The mouth moves with the speech it shows: from frame to frame, far more than at rest (the idle motion's slow
+    # sway moves the mouth region a little every frame; speech opens and shuts it).
     crops = [(k, t, mouth(i, box)) for k, (t, i) in enumerate(items) if isinstance(i, rtc.VideoFrame)]
-    ordinal = {k: n for n, (k, _, _) in enumerate(crops)}  # item -> its place among the video frames
-    with_audio = {k - 1 for k in audio_at}
-    spoken = [ordinal[k] for k in with_audio]
-    first_frames = np.median([c for _, _, c in crops[:10]], axis=0)
-    change = {k: float(np.abs(c - first_frames).mean()) for k, _, c in crops}
-    far_from_speech = [k for k, t, _ in crops if t < cleared_at and min(abs(ordinal[k] - n) for n in spoken) > 12]
-    at_rest = float(np.percentile([change[k] for k in far_from_speech], 95))
-    speaking = float(np.percentile([change[k] for k in with_audio], 90))
-    assert len(far_from_speech) >= 10 and speaking > 2 * max(at_rest, 1.0), (speaking, at_rest)
+    place = {k: n for n, (k, _, _) in enumerate(crops)}  # item -> its place among the video frames
+    motion = [0.0] + [float(np.abs(b[2] - a[2]).mean()) for a, b in zip(crops, crops[1:])]
+    spoken = [place[k - 1] for k in audio_at]
+    idle = [n for n, (_, t, _) in enumerate(crops) if t < cleared_at and min(abs(n - m) for m in spoken) > 12]
+    at_rest = float(np.percentile([motion[n] for n in idle], 95))
+    speaking = float(np.percentile([motion[n] for n in spoken], 90))
+    assert len(idle) >= 20 and speaking > 3 * max(at_rest, 1.0), (speaking, at_rest)
 
-    # Barge-in: from 0.2 s after clear_buffer the mouth is at rest and no more of that speech plays.
-    after = [k for k, t, _ in crops if t >= cleared_at + 0.2]
-    assert max(change[k] for k in after[:25]) < 1.5 * max(at_rest, 1.0), [round(change[k], 1) for k in after[:25]]
+    # Barge-in: from 0.2 s after clear_buffer the mouth is still and shows a resting face (one shown at idle), and
+    # no more of that speech plays.
+    after = [n for n, (_, t, _) in enumerate(crops) if t >= cleared_at + 0.2][:25]
+    # (the first of them may still differ from the frame before it: a render stalled by a busy machine shows the
+    # change of face late)
+    assert max(motion[n] for n in after[1:]) <= 2 * max(at_rest, 1.0), [round(motion[n], 1) for n in after]
+    quiet = [n for n, (_, t, _) in enumerate(crops) if t < cleared_at and min(abs(n - m) for m in spoken) > 8]
+    resting = min(float(np.abs(crops[after[0]][2] - crops[n][2]).mean()) for n in quiet)
+    assert resting < 1.5, resting  # the face of a frame shown at rest
     assert not any(isinstance(i, rtc.AudioFrame) and t > cleared_at + 0.05 for t, i in items)
 
 
