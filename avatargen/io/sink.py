@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # the schema is a layer below; named for the types only
 
 ENTRY_POINT_GROUP = "avatargen.sinks"
 SINK_AUDIO_RATE = 48000  # the audio a render sink gets: stereo s16le at this rate (the encoder's track)
-SINK_AUDIO_BYTES_PER_SECOND = SINK_AUDIO_RATE * 4
 # Publish schemes avatargen serves itself, imported only when a target of theirs is given (optional extras).
 BUILT_IN_SCHEMES = {"webrtc": "avatargen.io.webrtc.plugin:PLUGIN"}
 
@@ -110,10 +109,15 @@ def scheme_of(target: str) -> str | None:
     return head.lower() if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", head) else None
 
 
+def _declared() -> list[SinkPlugin]:
+    """The registered plugins, then the ``avatargen.sinks`` entry points' (each names a plugin or a factory)."""
+    return [*_registered, *(_as_plugin(entry.load()) for entry in entry_points(group=ENTRY_POINT_GROUP))]
+
+
 def sink_plugins(targets: list[str] | tuple[str, ...] = ()) -> list[SinkPlugin]:
-    """The registered plugins, the ``avatargen.sinks`` entry points' (each names a plugin or a factory), and the
-    built-in schemes that ``targets`` use (imported only then: their libraries are optional extras)."""
-    plugins = [*_registered, *(_as_plugin(entry.load()) for entry in entry_points(group=ENTRY_POINT_GROUP))]
+    """The declared plugins and the built-in schemes that ``targets`` use (imported only then: their libraries are
+    optional extras)."""
+    plugins = _declared()
     claimed = {scheme for plugin in plugins for scheme in plugin.schemes}
     for scheme in sorted({scheme_of(t) for t in targets} - claimed - {None}):
         if scheme in BUILT_IN_SCHEMES:
@@ -123,8 +127,7 @@ def sink_plugins(targets: list[str] | tuple[str, ...] = ()) -> list[SinkPlugin]:
 
 def sink_schemes(targets: list[str] | tuple[str, ...]) -> set[str]:
     """The schemes of ``targets`` that a sink serves (built-in or registered), without importing a built-in."""
-    registered = {s for p in [*_registered, *(_as_plugin(e.load()) for e in entry_points(group=ENTRY_POINT_GROUP))]
-                  for s in p.schemes}  # fmt: skip
+    registered = {scheme for plugin in _declared() for scheme in plugin.schemes}
     return {s for t in targets if (s := scheme_of(t)) is not None and (s in registered or s in BUILT_IN_SCHEMES)}
 
 
@@ -138,8 +141,3 @@ def encoder_targets(config: Config) -> list[str]:
             if plugin.check is not None and scheme_of(target) in plugin.schemes:
                 plugin.check(target, config)
     return [t for t in targets if scheme_of(t) not in served]
-
-
-def sink_factories() -> list[SinkFactory]:
-    """The factories that open in every render (plugins that claim no scheme)."""
-    return [plugin.open for plugin in sink_plugins() if not plugin.schemes]
