@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from avatargen.compose.composite import CompositingSink, ReferenceCompositor
-from avatargen.config.schema import OutputConfig, PublishFailure
+from avatargen.config.schema import Config, OutputConfig, PublishFailure
 from avatargen.errors import AvatarGenError
 from avatargen.io.catch_up import LIVE_BACKLOG_S, InputGate
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, Encoder, publish_finished
 from avatargen.io.mp4_join import join_parts
+from avatargen.io.no_encoder import NoEncoder
 from avatargen.io.outputs import Output
 from avatargen.io.pacing import CatchUp, RealtimePacer
-from avatargen.io.sink import FrameSink, SinkContext, sink_factories
+from avatargen.io.sink import FrameSink, RenderSink, SinkContext, scheme_of, sink_plugins
+from avatargen.io.sink_feed import FileAudioReader, SinkFeed
 from avatargen.pipeline.schedule import CheckpointGrid
 
 
@@ -47,7 +49,7 @@ class RenderOutputs:
     (a stop: the partial kept) or ``abort`` (an error). ``config`` and ``start_frame`` are told to sink factories."""
 
     def __init__(self, plan: OutputPlan, grid: CheckpointGrid, start_frame: int, compositor: ReferenceCompositor | None,
-                 config: Any, warn: Callable[[str], None], hold_fds: tuple[int, ...] = ()):  # fmt: skip
+                 config: Config, warn: Callable[[str], None], hold_fds: tuple[int, ...] = ()):  # fmt: skip
         self.plan, self.start_frame, self.compositor, self.config, self.warn = plan, start_frame, compositor, config, warn
         settings = plan.settings
 
@@ -55,7 +57,8 @@ class RenderOutputs:
             warn(f"warning: publish target '{output.label}' failed ({reason}); dropped it, the other outputs go on "
                  "(output.on_publish_failure=drop)")  # fmt: skip
 
-        self.writer = Encoder(
+        # A render whose only outputs are sinks (webrtc://, an agent's frames) encodes nothing here.
+        self.writer = NoEncoder() if plan.file is None and not plan.outputs else Encoder(
             plan.file, plan.width, plan.height, plan.fps, plan.audio,
             crf=settings.crf, preset=settings.preset, gop_seconds=settings.gop_seconds,
             start_frame=start_frame, keyframe_period=grid.period, keyframe_shift=grid.shift,
@@ -66,7 +69,8 @@ class RenderOutputs:
         )  # fmt: skip
         self.pacer: RealtimePacer | None = None
         self.gate: InputGate | None = None
-        self.sinks: list[FrameSink] = []  # the registered sinks opened for this render
+        self.sinks: list[RenderSink] = []  # the registered sinks opened for this render
+        self.feed: SinkFeed | None = None
         self.compositing: CompositingSink | None = None
         self._sinks_closed = False
 
@@ -75,13 +79,19 @@ class RenderOutputs:
         return self.writer.frames_written
 
     def front(self, audio: Any, on_stop: Callable[[Callable[[], None]], None]) -> list[FrameSink]:
-        """The sinks the pipeline writes into: the pacer (``--realtime``) in front of the encoder, the registered sinks
-        beside them, the compositor in front of all. A streamed ``audio`` goes to the encoder (through the pacer in
-        live mode, which can then drop silence to catch up); ``on_stop(callback)`` ends its input on a stop."""
+        """The sinks the pipeline writes into: the compositor in front of the pacer (``--realtime``), the pacer in
+        front of the encoder and the registered sinks (``SinkFeed``: frames and their audio to each). A streamed
+        ``audio`` goes to them through the pacer in live mode (which can then drop silence to catch up);
+        ``on_stop(callback)`` ends its input on a stop."""
         settings, fps, live = self.plan.settings, self.plan.fps, self.plan.streamed_audio
         on_stop(self.writer.hurry)  # a stop never waits long on an encoder that stopped reading
+        self.sinks = self._open_sinks()
+        file_audio = None
+        if self.sinks and not live and self.plan.audio is not None:
+            file_audio = FileAudioReader(self.plan.audio, self.start_frame / fps)
+        self.feed = SinkFeed(self.writer, self.sinks, fps, file_audio)
         if live:
-            audio.encoder_audio = self.writer.write_audio
+            audio.encoder_audio = self.feed.write_audio
             # A stop ends a stream's input, even one stalled: the render makes the video of all the audio that came.
             on_stop(audio.end_input)
         if settings.realtime:
@@ -97,20 +107,33 @@ class RenderOutputs:
 
             # Seconds of late input are left out before they are generated (avatargen/io/catch_up.py).
             self.gate = InputGate(backlog_s=max(2 * target, LIVE_BACKLOG_S)) if catching_up else None
-            self.pacer = RealtimePacer(self.writer, fps, settings.realtime_buffer_s, on_underrun=underrun,
+            self.pacer = RealtimePacer(self.feed, fps, settings.realtime_buffer_s, on_underrun=underrun,
                                        audio_rate=ENCODER_AUDIO_RATE if live else None,
                                        catch_up=CatchUp(target) if catching_up else None,
                                        on_position=self.gate.shown if self.gate is not None else None)  # fmt: skip
             if live:
                 audio.encoder_audio = self.pacer.write_audio
                 audio.gate = self.gate
-        context = SinkContext(self.plan.width, self.plan.height, fps, self.start_frame, self.plan.file, self.config)
-        self.sinks = [sink for factory in sink_factories() if (sink := factory(context)) is not None]
-        behind = [self.pacer if self.pacer is not None else self.writer, *self.sinks]
+        behind = [self.pacer if self.pacer is not None else self.feed]
         if self.compositor is not None:  # the family's square frames become the picture with their mouth
             self.compositing = CompositingSink(self.compositor, behind, first_frame=self.start_frame)
             return [self.compositing]
         return behind
+
+    def _open_sinks(self) -> list[RenderSink]:
+        """Each registered sink's for this render: those of no scheme always, the others for their ``--publish``
+        targets (avatargen/io/sink.py)."""
+        plan, publish = self.plan, list(self.plan.settings.publish)
+        sinks: list[RenderSink] = []
+        for plugin in sink_plugins(publish):
+            targets = tuple(t for t in publish if scheme_of(t) in plugin.schemes)
+            if plugin.schemes and not targets:
+                continue
+            context = SinkContext(plan.width, plan.height, plan.fps, self.start_frame, plan.file, self.config,
+                                  paced=plan.settings.realtime, targets=targets)  # fmt: skip
+            if (sink := plugin.open(context)) is not None:
+                sinks.append(sink)
+        return sinks
 
     def generated(self, stopped: bool) -> None:
         """Every frame is in: the pacer lets its last frames out on the clock (at once after a stop)."""
@@ -157,10 +180,10 @@ class RenderOutputs:
         if self._sinks_closed:
             return
         self._sinks_closed = True
+        if self.feed is not None:
+            self.feed.close()
         for sink in self.sinks:
-            close = getattr(sink, "close", None)
-            if close is not None:
-                close(finished)
+            sink.close(finished)
 
     # -- what the report says of them ------------------------------------------------------------------------------
 

@@ -4,8 +4,9 @@ both before anything is read or written: one line naming the problem and the fix
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from avatargen.pipeline.family import FamilyEngine
 from avatargen.config.schema import Config
@@ -29,7 +30,8 @@ class RenderRequest:
     """What the user asked for. ``audio`` ``-`` is stdin (``raw_audio`` says its format when it is not WAV);
     ``output`` ``-`` is MPEG-TS on stdout, None is no file (live outputs only, ``output.publish``). ``video``
     instead of ``image``: dub that source video; ``extra_audio``: the further speakers' files, placed by
-    ``person_boxes`` (one per speaker, or found) and sharing the timeline by ``audio_type`` (render_inputs.py)."""
+    ``person_boxes`` (one per speaker, or found) and sharing the timeline by ``audio_type`` (render_inputs.py).
+    ``stdin``: where ``audio`` ``-`` is read from in this process (a pipe an agent writes into); None: stdin."""
 
     image: Path | None
     audio: Path
@@ -40,6 +42,7 @@ class RenderRequest:
     extra_audio: tuple[Path, ...] = ()
     person_boxes: tuple[tuple[float, float, float, float], ...] = ()
     audio_type: str = "para"
+    stdin: BinaryIO | None = field(default=None, compare=False)
 
     @property
     def audio_files(self) -> list[Path]:

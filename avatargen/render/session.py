@@ -37,6 +37,7 @@ from avatargen.io.owned_names import (YAML_HEADER, check_owned_names, clear_play
                                       playlist_names, publish_lock_path, remove_name, write_text_atomic)
 from avatargen.io.outputs import Output, parse_publish_target, stdout_output
 from avatargen.io.resume_store import ResumeStore, file_digest
+from avatargen.io.sink import encoder_targets
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
@@ -195,7 +196,8 @@ class RenderSession:
         """The request, the config and the outputs, before any input is read: no output may be an input."""
         config, o = self.config, self.config.output
         check_request(self.request, config, self.family, self.options.resume)
-        self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s) for t in o.publish]
+        self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s)
+                     for t in encoder_targets(config)]  # a sink's own targets (webrtc://) checked by it
         check_outputs_spare_inputs(self.request, config, self.family, self.live)
         if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
             check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
@@ -232,7 +234,7 @@ class RenderSession:
                       composited=compositor is not None, warped=compositor is not None and compositor.mouth is not None,
                       is_photo=is_photo, warn=warn)  # fmt: skip
             if audio_file is None:
-                audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio)
+                audio = AudioStreamSource(config.model.sample_rate, block, request.raw_audio, stream=request.stdin)
             else:
                 audio = audio_file.result()
         try:

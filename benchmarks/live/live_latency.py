@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -36,74 +35,15 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.live.harness import RtmpIngest  # noqa: E402
+from tests.live.speech_feed import PIECE, RATE, mouth_box, mouth_motion, session_audio, wav_header  # noqa: E402
 
-RATE = 16000
 FPS = 25
-PIECE = RATE // 50  # 20 ms
-BURST_S = 1.5
 F_SETPIPE_SZ = 1031
-
-
-def speech_bursts() -> list[np.ndarray]:
-    """1.5-s pieces of the example speech, none overlapping, each starting at a word's onset (the first 20 ms above
-    -30 dBFS after 100 ms below -45)."""
-    bursts = []
-    for n in (1, 2, 3):
-        wave, rate = sf.read(REPO / "examples" / f"speech_{n}.flac", dtype="float32")
-        wave = wave if wave.ndim == 1 else wave.mean(axis=1)
-        assert rate == RATE
-        levels = np.sqrt(np.mean(wave[: len(wave) // PIECE * PIECE].reshape(-1, PIECE) ** 2, axis=1))
-        onsets = [i for i in range(5, len(levels)) if levels[i] > 10 ** (-30 / 20) and levels[i - 5 : i].max() < 10 ** (-45 / 20)]
-        after = 0  # pieces do not overlap: each burst is found in the stream by its own sound
-        for i in onsets:
-            piece = wave[i * PIECE : i * PIECE + int(BURST_S * RATE)]
-            if i >= after and len(piece) == int(BURST_S * RATE):
-                bursts.append(piece)
-                after = i + int(BURST_S * RATE) // PIECE
-    return bursts
-
-
-def session_audio(seconds: float, first: float, period: float) -> tuple[np.ndarray, list[float], list[np.ndarray]]:
-    """(samples int16, burst start times in seconds, the bursts int16): room noise at -60 dBFS, a speech burst every
-    ``period`` s."""
-    rng = np.random.default_rng(0)
-    audio = rng.normal(0, 10 ** (-60 / 20), int(seconds * RATE)).astype(np.float32)
-    bursts, starts, used = speech_bursts(), [], []
-    t = first
-    while t + BURST_S <= seconds:
-        piece = bursts[len(starts) % len(bursts)]
-        a = int(t * RATE)
-        audio[a : a + len(piece)] += piece
-        starts.append(t)
-        used.append((np.clip(piece, -1, 1) * 32767).astype("<i2"))
-        t += period
-    return (np.clip(audio, -1, 1) * 32767).astype("<i2"), starts, used
-
-
-def wav_header() -> bytes:
-    """A streaming WAV header (its lengths unknown: 0xFFFFFFFF), 16-bit mono."""
-    fmt = struct.pack("<HHIIHH", 1, 1, RATE, RATE * 2, 2, 16)
-    return b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", 0xFFFFFFFF)
-
-
-def mouth_box(image: Path) -> tuple[int, int, int, int]:
-    """(y0, y1, x0, x1) of the mouth region in the output frame (the picture's own size), from the reference."""
-    from avatargen.eval.face_track import _mouth_box_in_frame
-    from avatargen.face.detector import shared_detector
-    from avatargen.io.image import read_picture
-
-    rgb = read_picture(image)
-    face = shared_detector().find(rgb)
-    if face is None:
-        sys.exit(f"no face found in {image}")
-    x0, y0, x1, y1 = _mouth_box_in_frame(face)
-    return int(y0), int(y1), int(x0), int(x1)
 
 
 def feed(stdin, samples: np.ndarray, launched: float, starts: list[float], written: dict[int, float],
@@ -205,16 +145,6 @@ def burst_samples(played: np.ndarray, bursts: list[np.ndarray]) -> list[int | No
         found.append(start)
         cursor = start + len(burst)
     return found
-
-
-def mouth_motion(crops: np.ndarray) -> np.ndarray:
-    """Per frame, whether the mouth moved: its region differs from the resting mouth (the session's median region:
-    the mouth rests most of the time) by more than 30 % of the way from the median difference to the 95th
-    percentile."""
-    stack = crops.astype(np.float32)
-    moved = np.abs(stack - np.median(stack, axis=0)).mean(axis=(-2, -1))  # (T,)
-    low, high = np.median(moved), np.percentile(moved, 95)
-    return moved > low + 0.3 * (high - low)
 
 
 def burst_latencies(written: dict[int, float], arrivals: np.ndarray, moving: np.ndarray, starts: list[int | None],

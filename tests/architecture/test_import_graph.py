@@ -21,7 +21,7 @@ LAYERS = [
     {"stages", "data"},
     {"pipeline"},
     {"families"},
-    {"resume", "render", "bulk", "progress", "eval"},
+    {"resume", "render", "bulk", "progress", "eval", "agents"},
     {"cli", "doctor", "torchrun", "__main__", "__init__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -85,7 +85,8 @@ def _commands() -> list[tuple[str, list[str], bool]]:
             for args in _invocations(line):
                 found.append((f"{_rel(page)}: {line.strip()}", args, "..." not in line))
         for span in INLINE.findall(FENCE.sub("", text)):
-            if span.startswith(("avatargen ", "python -m avatargen ", "torchrun ")):
+            # (a message avatargen prints, `avatargen batch: job N ...`, is not a command)
+            if span.startswith(("avatargen ", "python -m avatargen ", "torchrun ")) and not re.match(r"avatargen \w+:", span):
                 for args in _invocations(" ".join(span.split())):
                     found.append((f"{_rel(page)}: `{span}`", args, False))
     return found
