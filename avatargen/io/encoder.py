@@ -20,7 +20,7 @@ import numpy as np
 from avatargen.errors import BadInputError, DiskFullError, PublishError
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.ffmpeg import FfmpegError, StderrTail, ffmpeg_reason, local_file, start_ffmpeg
-from avatargen.io.outputs import MP4_MOVFLAGS, Output, mp4_output, tee_event, tee_target
+from avatargen.io.outputs import MP4_MOVFLAGS, Output, OutputKind, mp4_output, tee_event, tee_target
 from avatargen.io.owned_names import create_fresh, fd_url, metadata_args, remove_name, ts_metadata_args
 
 ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo s16le at this rate
@@ -144,7 +144,7 @@ class Encoder:
         args = ["-progress", f"pipe:{progress_write}", "-stats_period", "0.1"]
         args += self._ffmpeg_args(audio_input, audio_map, crf, preset, max(1, round(fps * gop_seconds)), keyframe_period,
                                   keyframe_shift)  # fmt: skip
-        stdout = sys.stdout.fileno() if any(o.kind == "stdout" for o in self.outputs) else None
+        stdout = sys.stdout.fileno() if any(o.kind is OutputKind.STDOUT for o in self.outputs) else None
         if stdout is not None:
             sys.stdout.flush()
         try:
@@ -206,7 +206,7 @@ class Encoder:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
         args += metadata_args(self._part_id) + ts_metadata_args()  # a rerun knows its files as its own (io.owned_names)
-        if len(self.outputs) == 1 and self.outputs[0].kind == "mp4":
+        if len(self.outputs) == 1 and self.outputs[0].kind is OutputKind.MP4:
             # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
             # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
             # without it the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
@@ -429,8 +429,8 @@ class Encoder:
         lines = self._stderr.lines
         reason = self._stderr.reason()
         full = next((line for line in lines if _NO_SPACE in line or _TOO_LARGE in line), None)
-        stdout_failed = any(o.kind == "stdout" and o.label in self.dropped for o in self.outputs) or (
-            self._aborted is not None and self._aborted[0].kind == "stdout")  # fmt: skip
+        stdout_failed = any(o.kind is OutputKind.STDOUT and o.label in self.dropped for o in self.outputs) or (
+            self._aborted is not None and self._aborted[0].kind is OutputKind.STDOUT)  # fmt: skip
         if stdout_failed and full is not None:  # `-o - > /dev/full`: no folder or disk of avatargen's to advise on
             return PublishError(f"stdout could not take the video ({ffmpeg_reason([full])}); give stdout room or "
                                 "redirect it elsewhere")  # fmt: skip
@@ -439,14 +439,14 @@ class Encoder:
         if self._proc.returncode == -signal.SIGXFSZ:
             # Over the file-size limit (ulimit -f, RLIMIT_FSIZE), ffmpeg is killed by SIGXFSZ before it can say so.
             return disk_full_error(self._where, "File too large: the file-size limit (ulimit -f) was reached")
-        if any(o.kind == "stdout" and o.label in self.dropped for o in self.outputs):
+        if any(o.kind is OutputKind.STDOUT and o.label in self.dropped for o in self.outputs):
             return PublishError("stdout was closed by the program reading it; the render stopped")
         if self.outputs and all(o.label in self.dropped for o in self.outputs):
             failures = "; ".join(f"{label}: {why}" for label, why in self.dropped.items())
             return PublishError(f"every output failed ({failures}); check that the publish targets are reachable")
-        if self._aborted is not None and self._aborted[0].kind != "mp4":  # the file's failures are ffmpeg's or the disk's
+        if self._aborted is not None and self._aborted[0].kind is not OutputKind.MP4:  # the file's failures are ffmpeg's or the disk's
             output, why = self._aborted[0], self._aborted[1] or reason
-            if output.kind == "stdout":
+            if output.kind is OutputKind.STDOUT:
                 return PublishError(f"stdout was closed by the program reading it ({why}); the render stopped")
             return PublishError(
                 f"publish target '{output.label}' failed ({why}); check that it is reachable, or set "

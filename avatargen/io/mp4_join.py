@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from pathlib import Path
 
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.encoder import ENCODER_AUDIO_RATE, FINISHED_MOVFLAGS, copy_mp4
 from avatargen.io.ffmpeg import StderrTail, local_file, start_ffmpeg
+from avatargen.io.mp4_boxes import top_level_boxes
 from avatargen.io.owned_names import clear_link_folder, remove_name
 
 _FRAME_COUNT = re.compile(r"frame=\s*(\d+)")
@@ -25,22 +25,11 @@ def complete_prefix(path: Path) -> int:
 
     After a SIGKILL the last fragment of a fragmented MP4 may be cut anywhere; what precedes it is intact.
     """
-    end, good = 0, 0
-    size = path.stat().st_size
+    good = 0
     with open(path, "rb") as file:
-        while end + 8 <= size:
-            file.seek(end)
-            header = file.read(16)
-            box_size, kind = struct.unpack(">I4s", header[:8])
-            if box_size == 1 and len(header) == 16:
-                box_size = struct.unpack(">Q", header[8:16])[0]
-            elif box_size == 0:  # "to the end of the file": only a finished file says that
-                box_size = size - end
-            if box_size < 8 or end + box_size > size:
-                break
-            end += box_size
+        for kind, offset, length in top_level_boxes(file, path.stat().st_size):
             if kind == b"mdat":
-                good = end
+                good = offset + length
     return good
 
 

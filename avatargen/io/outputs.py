@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from avatargen.errors import BadInputError
@@ -19,14 +20,26 @@ from avatargen.io.targets import write_problem
 # The fragmented-MP4 flags every MP4 avatargen writes uses (see Encoder for why each is there).
 MP4_MOVFLAGS = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
 PUBLISH_FIX = "give DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY"
-FILE_KINDS = ("mp4", "hls")  # outputs that are files on this machine
+
+
+class OutputKind(StrEnum):
+    """What an ``Output`` is: a file on this machine (MP4, an HLS playlist and its segments), a URL, or stdout."""
+
+    MP4 = "mp4"
+    HLS = "hls"
+    RTMP = "rtmp"
+    STDOUT = "stdout"
+
+    @property
+    def is_file(self) -> bool:
+        return self in (OutputKind.MP4, OutputKind.HLS)
 
 
 @dataclass(frozen=True)
 class Output:
     """One ffmpeg output: a muxer, its options and its target (a path or URL)."""
 
-    kind: str  # "mp4", "hls", "rtmp", "stdout"
+    kind: OutputKind
     target: str  # as the user gave it: a file path (mp4, hls), a URL (rtmp) or pipe:1 (stdout)
     muxer: str
     options: dict[str, str] = field(default_factory=dict)
@@ -36,14 +49,14 @@ class Output:
     @property
     def label(self) -> str:
         """How messages name it: the path or URL the user gave."""
-        return "stdout" if self.kind == "stdout" else self.target
+        return "stdout" if self.kind is OutputKind.STDOUT else self.target
 
     @property
     def url(self) -> str:
         """What ffmpeg is given: a file output as an explicit local file (``file:``), never a protocol."""
         if self.opened_as is not None:
             return self.opened_as
-        return local_file(self.target) if self.kind in FILE_KINDS else self.target
+        return local_file(self.target) if self.kind.is_file else self.target
 
     def args(self) -> list[str]:
         """ffmpeg arguments when this is the only output."""
@@ -76,7 +89,7 @@ def tee_target(outputs: list[Output], drop_failed_live: bool) -> str:
 
 def mp4_output(path: Path, opened_as: str | None = None) -> Output:
     """The fragmented MP4 at ``path`` (``opened_as``: the URL ffmpeg opens it by, a descriptor it inherits)."""
-    return Output("mp4", str(path), "mp4", {"movflags": MP4_MOVFLAGS, "flush_packets": "1"}, opened_as=opened_as)
+    return Output(OutputKind.MP4, str(path), "mp4", {"movflags": MP4_MOVFLAGS, "flush_packets": "1"}, opened_as=opened_as)
 
 
 def stdout_output() -> Output:
@@ -84,7 +97,7 @@ def stdout_output() -> Output:
 
     Each video PES carries its length (frames under 64 KiB): a demuxer then hands a frame on as soon as its last
     byte arrives, where with the length left out it waits for the next frame's first (a frame of latency, 40 ms)."""
-    return Output("stdout", "pipe:1", "mpegts", {"flush_packets": "1", "omit_video_pes_length": "0"})
+    return Output(OutputKind.STDOUT, "pipe:1", "mpegts", {"flush_packets": "1", "omit_video_pes_length": "0"})
 
 
 def hls_output(playlist: Path, segment_s: float, window: int) -> Output:
@@ -105,7 +118,7 @@ def hls_output(playlist: Path, segment_s: float, window: int) -> Output:
     }
     if not window:
         options["hls_playlist_type"] = "event"
-    return Output("hls", str(playlist), "hls", options, live=True)
+    return Output(OutputKind.HLS, str(playlist), "hls", options, live=True)
 
 
 def rtmp_output(url: str, timeout_s: float = 5.0) -> Output:
@@ -115,7 +128,7 @@ def rtmp_output(url: str, timeout_s: float = 5.0) -> Output:
     connection) fails after it, instead of blocking the encoder, and with it the file and the render, for ever.
     """
     options = {"flvflags": "no_duration_filesize", "rw_timeout": str(round(timeout_s * 1e6))}
-    return Output("rtmp", url, "flv", options, live=True)
+    return Output(OutputKind.RTMP, url, "flv", options, live=True)
 
 
 def folder_write_problem(target: Path) -> str | None:

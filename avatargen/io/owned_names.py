@@ -20,10 +20,10 @@ import os
 import re
 import shutil
 import stat
-import struct
 from pathlib import Path
 
 from avatargen.errors import BadInputError
+from avatargen.io.mp4_boxes import top_level_boxes
 
 MP4_TAG = "made with avatargen"  # the MP4 'comment' tag of every file avatargen writes
 YAML_HEADER = "# avatargen: the config this video was rendered with (avatargen config prints the defaults)"
@@ -48,23 +48,12 @@ def _mp4_header(path: Path) -> bytes | None:
     with os.fdopen(fd, "rb") as file:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        size, offset = os.fstat(fd).st_size, 0
-        while offset + 8 <= size:
-            file.seek(offset)
-            header = file.read(16)
-            box_size, kind = struct.unpack(">I4s", header[:8])
-            if box_size == 1 and len(header) == 16:
-                box_size = struct.unpack(">Q", header[8:16])[0]
-            elif box_size == 0:
-                box_size = size - offset
-            if box_size < 8:
-                return None
+        for kind, offset, length in top_level_boxes(file, os.fstat(fd).st_size):
             if kind == b"moov":
-                if box_size > _MOOV_LIMIT:
+                if length > _MOOV_LIMIT:
                     return None
                 file.seek(offset)
-                return file.read(box_size)
-            offset += box_size
+                return file.read(length)
     return None
 
 

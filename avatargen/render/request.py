@@ -13,7 +13,7 @@ from avatargen.config.schema import Config
 from avatargen.errors import BadInputError, CheckpointError
 from avatargen.io.audio_stream import RawPcm
 from avatargen.io.output_lock import lock_path_for
-from avatargen.io.outputs import Output, folder_write_problem
+from avatargen.io.outputs import Output, OutputKind, folder_write_problem
 from avatargen.io.owned_names import another_renders_name, check_owned_names
 from avatargen.io.resume_store import resume_folder_for
 from avatargen.io.targets import make_folders, name_max, nearest_existing, refuse_writing_inputs, symlink_loop
@@ -152,7 +152,7 @@ def _inputs(request: RenderRequest, config: Config, family: FamilyEngine) -> lis
 def check_outputs_spare_inputs(request: RenderRequest, config: Config, family: FamilyEngine, live: list[Output]) -> None:
     """Refuse a render that would write over one of its own inputs (the same file, also through a link or a
     hard link) or delete it with the resume folder, before anything is written."""
-    written: list[Path] = [Path(o.target) for o in live if o.kind == "hls"]
+    written: list[Path] = [Path(o.target) for o in live if o.kind is OutputKind.HLS]
     folder: Path | None = None
     if request.output_file is not None:
         file = request.output_file

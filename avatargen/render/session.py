@@ -35,7 +35,7 @@ from avatargen.io.encoder import EncoderStalledError
 from avatargen.io.output_lock import OutputLock, lock_path_for
 from avatargen.io.owned_names import (YAML_HEADER, check_owned_names, clear_playlist_names, foreign_reason,
                                       playlist_names, publish_lock_path, remove_name, write_text_atomic)
-from avatargen.io.outputs import Output, parse_publish_target, stdout_output
+from avatargen.io.outputs import Output, OutputKind, parse_publish_target, stdout_output
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.sink import encoder_targets
 from avatargen.io.targets import remove_empty_folders
@@ -202,7 +202,7 @@ class RenderSession:
         if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
             check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
         for output in self.live:  # nor at a playlist's, nor its segments'
-            if output.kind == "hls":
+            if output.kind is OutputKind.HLS:
                 check_owned_names(playlist_names(Path(output.target)), self.options.overwrite)
 
     def open_inputs(self) -> None:
@@ -276,7 +276,7 @@ class RenderSession:
                 for target in [file] if file is not None else []:
                     created += make_output_folder(target)
                 for output in self.live:
-                    if output.kind == "hls":
+                    if output.kind is OutputKind.HLS:
                         created += make_output_folder(Path(output.target))
             if file is not None and self.lock is None:
                 if self.options.overwrite and foreign_reason(lock_path_for(file), "lock") is not None:
@@ -299,7 +299,7 @@ class RenderSession:
         """Each HLS playlist's lock (a second render publishing to it is refused), then what an earlier publish left
         there removed: the muxer writes every name afresh."""
         for output in self.live:
-            if output.kind == "hls":
+            if output.kind is OutputKind.HLS:
                 playlist = Path(output.target)
                 if self.options.overwrite and foreign_reason(publish_lock_path(playlist), "lock") is not None:
                     remove_name(publish_lock_path(playlist))
