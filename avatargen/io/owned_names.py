@@ -20,7 +20,10 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from avatargen.errors import BadInputError
 from avatargen.io.mp4_boxes import top_level_boxes
@@ -38,17 +41,25 @@ def metadata_args(part_id: str | None = None) -> list[str]:
     return ["-metadata", f"comment={MP4_TAG}" + (f"; part {part_id}" if part_id else "")]
 
 
-def _mp4_header(path: Path) -> bytes | None:
-    """The header (``moov`` box) of MP4 ``path`` (not followed if a link), or None: none yet (a partial killed before
-    its first fragment), not a regular file, not an MP4 avatargen could have written."""
+@contextmanager
+def _regular_file(path: Path) -> Iterator[BinaryIO | None]:
+    """``path`` open for reading if it is a regular file, else None: a link is not followed, a FIFO not waited on."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return None
+        yield None
+        return
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        yield file if stat.S_ISREG(os.fstat(fd).st_mode) else None
+
+
+def _mp4_header(path: Path) -> bytes | None:
+    """The header (``moov`` box) of MP4 ``path`` (not followed if a link), or None: none yet (a partial killed before
+    its first fragment), not a regular file, not an MP4 avatargen could have written."""
+    with _regular_file(path) as file:
+        if file is None:
             return None
-        for kind, offset, length in top_level_boxes(file, os.fstat(fd).st_size):
+        for kind, offset, length in top_level_boxes(file, os.fstat(file.fileno()).st_size):
             if kind == b"moov":
                 if length > _MOOV_LIMIT:
                     return None
@@ -163,14 +174,8 @@ def ts_metadata_args() -> list[str]:
 
 def is_avatargen_segment(path: Path) -> bool:
     """Whether ``path`` (a link not followed) is MPEG-TS that names avatargen as its provider."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        head = file.read(_TS_HEAD)
+    with _regular_file(path) as file:
+        head = file.read(_TS_HEAD) if file is not None else b""
     return head[:1] == b"\x47" and MP4_TAG.encode() in head
 
 
