@@ -26,6 +26,9 @@ class NoEncoder:
     def write_audio(self, pcm: bytes) -> None:
         pass
 
+    def hurry(self) -> None:
+        """Nothing waits on an encoder here."""
+
     def close(self, before_publish: Callable[[], None] | None = None) -> Path | None:
         return None
 

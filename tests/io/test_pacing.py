@@ -38,9 +38,13 @@ def test_a_fast_generator_is_paced_to_the_frame_rate():
     pacer.close()
     assert sink.values == list(range(50))  # every frame, in order
     gaps = np.diff(sink.times)
-    assert sink.times[0] - began >= 0.19  # the start buffer
-    assert sink.times[-1] - sink.times[0] == pytest.approx(49 / FPS, abs=0.1)
-    assert np.median(gaps) == pytest.approx(1 / FPS, rel=0.2) and gaps.min() > 0.1 / FPS  # never a burst (a loaded machine delays one gap by ~0.03 s)
+    # Never early: frame k leaves at or after the start buffer plus k frame intervals from when the frames came (a
+    # loaded machine may hold a frame up; the ones after it keep their own slots).
+    assert (np.array(sink.times) - began >= 0.2 + np.arange(50) / FPS - 0.002).all()
+    assert sink.times[-1] - sink.times[0] == pytest.approx(49 / FPS, abs=0.4)  # paced, not all at once (0 s)
+    assert np.median(gaps) == pytest.approx(1 / FPS, rel=0.2)
+    # Never a burst: a frame held up leaves the next one right behind it, once, not a run of them.
+    assert (gaps < 0.1 / FPS).sum() <= 3
     assert pacer.stats.underruns == 0
 
 

@@ -58,9 +58,15 @@ def test_a_toy_render_streams_block_by_block(tmp_path, face_png) -> None:
 
     events: list[tuple[str, int]] = []
 
-    class Recorder:
+    class Recorder:  # a render sink (avatargen/io/sink.py): frames, their audio, one close
         def write(self, frames: np.ndarray) -> None:
             events.append(("written", len(frames)))
+
+        def write_audio(self, pcm: bytes) -> None:
+            pass
+
+        def close(self, finished: bool) -> None:
+            pass
 
     def denoising(module: torch.nn.Module, args: object, output: object) -> None:
         if isinstance(module, CausalBlock):
