@@ -21,6 +21,17 @@ def pytest_collection_finish(session) -> None:
     cli_fork.remember_session_environment()
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test leaves the process environment as it found it (a library that sets a variable on first use, a test
+    that sets one for its servers): the CLI runs of later tests fork only from an unchanged environment."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 # Keep the test CLI runs small and single-threaded on the 2-core CI machine.
 FAST = ["model.weights=random", "runtime.threads=1"]
 

@@ -60,8 +60,8 @@ def upload_jobs(s3_server: S3Server, bucket: str, folder: Path, seconds: list[fl
 
 @pytest.fixture(scope="module")
 def ray_cluster(s3_server) -> RayCluster:
+    saved = dict(os.environ)  # before Ray is imported: its import sets RAY_CLIENT_MODE
     pytest.importorskip("ray")
-    saved = dict(os.environ)
     cluster = RayCluster(2, {"PYTHONPATH": str(REPO), **s3_server.env})
     yield cluster
     cluster.shutdown()

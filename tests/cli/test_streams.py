@@ -170,7 +170,9 @@ def test_a_stopped_face_search_is_ended_with_a_note_and_the_render_goes_on(tmp_p
     if stopped is None:
         pytest.skip("the face search beside the start did not run here (no face networks, or it ended at once)")
     assert process.returncode == 0, stderr
-    assert time.monotonic() - started < 20
+    # Not held up to the search's 15-s limit: the stopped search is seen as stopped (the note says so, not "took over
+    # 15 s"); the bound is the whole render's on a loaded machine.
+    assert time.monotonic() - started < 60
     assert f"note: the face search beside the start (pid {stopped}) is stopped" in stderr, stderr
 
 
