@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from avatargen.compose.mouth_choice import StillMouth
+from avatargen.compose.mouth_choice import mouth_for
+from avatargen.errors import BadInputError
+from avatargen.face.lips import OTHER_FACE, LipSearch
 from avatargen.compose.mouth_warp import MouthWarp
 from avatargen.config.loader import load_config, to_config
 from avatargen.eval.mouth_spill import MouthSpill
@@ -93,11 +95,27 @@ def test_with_idle_motion_the_mouth_moves_with_the_head(tmp_path):
 
 
 @pytest.mark.parametrize("make", [photos.hand_over_mouth, photos.masked], ids=["hand", "mask"])
-def test_lips_that_do_not_show_keep_the_still_mouth_with_one_warning(tmp_path, make):
-    picture = make()
-    compositor, loaded, lines = _composited(tmp_path, picture)
-    assert isinstance(compositor.mouth, StillMouth)
+def test_a_face_whose_lips_do_not_show_is_refused_in_one_line_never_rendered_frozen(tmp_path, make):
+    with pytest.raises(BadInputError, match=r"^the mouth of the face cannot be found \(no face mesh fits the face\): .*"
+                                            "give a picture whose mouth shows") as refused:
+        _composited(tmp_path, make())
+    assert "\n" not in str(refused.value)
+
+
+def test_where_the_mesh_fits_another_face_the_mouth_placed_from_the_landmarks_still_talks(tmp_path):
+    """What a stylised cartoon got from the face mesh once (its mouth stayed as in the picture): its lips now come
+    from the detector's five landmarks, said in one line, and the mouth opens with the speech."""
+    picture = photos.grace_hopper()
+    compositor, loaded, _ = _composited(tmp_path, picture)
+    compositor.background = compositor.background.copy()
+    lines: list[str] = []
+    compositor.mouth = mouth_for(compositor, compositor.layout(), LipSearch(None, OTHER_FACE), True, True,
+                                 loaded.square, lines.append)  # fmt: skip
+    assert isinstance(compositor.mouth, MouthWarp) and len(lines) == 1 and "five landmarks" in lines[0], lines
     frames = compositor.compose(_talking(loaded.square), 0)
-    assert (frames == picture[None]).all()  # the picture's own mouth, in every frame
-    said = [line for line in lines if "lips cannot" in line]
-    assert len(said) == 1 and "stays as in the picture" in said[0], lines
+    grey = frames.astype(float) @ np.array([0.299, 0.587, 0.114])  # (t, H, W)
+    dark = (grey[-1] < 80) & (grey[0] > 110)  # the open mouth's dark, where her shut lips were lit
+    rows, cols = np.nonzero(dark)
+    found = reference_lips(picture, shared_detector().find(picture)).lips  # where her lips are
+    assert dark.sum() > 0.1 * found.width**2, dark.sum()
+    assert np.hypot(rows.mean() - found.centre[1], cols.mean() - found.centre[0]) < 0.25 * found.width
