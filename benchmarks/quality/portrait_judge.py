@@ -16,7 +16,11 @@ Measured on every frame with dlib's 68-point landmarks (the face box found on th
 - ``speech p90``: the opening's 90th percentile over speech frames (RMS >= 0.15 of its p95); ``silence/p90``: its mean
   over silent frames (RMS < 0.02 of its p95) over that;
 - ``eyes min``: the eye region's Laplacian variance over the reference's, least over all frames (blinks on);
-- ``identity``: dlib's face-recognition distance to the reference, mean over every 5th frame.
+- ``identity``: dlib's face-recognition distance to the reference, mean over every 5th frame;
+- ``chin r``: the correlation of the chin's (point 8) travel down the face from where the reference has it with the
+  inner-lip gap (pixels), over all frames; ``chin/gap``: the median of the chin's travel over the gap's opening from
+  the reference's, over the loud frames (gap over its 75th percentile): a jaw that opens moves the chin at least a
+  third as far as the lips part, where a stretched lower lip leaves it.
 
 Targets (issue "every portrait talks like a person"): r >= 0.5, lag 0 or 1, speech p90 >= 0.1, silence/p90 <= 0.3,
 eyes min >= 0.75, identity <= 0.3. ``--sheet DIR`` writes a contact sheet per photo (mouth and eyes enlarged: the
@@ -54,7 +58,7 @@ SPEECH_SEED = 48_048  # speech no model has heard
 FPS, SAMPLE_RATE = 25, 16000
 SPEECH_RMS, SILENT_RMS = 0.15, 0.02  # of the RMS's p95
 LAGS = range(-2, 3)
-TARGETS = {"r": 0.5, "p90": 0.1, "silence": 0.3, "eyes": 0.75, "identity": 0.3}
+TARGETS = {"r": 0.5, "p90": 0.1, "silence": 0.3, "eyes": 0.75, "identity": 0.3, "chin_r": 0.6, "chin_share": 1 / 3}
 GRACE_FACE = (250, 230)  # (x, y) centre of Grace Hopper's face, her own pixels
 
 
@@ -212,10 +216,14 @@ def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndar
     boxes = eye_boxes(ref_points, ref.shape[:2])
     ref_texture = max(texture(ref, boxes), 1e-6)
     ref_descriptor = judge.descriptor(ref, ref_shape)
-    openings, eyes, distances = [], [], []
+    openings, eyes, distances, chins, gaps = [], [], [], [], []
+    down = ref_points[8] - ref_points[27]  # the face's vertical: from the nose bridge to the chin
+    down /= max(np.linalg.norm(down), 1e-6)
     for i, frame in enumerate(frames):
         points, shape = judge.landmarks(frame, box)
         openings.append(mouth_opening(points))
+        chins.append(float((points[8] - ref_points[8]) @ down))
+        gaps.append(openings[-1] * float(np.linalg.norm(points[54] - points[48])))
         eyes.append(texture(frame, boxes) / ref_texture)
         if i % 5 == 0:
             distances.append(float(np.linalg.norm(judge.descriptor(frame, shape) - ref_descriptor)))
@@ -227,7 +235,12 @@ def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndar
     best = max(lags, key=lags.get)
     p90 = float(np.percentile(opening[speech], 90)) if speech.any() else 0.0
     silence = float(opening[silent].mean()) if silent.any() else float("nan")
-    return {
+    chin, gap = np.array(chins), np.array(gaps)
+    gap_travel = gap - mouth_opening(ref_points) * float(np.linalg.norm(ref_points[54] - ref_points[48]))
+    loud = gap >= np.percentile(gap, 75)
+    chin_r = float(np.corrcoef(chin, gap)[0, 1]) if chin.std() > 1e-9 and gap.std() > 1e-9 else 0.0
+    chin_share = float(np.median(chin[loud] / np.maximum(gap_travel[loud], 1.0)))
+    return {"chin_r": chin_r, "chin_share": chin_share,
         "r": lags[best], "lag": best, "r0": lags[0], "p90": p90, "silence": silence / max(p90, 1e-6),
         "still": mouth_opening(ref_points), "eyes": float(np.min(eyes)), "identity": float(np.mean(distances)),
         "frames": frames, "opening": opening, "rms": rms, "eye_curve": np.array(eyes), "box": box,
@@ -287,8 +300,8 @@ def main() -> None:
     judge = Judge()
     photos = portraits()
     names = [n for n in args.photos.split(",") if n] or list(photos)
-    print("| photo | r (lag) | r0 | speech p90 | silence/p90 | still | eyes min | identity | misses |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| photo | r (lag) | r0 | speech p90 | silence/p90 | still | eyes min | identity | chin r | chin/gap | misses |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     figures = {}
     for name in names:
         image, video = out / f"{name}.png", out / f"{name}.mp4"
@@ -311,11 +324,13 @@ def main() -> None:
         misses = [what for what, bad in (
             ("r", result["r"] < TARGETS["r"]), ("lag", result["lag"] not in (0, 1)), ("p90", result["p90"] < TARGETS["p90"]),
             ("silence", not result["silence"] <= TARGETS["silence"]), ("eyes", result["eyes"] < TARGETS["eyes"]),
-            ("identity", result["identity"] > TARGETS["identity"])) if bad]  # fmt: skip
+            ("identity", result["identity"] > TARGETS["identity"]), ("chin r", result["chin_r"] < TARGETS["chin_r"]),
+            ("chin/gap", result["chin_share"] < TARGETS["chin_share"])) if bad]  # fmt: skip
         print(f"| {name} | {result['r']:.2f} ({result['lag']:+d}) | {result['r0']:.2f} | {result['p90']:.3f} | "
               f"{result['silence']:.2f} | {result['still']:.3f} | {result['eyes']:.2f} | {result['identity']:.3f} | "
-              f"{', '.join(misses)} |", flush=True)  # fmt: skip
-        figures[name] = {k: result[k] for k in ("r", "lag", "r0", "p90", "silence", "still", "eyes", "identity")}
+              f"{result['chin_r']:.2f} | {result['chin_share']:.2f} | {', '.join(misses)} |", flush=True)  # fmt: skip
+        figures[name] = {k: result[k] for k in ("r", "lag", "r0", "p90", "silence", "still", "eyes", "identity",
+                                                "chin_r", "chin_share")}  # fmt: skip
         if args.sheet:
             args.sheet.mkdir(parents=True, exist_ok=True)
             contact_sheet(args.sheet / f"judge_{name}{args.tag}.jpg", name, result)
