@@ -19,7 +19,7 @@ from avatargen.face.lips import OTHER_FACE, LipSearch
 
 
 def mouth_for(compositor: ReferenceCompositor, layout: FaceLayout, search: LipSearch | None, photo: bool, auto: bool,
-              still: np.ndarray, warn: Callable[[str], None]) -> MouthWarp | None:  # fmt: skip
+              still: np.ndarray, warn: Callable[[str], None], speech: bool = False) -> MouthWarp | None:  # fmt: skip
     """The warp of the reference's own lips (``search``: what the lip finder said of the reference's face; None
     where there is no finder or no face, and the lips are estimated from ``layout``, the five landmarks in output
     pixels). Where the face mesh fits another face than the detector's, the lips are estimated from the landmarks
@@ -30,9 +30,13 @@ def mouth_for(compositor: ReferenceCompositor, layout: FaceLayout, search: LipSe
 
     ``auto``: None (the blend) for a cartoon whose own mouth the dark cue reads open (``still_opening`` over
     ``SHUT_OPENING_MAX``: a dark beard, or a smile that shows its teeth), where no opening could be told from it (a
-    smiling synthetic face warped from its own reading lip-synced at 0.43 against the blend's 0.79 over 20 s)."""
+    smiling synthetic face warped from its own reading lip-synced at 0.43 against the blend's 0.79 over 20 s),
+    unless ``speech`` (the render's audio file) can open it: then it is closed first and warped, its opening to be
+    driven by the speech as a photograph's is (``MouthWarp.wants_speech``; the blend kept a grin open in every
+    pause). A photograph's warp wants the speech too."""
     cue = MouthCue.colour if photo else MouthCue.dark  # how the model draws an open mouth on each
-    if auto and not photo and still_opening(still) > SHUT_OPENING_MAX:
+    open_cartoon = not photo and still_opening(still) > SHUT_OPENING_MAX
+    if auto and open_cartoon and not speech:
         return None
     if search is None or search.lips is None:
         lips = estimated_lips(compositor.background, layout)
@@ -47,4 +51,6 @@ def mouth_for(compositor: ReferenceCompositor, layout: FaceLayout, search: LipSe
     # A mouth open in the picture (a smile's teeth, a word) is closed first: shut in silence, opened by the speech.
     opened = (compositor.background, lips)
     compositor.background, lips = close_mouth(compositor.background, lips)
-    return MouthWarp(compositor.background, lips, mapping, cue, still=still, teeth_from=opened)
+    warp = MouthWarp(compositor.background, lips, mapping, cue, still=still, teeth_from=opened)
+    warp.wants_speech = photo or (auto and open_cartoon)
+    return warp

@@ -209,6 +209,7 @@ class MouthWarp:
         self.cue = cue
         self.lips = lips
         self.drive: SpeechDrive | None = None  # set: the opening follows the speech (a photograph), not the model
+        self.wants_speech = False  # the opening should follow the render's speech file where it has one
         self._shut = None if still is None else shut_mouth(still)  # (h, w) over the model's mouth box
         height, width = background.shape[:2]
         u, v = lips.along, lips.down

@@ -4,7 +4,8 @@ Photos (``portraits()``), made from the real portraits that ship offline (skimag
 Hopper): as they are (the astronaut smiles with her teeth showing; Grace Hopper wears glasses), turned (a cylinder
 yaw warp of the head: the face mesh puts the nose tip 0.64 and 0.81 of the way between the face's sides, where a
 real face turned ~25-35 degrees reads 0.75-0.84), darkened, in grey, low in contrast, her mouth opened, small in a
-half-body picture, with a painted beard, and cut by the picture's edge (must be refused: exit 2, one line); and the cartoon
+half-body picture, with a painted beard, as a sepia print taken mid-word, a stylised 3-D cartoon (a synthetic face
+grinning open, shaded as a lit sphere), and cut by the picture's edge (must be refused: exit 2, one line); and the cartoon
 ``examples/avatar_1.png`` for comparison. Each is rendered with ``--seconds`` of espeak-ng speech no model has heard
 (pauses included; without espeak-ng, ``--audio examples/speech_1.flac``, held out from training), head motion off and blinks on (``--blinks`` a minute: blinks leave the mouth alone).
 
@@ -17,10 +18,10 @@ Measured on every frame with dlib's 68-point landmarks (the face box found on th
   over silent frames (RMS < 0.02 of its p95) over that;
 - ``eyes min``: the eye region's Laplacian variance over the reference's, least over all frames (blinks on);
 - ``identity``: dlib's face-recognition distance to the reference, mean over every 5th frame;
-- ``chin r``: the correlation of the chin's (point 8) travel down the face from where the reference has it with the
-  inner-lip gap (pixels), over all frames; ``chin/gap``: the median of the chin's travel over the gap's opening from
-  the reference's, over the loud frames (gap over its 75th percentile): a jaw that opens moves the chin at least a
-  third as far as the lips part, where a stretched lower lip leaves it.
+- ``chin r``: the correlation of the chin's (point 8) travel down the face with the inner-lip gap (pixels), over all
+  frames; ``chin/gap``: the median of the chin's travel over the gap's opening, both from where they are with the
+  mouth shut (the frames of the least 10 % of the gap), over the loud frames (the gap over its 75th percentile): a
+  jaw that opens moves the chin at least a third as far as the lips part, where a stretched lower lip leaves it.
 
 Targets (issue "every portrait talks like a person"): r >= 0.5, lag 0 or 1, speech p90 >= 0.1, silence/p90 <= 0.3,
 eyes min >= 0.75, identity <= 0.3. ``--sheet DIR`` writes a contact sheet per photo (mouth and eyes enlarged: the
@@ -52,7 +53,7 @@ from avatargen.eval.video import iter_frames, probe_video  # noqa: E402
 from avatargen.face.detector import face_model_folder  # noqa: E402
 from avatargen.io.image import save_png  # noqa: E402
 from tests.eval.clips import astronaut, grace_hopper  # noqa: E402
-from tests.face.photos import ASTRONAUT_FACE, bearded, half_body  # noqa: E402
+from tests.face.photos import ASTRONAUT_FACE, bearded, half_body, sepia, stylised_3d  # noqa: E402
 
 SPEECH_SEED = 48_048  # speech no model has heard
 FPS, SAMPLE_RATE = 25, 16000
@@ -118,6 +119,8 @@ def portraits() -> dict[str, np.ndarray]:
         "open_mouth": opened_mouth(grace, 14.0),
         "small": half_body(0.5),
         "bearded": bearded(),  # Grace Hopper with a painted full beard
+        "sepia_open": sepia(opened_mouth(grace, 14.0)),  # a sepia print taken mid-word
+        "stylised": stylised_3d(),  # a synthetic face grinning open, shaded as a lit 3-D sphere
         "edge_cut": edge,
         "cartoon": np.asarray(Image.open(ROOT / "examples/avatar_1.png").convert("RGB")),
     }
@@ -236,10 +239,11 @@ def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndar
     p90 = float(np.percentile(opening[speech], 90)) if speech.any() else 0.0
     silence = float(opening[silent].mean()) if silent.any() else float("nan")
     chin, gap = np.array(chins), np.array(gaps)
-    gap_travel = gap - mouth_opening(ref_points) * float(np.linalg.norm(ref_points[54] - ref_points[48]))
+    shut = gap <= np.percentile(gap, 10)  # the closed mouth's frames (a picture's open mouth is closed first)
+    chin_travel, gap_travel = chin - np.median(chin[shut]), gap - np.median(gap[shut])
     loud = gap >= np.percentile(gap, 75)
     chin_r = float(np.corrcoef(chin, gap)[0, 1]) if chin.std() > 1e-9 and gap.std() > 1e-9 else 0.0
-    chin_share = float(np.median(chin[loud] / np.maximum(gap_travel[loud], 1.0)))
+    chin_share = float(np.median(chin_travel[loud] / np.maximum(gap_travel[loud], 1.0)))
     return {"chin_r": chin_r, "chin_share": chin_share,
         "r": lags[best], "lag": best, "r0": lags[0], "p90": p90, "silence": silence / max(p90, 1e-6),
         "still": mouth_opening(ref_points), "eyes": float(np.min(eyes)), "identity": float(np.mean(distances)),
