@@ -2,7 +2,8 @@
 loudness as a second opinion that needs no face (``region_sync.py``); a note where the two disagree by more than a
 frame. Where the mouth opening is not clearly above chance but the image region is (a moustache or a beard over the
 mouth's region of the face chip, whose spread then hardly changes), ``sync_note`` says that the image region follows
-the audio, not that the mouth does not (``second_opinion``). Also ``mouth_box``: the median mouth region in the analysed frames (the mouth sheet's crop)."""
+the audio, not that the mouth does not (``second_opinion``). Also ``mouth_box``: the median mouth region in the
+analysed frames (the mouth sheet's crop)."""
 
 from __future__ import annotations
 

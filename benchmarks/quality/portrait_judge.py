@@ -53,7 +53,7 @@ from avatargen.eval.video import iter_frames, probe_video  # noqa: E402
 from avatargen.face.detector import face_model_folder  # noqa: E402
 from avatargen.io.image import save_png  # noqa: E402
 from tests.eval.clips import astronaut, grace_hopper  # noqa: E402
-from tests.face.photos import ASTRONAUT_FACE, bearded, half_body, sepia, stylised_3d  # noqa: E402
+from tests.face.photos import ASTRONAUT_FACE, bearded, half_body, sepia, stylised_3d, yawed  # noqa: E402
 
 SPEECH_SEED = 48_048  # speech no model has heard
 FPS, SAMPLE_RATE = 25, 16000
@@ -61,28 +61,6 @@ SPEECH_RMS, SILENT_RMS = 0.15, 0.02  # of the RMS's p95
 LAGS = range(-2, 3)
 TARGETS = {"r": 0.5, "p90": 0.1, "silence": 0.3, "eyes": 0.75, "identity": 0.3, "chin_r": 0.6, "chin_share": 1 / 3}
 GRACE_FACE = (250, 230)  # (x, y) centre of Grace Hopper's face, her own pixels
-
-
-def yawed(rgb: np.ndarray, centre: tuple[int, int], radius: float, degrees: float) -> np.ndarray:
-    """``rgb`` with the head around ``centre`` turned by ``degrees`` about a vertical axis, as a cylinder of
-    ``radius`` pixels: a point at angle phi on it (x = r sin phi) shows at r sin(phi + yaw); beyond the cylinder the
-    shift fades out over another radius."""
-    height, width = rgb.shape[:2]
-    yaw = np.radians(degrees)
-    x = (np.arange(width) - centre[0]) / radius  # output columns in radii
-    inside = np.clip(x, -0.999, 0.999)
-    source = np.sin(np.arcsin(inside) - yaw)  # where each output column comes from, in radii
-    edge = np.where(x > 0, np.sin(np.arcsin(0.999) - yaw) - 0.999, np.sin(np.arcsin(-0.999) - yaw) + 0.999)
-    fade = np.clip(2.0 - np.abs(x), 0.0, 1.0)  # 1 within a radius, 0 two radii out
-    source = np.where(np.abs(x) < 0.999, source, x + edge * fade)
-    ys = np.arange(height) - centre[1]
-    rows = np.clip(1.0 - (np.abs(ys) / (1.6 * radius)) ** 4, 0.0, 1.0)[:, None]  # (H, 1): the head's rows only
-    src_x = centre[0] + radius * (x[None] + rows * (source[None] - x[None]))  # (H, W)
-    from scipy.ndimage import map_coordinates
-
-    grid_y = np.broadcast_to(np.arange(height)[:, None], (height, width)).astype(np.float64)
-    return np.stack([map_coordinates(rgb[..., c].astype(np.float64), [grid_y, src_x], order=3, mode="nearest")
-                     for c in range(3)], axis=-1).clip(0, 255).astype(np.uint8)  # fmt: skip
 
 
 def opened_mouth(rgb: np.ndarray, pixels: float) -> np.ndarray:

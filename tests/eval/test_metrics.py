@@ -194,12 +194,13 @@ def test_blinks_are_counted_as_the_generator_drew_them() -> None:
 
 
 @pytest.mark.parametrize(("photo", "per_minute", "blinks"), [("astronaut", 30.0, 4), ("astronaut", 0.0, 0),
-                                                            ("grace_hopper", 30.0, 4), ("grace_hopper", 0.0, 0)])
+                                                            ("grace_hopper", 30.0, 4), ("grace_hopper", 0.0, 0),
+                                                            ("turned", 30.0, 6)])
 def test_a_photographs_blinks_are_counted_and_none_where_it_does_not_blink(tmp_path, photo, per_minute, blinks) -> None:
     """A photograph's blink slides its own lid down, lashes and creases kept: the eye region's spread drops only
     15-18 % (a cartoon's drawn blink: by half), 3-8 % behind glasses (Grace Hopper's were all missed); the lid
     covers the pupil and iris, whose dark rises. Each is counted, once; a render without blinks, its head swaying,
-    counts none."""
+    counts none. A face turned 30 degrees: the chip puts its eyes higher, where the upper band sees them."""
     from avatargen.config.loader import load_config, to_config
     from avatargen.eval.face_track import FaceTracker
     from avatargen.eval.blinks import measure_blinks
@@ -207,7 +208,10 @@ def test_a_photographs_blinks_are_counted_and_none_where_it_does_not_blink(tmp_p
     from avatargen.io.image import load_reference, save_png
     from avatargen.render import compositor_for
 
-    save_png(tmp_path / "photo.png", getattr(clips, photo)())
+    from tests.face.photos import ASTRONAUT_FACE, yawed
+
+    picture = yawed(clips.astronaut(), ASTRONAUT_FACE, 75.0, 30.0) if photo == "turned" else getattr(clips, photo)()
+    save_png(tmp_path / "photo.png", picture)
     config = to_config(load_config([f"pipeline.idle_motion.blinks_per_minute={per_minute}"]))
     loaded = load_reference(tmp_path / "photo.png", 256, "face", lambda line: None)
     compositor = compositor_for(loaded, config, warn=lambda line: None)

@@ -109,6 +109,28 @@ def stylised_3d(size: int = 512, seed: int = 11) -> np.ndarray:
     return np.clip(shaded, 0, 255).astype(np.uint8)
 
 
+def yawed(rgb: np.ndarray, centre: tuple[int, int], radius: float, degrees: float) -> np.ndarray:
+    """``rgb`` with the head around ``centre`` turned by ``degrees`` about a vertical axis, as a cylinder of
+    ``radius`` pixels: a point at angle phi on it (x = r sin phi) shows at r sin(phi + yaw); beyond the cylinder the
+    shift fades out over another radius."""
+    height, width = rgb.shape[:2]
+    yaw = np.radians(degrees)
+    x = (np.arange(width) - centre[0]) / radius  # output columns in radii
+    inside = np.clip(x, -0.999, 0.999)
+    source = np.sin(np.arcsin(inside) - yaw)  # where each output column comes from, in radii
+    edge = np.where(x > 0, np.sin(np.arcsin(0.999) - yaw) - 0.999, np.sin(np.arcsin(-0.999) - yaw) + 0.999)
+    fade = np.clip(2.0 - np.abs(x), 0.0, 1.0)  # 1 within a radius, 0 two radii out
+    source = np.where(np.abs(x) < 0.999, source, x + edge * fade)
+    ys = np.arange(height) - centre[1]
+    rows = np.clip(1.0 - (np.abs(ys) / (1.6 * radius)) ** 4, 0.0, 1.0)[:, None]  # (H, 1): the head's rows only
+    src_x = centre[0] + radius * (x[None] + rows * (source[None] - x[None]))  # (H, W)
+    from scipy.ndimage import map_coordinates
+
+    grid_y = np.broadcast_to(np.arange(height)[:, None], (height, width)).astype(np.float64)
+    return np.stack([map_coordinates(rgb[..., c].astype(np.float64), [grid_y, src_x], order=3, mode="nearest")
+                     for c in range(3)], axis=-1).clip(0, 255).astype(np.uint8)  # fmt: skip
+
+
 def sepia(picture: np.ndarray, tint: tuple[float, float, float] = (1.12, 0.97, 0.74)) -> np.ndarray:
     """``picture`` printed in sepia: its grey times ``tint``."""
     grey = picture.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
