@@ -53,7 +53,8 @@ from avatargen.eval.video import iter_frames, probe_video  # noqa: E402
 from avatargen.face.detector import face_model_folder  # noqa: E402
 from avatargen.io.image import save_png  # noqa: E402
 from tests.eval.clips import astronaut, grace_hopper  # noqa: E402
-from tests.face.photos import ASTRONAUT_FACE, bearded, half_body, sepia, stylised_3d, yawed  # noqa: E402
+from tests.face.photos import (ASTRONAUT_FACE, bearded, half_body, opened_mouth, sepia, stylised_3d,  # noqa: E402
+                               yawed)
 
 SPEECH_SEED = 48_048  # speech no model has heard
 FPS, SAMPLE_RATE = 25, 16000
@@ -61,22 +62,6 @@ SPEECH_RMS, SILENT_RMS = 0.15, 0.02  # of the RMS's p95
 LAGS = range(-2, 3)
 TARGETS = {"r": 0.5, "p90": 0.1, "silence": 0.3, "eyes": 0.75, "identity": 0.3, "chin_r": 0.6, "chin_share": 1 / 3}
 GRACE_FACE = (250, 230)  # (x, y) centre of Grace Hopper's face, her own pixels
-
-
-def opened_mouth(rgb: np.ndarray, pixels: float) -> np.ndarray:
-    """``rgb`` with its mouth opened ``pixels`` by the project's own warp (the lips parted over a dark interior)."""
-    from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
-    from avatargen.face.choice import reference_lips
-    from avatargen.face.detector import shared_detector
-
-    face = shared_detector().find(rgb)
-    lips = reference_lips(rgb, face).lips
-    warp = MouthWarp(rgb, lips, ModelMapping((1.0, 1.0), (0.0, 0.0)), MouthCue.dark)
-    model = np.zeros((256, 256, 3), np.uint8)
-    top, bottom, left, right = warp.box
-    out = rgb.copy()
-    out[top:bottom, left:right] = warp._open_mouth(model, pixels, np.array([128.0, 150.0]), (200.0, 20.0))
-    return out
 
 
 def portraits() -> dict[str, np.ndarray]:

@@ -131,6 +131,37 @@ def yawed(rgb: np.ndarray, centre: tuple[int, int], radius: float, degrees: floa
                      for c in range(3)], axis=-1).clip(0, 255).astype(np.uint8)  # fmt: skip
 
 
+def opened_mouth(rgb: np.ndarray, pixels: float) -> np.ndarray:
+    """``rgb`` with its mouth opened ``pixels`` by the project's own warp (the lips parted over a dark interior)."""
+    from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
+    from avatargen.face.choice import reference_lips
+    from avatargen.face.detector import shared_detector
+
+    face = shared_detector().find(rgb)
+    lips = reference_lips(rgb, face).lips
+    warp = MouthWarp(rgb, lips, ModelMapping((1.0, 1.0), (0.0, 0.0)), MouthCue.dark)
+    model = np.zeros((256, 256, 3), np.uint8)
+    top, bottom, left, right = warp.box
+    out = rgb.copy()
+    out[top:bottom, left:right] = warp._open_mouth(model, pixels, np.array([128.0, 150.0]), (200.0, 20.0))
+    return out
+
+
+def screaming() -> np.ndarray:
+    """Grace Hopper mid-scream: her mouth opened 30 px by the warp, its inside recoloured as a dark red palate above
+    a pink tongue (as pink as a lip, where the face mesh's inner contour stops short of the lips)."""
+    picture = opened_mouth(grace_hopper(), 30.0)
+    grey = picture.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    inside = np.zeros(grey.shape, bool)
+    inside[250:330, 200:310] = grey[250:330, 200:310] < 60  # the opened mouth's dark
+    rows = np.nonzero(inside)[0]
+    share = np.clip(1.6 * (rows - rows.min()) / max(rows.max() - rows.min(), 1) - 0.5, 0.0, 1.0)[:, None]
+    palate, tongue = np.array([110.0, 40.0, 45.0]), np.array([190.0, 90.0, 100.0])
+    out = picture.copy()
+    out[inside] = np.clip(palate + share * (tongue - palate), 0, 255).astype(np.uint8)
+    return out
+
+
 def sepia(picture: np.ndarray, tint: tuple[float, float, float] = (1.12, 0.97, 0.74)) -> np.ndarray:
     """``picture`` printed in sepia: its grey times ``tint``."""
     grey = picture.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
