@@ -10,8 +10,8 @@ corners, where the gap is nil; one bicubic ``grid_sample``. The closed lips' inn
 The face mesh's inner contour of a wide-open mouth often lies inside the opening (on a tongue or palate as pink as a
 lip): what it leaves between the inner and the outer contour closed into a swollen lip with a bruise-coloured line.
 So first, each inner point between the corners moves out towards the outer contour over the pixels nearer in colour
-to the mouth's inside (the median within the inner contour) than to its lips (the median between the contours),
-keeping at least ``LIP_KEPT`` of the lip (``_interior_edges``).
+to the mouth's inside (the median within the inner contour: ``INSIDE_NEARER``) than to its lips (the median
+between the contours), keeping at least ``LIP_KEPT`` of the lip (``_interior_edges``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ OPEN_GAP = 0.04  # the inner lips this far apart at their widest (mouth widths) 
 UPPER_SHARE = 0.25  # the upper lip comes down this share of the gap, the lower lip and chin up by the rest
 ABOVE_HALF_WIDTHS = 0.35  # the skin above the upper lip that stretches with it
 BELOW_HALF_WIDTHS = 1.2  # the chin below the lower lip that rises with it
-LIP_KEPT = 0.3  # of each lip's thickness (inner to outer contour), kept as lip when the inner edge moves out
+LIP_KEPT = 0.3  # of each lip's thickness (inner to outer contour), kept as lip when the inner edge moves out ...
+INSIDE_NEARER = 0.6  # ... over pixels this much nearer to the inside's colour than to the lips' (a lip's highlight
+# beside a smile's teeth is not its inside)
 
 
 def inner_gap(lips: Lips) -> float:
@@ -131,7 +133,7 @@ def _interior_edges(picture: np.ndarray, lips: Lips) -> Lips:
         if not len(steps):
             continue
         colours = nearest_pixels(picture, point + steps[:, None] * lips.down)  # (n, 3)
-        inner_like = np.linalg.norm(colours - interior, axis=1) < np.linalg.norm(colours - lip, axis=1)
+        inner_like = np.linalg.norm(colours - interior, axis=1) < INSIDE_NEARER * np.linalg.norm(colours - lip, axis=1)
         run = int(np.argmin(inner_like)) if not inner_like.all() else len(steps)  # the first lip-like pixel
         if run:
             inner[index] = point + steps[run - 1] * lips.down
