@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from avatargen.compose.idle_settings import IdleMotionSettings
 from avatargen.compose.layout import FaceLayout
-from avatargen.numeric import SeededUniform, column_median, nearest_pixels
+from avatargen.numeric import SeededUniform, column_median, nearest_pixels, smoothstep
 from avatargen.threads import torch_threads
 
 # The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
@@ -71,6 +71,11 @@ _LID_BAND, _LID_REACH = 0.16, 0.30
 # and at least _MIN_STRETCH of skin stays to stretch (a rim sitting on the crease moves a little).
 _CEILING_BINS, _CEILING_SPAN, _CEILING_STEP, _CEILING_START, _CEILING_GAP = 24, 5, 0.02, 0.04, 0.06
 _DARK, _MIN_STRETCH = 0.7, 0.05
+# Skin stretched more than _SMOOTH_FROM times (a thin strip between the lid and a rim or brow held in front) shows
+# its texture as a comb of streaks along the stretch: it gives way to its own values averaged across the eye over
+# _SMOOTH_SPAN eye widths, in full from _SMOOTH_FULL times (a plain lid fold), fading in over _SMOOTH_EDGE eye widths
+# from the stretch's ends (no seam).
+_SMOOTH_FROM, _SMOOTH_FULL, _SMOOTH_SPAN, _SMOOTH_EDGE = 1.5, 3.0, 0.12, 0.03
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
 _SKIN_TOLERANCE = 16.0  # grey levels from it a lid's pixel may differ in full; twice that: the cheek's colour
@@ -96,11 +101,14 @@ class Eye(NamedTuple):
 class Lid:
     """One eye's lids in one frame, over its window of the head box: ``covered`` (eh, ew) in [0, 1], how far a
     pixel the lids now hide may give way to ``skin`` (3,), the cheek's colour below the eye; ``lash`` (eh, ew) the
-    lash line's darkening."""
+    lash line's darkening; ``smooth`` (eh, ew) in [0, 1] (None: nowhere), how far a pixel gives way to its values
+    averaged across ``span`` pixels (skin stretched into streaks: ``_SMOOTH_FROM``)."""
 
     covered: torch.Tensor
     lash: torch.Tensor
     skin: torch.Tensor
+    smooth: torch.Tensor | None = None
+    span: int = 1
 
 
 class IdleMotion:
@@ -169,6 +177,11 @@ class IdleMotion:
             # brow sitting close above), it takes the cheek's colour.
             unlike_skin = ((window - lid.skin[:, None, None]).abs().amax(dim=0) - _SKIN_TOLERANCE) / _SKIN_TOLERANCE
             window += (unlike_skin.clamp_(0.0, 1.0) * lid.covered) * (lid.skin[:, None, None] - window)
+            if lid.smooth is not None:  # streaks of a stretched strip: averaged across the eye (image rows)
+                pad = lid.span // 2
+                padded = F.pad(window[None], (pad, pad, 0, 0), mode="replicate")[0]  # (3, eh, ew + 2 pad)
+                across = F.avg_pool1d(padded.reshape(-1, padded.shape[-1])[:, None], lid.span, stride=1)[:, 0]
+                window += lid.smooth * (across.reshape(window.shape) - window)
             window *= 1.0 - lid.lash
         if out is None:
             out = frame.copy()
@@ -305,19 +318,22 @@ class IdleMotion:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
                 skin = _cheek_colour(frame, eye, self._origin.numpy())
                 stretch_top = _stretch_top(frame, eye, self._origin.numpy(), skin) if self.textured_lids else None
-                points[rows, cols], covered, lash = _eyelids(points[rows, cols], eye, closure, stretch_top)
+                points[rows, cols], covered, lash, smooth = _eyelids(points[rows, cols], eye, closure, stretch_top)
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
-                    lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3))))
+                    span = 2 * int(round(0.5 * _SMOOTH_SPAN * eye.width)) + 1  # odd: centred
+                    lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3),
+                                                 smooth if bool((smooth > 0).any()) else None, span)))  # fmt: skip
                 else:
                     lids.append((rows, cols, Lid(covered, lash, skin)))
         return points, lids
 
 
 def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
-             stretch_top: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+             stretch_top: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
-    lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); and the darkening (h, w) of the lash
-    line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none).
+    lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); the darkening (h, w) of the lash
+    line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none);
+    and how far (h, w) each pixel is smoothed across the eye (``Lid.smooth``; zeros without ``stretch_top``).
 
     ``stretch_top`` (a photograph; see ``_stretch_top``): the upper lid, ``_LID_BAND`` above its edge, slides down
     whole (its creases, lashes and skin keep their detail, where stretching the thin band of skin above the eye over it
@@ -335,6 +351,7 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
     lower_now = lower + closure * (meet - lower)
     top, bottom = -_SKIN_ABOVE, _SKIN_BELOW
     source = t.clone()
+    smooth = torch.zeros_like(t)
     if textured:
         band_top = upper - _LID_BAND  # the lid's band, now from band_top + (upper_now - upper) to upper_now
         column = ((s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (_CEILING_BINS - 1))).round().long()  # (h, w) its bins
@@ -344,6 +361,9 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
         source = torch.where(lid, t - (upper_now - upper), source)
         above = (t >= top) & (t <= moved_top)  # the skin above, stretched to follow
         source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
+        stretch = (moved_top - top) / (band_top - top).clamp_min(1e-6)  # (h, w) output per source length
+        ends = smoothstep((t - top) / _SMOOTH_EDGE) * smoothstep((moved_top - t) / _SMOOTH_EDGE)
+        smooth = above * ends * ((stretch - _SMOOTH_FROM) / (_SMOOTH_FULL - _SMOOTH_FROM)).clamp(0.0, 1.0)
     else:
         above = (t >= top) & (t <= upper_now)  # skin stretched down over the eye
         source = torch.where(above, top + (t - top) * (upper - top) / (upper_now - top), source)
@@ -360,7 +380,8 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
     depth = torch.maximum(under_upper, under_lower).clamp(0.0, _SKIN_FADE) / _SKIN_FADE
     side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
     covered = depth * side * closure**2  # (h, w): a lid barely moved keeps its own pixels, a shut one is skin
-    return points + shift[..., None] * down, covered, lash
+    smooth = smooth * inside * ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)  # nothing past the eye's corners
+    return points + shift[..., None] * down, covered, lash, smooth
 
 
 def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,12 @@ is stretched down, and the lower lip with the chin down to ``BELOW_HALF_WIDTHS``
 until the inner edges meet ``UPPER_SHARE`` of the way down the gap (the jaw does most of the closing). The map is
 piecewise linear and monotonic across the mouth (nothing folds), the identity outside that band and past the
 corners, where the gap is nil; one bicubic ``grid_sample``. The closed lips' inner contour is the meeting line.
+
+The face mesh's inner contour of a wide-open mouth often lies inside the opening (on a tongue or palate as pink as a
+lip): what it leaves between the inner and the outer contour closed into a swollen lip with a bruise-coloured line.
+So first, each inner point between the corners moves out towards the outer contour over the pixels nearer in colour
+to the mouth's inside (the median within the inner contour: ``INSIDE_NEARER``) than to its lips (the median
+between the contours), keeping at least ``LIP_KEPT`` of the lip (``_interior_edges``).
 """
 
 from __future__ import annotations
@@ -14,12 +20,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from PIL import Image, ImageDraw
+
 from avatargen.face.lips import Lips
+from avatargen.numeric import column_median, nearest_pixels
 
 OPEN_GAP = 0.04  # the inner lips this far apart at their widest (mouth widths) or more: the mouth is closed first
 UPPER_SHARE = 0.25  # the upper lip comes down this share of the gap, the lower lip and chin up by the rest
 ABOVE_HALF_WIDTHS = 0.35  # the skin above the upper lip that stretches with it
 BELOW_HALF_WIDTHS = 1.2  # the chin below the lower lip that rises with it
+LIP_KEPT = 0.3  # of each lip's thickness (inner to outer contour), kept as lip when the inner edge moves out ...
+INSIDE_NEARER = 0.6  # ... over pixels this much nearer to the inside's colour than to the lips' (a lip's highlight
+# beside a smile's teeth is not its inside)
 
 
 def inner_gap(lips: Lips) -> float:
@@ -34,6 +46,7 @@ def close_mouth(picture: np.ndarray, lips: Lips) -> tuple[np.ndarray, Lips]:
     inner contour on the meeting line). Lips already closed (``inner_gap`` under ``OPEN_GAP``) come back as they are."""
     if inner_gap(lips) < OPEN_GAP:
         return picture, lips
+    lips = _interior_edges(picture, lips)
     height, width = picture.shape[:2]
     half = max(lips.width / 2, 1.0)
     u, v, centre = lips.along, lips.down, lips.centre
@@ -87,3 +100,41 @@ def _edges(contour: np.ndarray, lips: Lips) -> tuple[tuple[np.ndarray, np.ndarra
         return a[order], d[order]
 
     return profile(np.concatenate([contour[10:], contour[:1]])), profile(contour[:11])
+
+
+def _interior_edges(picture: np.ndarray, lips: Lips) -> Lips:
+    """``lips`` with each inner point between the corners moved out towards the outer contour over the pixels of
+    ``picture`` (H, W, 3) uint8 nearer in colour to the mouth's inside than to its lips (see the module docstring)."""
+    height, width = picture.shape[:2]
+    x0, y0 = np.maximum(np.floor(lips.outer.min(axis=0)).astype(int), 0)
+    x1, y1 = np.minimum(np.ceil(lips.outer.max(axis=0)).astype(int) + 1, (width, height))
+    if x1 - x0 < 3 or y1 - y0 < 3:
+        return lips
+    masks = []
+    for contour in (lips.outer, lips.inner):
+        mask = Image.new("L", (x1 - x0, y1 - y0), 0)
+        ImageDraw.Draw(mask).polygon([(x - x0, y - y0) for x, y in contour], fill=1)
+        masks.append(np.asarray(mask, bool))
+    patch = picture[y0:y1, x0:x1].astype(np.float64)
+    band, inside = patch[masks[0] & ~masks[1]], patch[masks[1]]
+    if len(band) < 8 or len(inside) < 8:
+        return lips
+    lip, interior = column_median(band), column_median(inside)
+    inner = lips.inner.copy()
+    half = max(lips.width / 2, 1.0)
+    outer_up, outer_low = _edges(lips.outer, lips)
+    for index in [*range(1, 10), *range(11, 20)]:
+        point = inner[index]
+        along = float((point - lips.centre) @ lips.along) / half
+        down = float((point - lips.centre) @ lips.down)
+        edge = float(np.interp(along, *(outer_low if index < 10 else outer_up)))  # the outer contour here
+        reach = (1.0 - LIP_KEPT) * (edge - down)  # pixels along ``down`` (negative: up)
+        steps = np.arange(0.5, abs(reach) + 1e-9, 0.5) * np.sign(reach)  # (n,)
+        if not len(steps):
+            continue
+        colours = nearest_pixels(picture, point + steps[:, None] * lips.down)  # (n, 3)
+        inner_like = np.linalg.norm(colours - interior, axis=1) < INSIDE_NEARER * np.linalg.norm(colours - lip, axis=1)
+        run = int(np.argmin(inner_like)) if not inner_like.all() else len(steps)  # the first lip-like pixel
+        if run:
+            inner[index] = point + steps[run - 1] * lips.down
+    return Lips(lips.outer, inner)

@@ -29,18 +29,23 @@ TEETH_SHARE, TEETH_MAX_HALF_WIDTHS = 0.42, 0.3
 CORNER_SHADOW, LIP_SHADOW = 0.55, 0.2
 TEETH_ARCH = 0.3  # the teeth's edge rises towards the corners by this share of their depth (the arch)
 # Where one tooth meets the next, in half-widths from the middle (the incisors' and canines' widths on a mouth
-# about 50 mm wide, foreshortened along the arch): a thin shade TOOTH_GAP_SHADE darker, and the teeth's edge
-# notched by TOOTH_NOTCH pixels there.
-TOOTH_BOUNDS = (0.0, 0.32, 0.56, 0.74, 0.88)
-TOOTH_GAP_SHADE, TOOTH_NOTCH = 0.3, 0.8
+# about 50 mm wide, foreshortened along the arch), the last tooth reaching the corner: each tooth's own edge, its
+# corners rounded up by TOOTH_ROUND of its depth (where one flat band was notched by a regular line), a faint shade
+# TOOTH_GAP_SHADE darker where two meet, and each a little darker than the one before it (TOOTH_SHADES: the arch
+# turns them from the light).
+TOOTH_BOUNDS = (0.0, 0.32, 0.56, 0.74, 0.88, 1.0)
+TOOTH_ROUND, TOOTH_GAP_SHADE = 0.22, 0.12
+TOOTH_SHADES = (1.0, 0.95, 0.9, 0.84, 0.8)
 # The tongue rises behind the lower lip to this share of the gap, from none at the first opening (mouth
 # half-widths) to all of it at the second: small openings show teeth and dark only.
 TONGUE_SHARE, TONGUE_OPENINGS = 0.3, (0.25, 0.7)
 TONGUE_SHADE, TONGUE_BACK = 0.5, 0.5  # the tongue: the lips' colour times this, darker to this at its back edge
 CAVITY_SHADE = 0.28  # the mouth's dark: the lips' colour times this
 # Teeth the picture does not show: this times the grey of the cheeks (skimage's astronaut: her own teeth 1.18 times
-# the skin beside her mouth, 1.22 times her cheeks', in the mouth's shade), tinted with this share of their tint.
+# the skin beside her mouth, 1.22 times her cheeks', in the mouth's shade), in the picture's grade (``picture_grade``:
+# a sepia print's teeth are sepia, where they were drawn grey-lilac on it) and this share of the cheeks' tint over it.
 TEETH_OVER_SKIN, TEETH_TINT = 1.12, 0.3
+GRADE_SHARE, GRADE_GREY = 0.05, (60.0, 235.0)  # the picture's least coloured pixels (this share, in this grey range)
 # The picture's own teeth: at least OWN_TEETH_PIXELS inside its open lips brighter than the cheeks by
 # OWN_TEETH_BRIGHTER and paler (chroma over grey) than OWN_TEETH_PALER of their skin's (+ 0.05 for grey skin).
 OWN_TEETH_PIXELS, OWN_TEETH_BRIGHTER, OWN_TEETH_PALER = 12, 1.05, 0.8
@@ -63,9 +68,13 @@ class MouthInterior:
         corner = 1.0 - CORNER_SHADOW * smoothstep((along.abs() - 0.35) / 0.6)  # (h, w)
         teeth_depth = torch.minimum(TEETH_SHARE * gap, torch.full_like(gap, TEETH_MAX_HALF_WIDTHS * half))
         bounds = torch.tensor(TOOTH_BOUNDS)
-        to_bound = ((along.abs()[..., None] - bounds).abs().amin(dim=-1) * half)  # (h, w) pixels to a tooth's side
+        a = along.abs().clamp(max=bounds[-1] - 1e-6)  # (h, w)
+        tooth = (torch.searchsorted(bounds, a.contiguous(), right=True) - 1).clamp(0, len(TOOTH_SHADES) - 1)  # (h, w)
+        left, right = bounds[tooth], bounds[tooth + 1]
+        across = (2.0 * (a - left) / (right - left) - 1.0) ** 4  # (h, w): 0 at a tooth's middle, 1 at its sides
+        to_bound = torch.minimum(a - left, right - a) * half  # (h, w) pixels to the tooth's nearer side
         seam = torch.exp(-((to_bound / 0.7) ** 2))  # (h, w): 1 on a side, none a pixel or so away
-        teeth_depth = teeth_depth * (1.0 - TEETH_ARCH * along**2) - TOOTH_NOTCH * seam
+        teeth_depth = teeth_depth * (1.0 - TEETH_ARCH * along**2) * (1.0 - TOOTH_ROUND * across)
         teeth = smoothstep(teeth_depth - from_top + 0.5)  # (h, w): a one-pixel edge
         lip_shadow = 1.0 - LIP_SHADOW * (1.0 - smoothstep(from_top / (0.35 * teeth_depth.clamp_min(1.0))))
         low, high = TONGUE_OPENINGS
@@ -75,7 +84,8 @@ class MouthInterior:
         colour = self.cavity[:, None, None] * corner  # (3, h, w)
         tongue_colour = self.tongue[:, None, None] * (1.0 - (1.0 - TONGUE_BACK) * back) * corner
         colour = colour + tongue * (tongue_colour - colour)
-        teeth_colour = self.teeth[:, None, None] * corner * lip_shadow * (1.0 - TOOTH_GAP_SHADE * seam)
+        shade = torch.tensor(TOOTH_SHADES)[tooth] * (1.0 - TOOTH_GAP_SHADE * seam)  # (h, w)
+        teeth_colour = self.teeth[:, None, None] * corner * lip_shadow * shade
         return colour + teeth * (teeth_colour - colour)
 
 
@@ -108,9 +118,26 @@ def own_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor | None:
     return torch.from_numpy(column_median(pale)).float() if len(pale) >= OWN_TEETH_PIXELS else None
 
 
+def picture_grade(picture: np.ndarray) -> np.ndarray:
+    """(3,) the tint of ``picture``'s light (each channel over the grey): the median tint of its least coloured
+    pixels (``GRADE_SHARE`` of those within ``GRADE_GREY``): about (1, 1, 1) where something in it is white or grey,
+    the print's own tint on a sepia or toned photograph."""
+    step = max(1, int(np.sqrt(picture.shape[0] * picture.shape[1] / 65536)))  # about 256x256 samples are plenty
+    pixels = picture[::step, ::step].reshape(-1, 3).astype(np.float64)
+    grey = pixels @ _GREY
+    lit = (grey >= GRADE_GREY[0]) & (grey <= GRADE_GREY[1])
+    pixels, grey = pixels[lit], grey[lit]
+    if len(pixels) < 16:
+        return np.ones(3)
+    chroma = (pixels.max(axis=1) - pixels.min(axis=1)) / grey
+    least = chroma <= np.quantile(chroma, GRADE_SHARE)
+    return column_median(pixels[least] / grey[least, None])
+
+
 def estimated_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor:
     """(3,) teeth in the light of ``picture``'s mouth, for a picture that shows none (see ``TEETH_OVER_SKIN``)."""
     skin = cheek_skin(picture, lips)
     grey = max(float(skin @ _GREY), 1.0)
-    tint = 1.0 + TEETH_TINT * (skin / grey - 1.0)  # (3,)
+    grade = picture_grade(picture)
+    tint = grade * (1.0 + TEETH_TINT * (skin / grey / grade - 1.0))  # (3,)
     return torch.from_numpy(np.clip(TEETH_OVER_SKIN * grey * tint, 0.0, 240.0)).float()

@@ -86,6 +86,13 @@ LOWER_LIP_DEPTH = (0.15, 0.8)  # the lower lip (the contours' depth under the li
 JAW_HALF_WIDTH = 1.8  # ... then the moving part widens to this half-width towards the chin
 JAW_FULL_BELOW = 0.9  # down to this far below the lip line the jaw moves in full ...
 JAW_STILL_BELOW = 2.35  # ... and from this far below it nothing moves (the neck, the collar)
+# A photograph's jaw opens: the chin moves down with the lower lip (on faces like the test photos' it is 1.9-2.1
+# half-widths below the lip line, where the cartoons' jaw fades out), nothing moving from this far below (the neck);
+# the lips part as a lens (``_lens``: 0.82 of the middle's opening half way to a corner), where the cartoons' bell
+# (``_bump``: 0.5 there) drew a photo's lower lip as a V stretched under a still chin.
+PHOTO_JAW_FULL_BELOW, PHOTO_JAW_STILL_BELOW = 1.9, 3.1
+PHOTO_JAW_HALF_WIDTH = 2.4  # ... and across the whole chin, to where the jaw's sides turn up (no kink at the sides)
+LENS_POWER = 0.6
 UPPER_FADE = 0.64  # the upper lip's rise fades out this far above the lip line (towards the nose)
 LOWER_SHARE = 0.8  # of the opening: the lower lip and jaw move down by this share, the upper lip up by the rest
 # The opening saturates towards this (a broken model frame must not tear the chin off; the gap's floor then stays
@@ -202,6 +209,7 @@ class MouthWarp:
         self.cue = cue
         self.lips = lips
         self.drive: SpeechDrive | None = None  # set: the opening follows the speech (a photograph), not the model
+        self.wants_speech = False  # the opening should follow the render's speech file where it has one
         self._shut = None if still is None else shut_mouth(still)  # (h, w) over the model's mouth box
         height, width = background.shape[:2]
         u, v = lips.along, lips.down
@@ -215,6 +223,12 @@ class MouthWarp:
         self.lip_centre = lips.centre + centre_split * v  # (2,) x, y: the lip line's middle
         lip_depth = float(np.clip(np.interp(0.0, *lower_edge) - centre_split, LOWER_LIP_DEPTH[0] * half,
                                   LOWER_LIP_DEPTH[1] * half))  # fmt: skip
+        photo = cue == MouthCue.colour
+        shape = _lens if photo else _bump  # how the lips part across the mouth
+        full_below, still_below, self._jaw_half_width = (
+            (PHOTO_JAW_FULL_BELOW, PHOTO_JAW_STILL_BELOW, PHOTO_JAW_HALF_WIDTH) if photo
+            else (JAW_FULL_BELOW, JAW_STILL_BELOW, JAW_HALF_WIDTH))  # fmt: skip
+        self._still_below = still_below
         self.box = self._moving_box(height, width)
         if self.box is None:
             return
@@ -228,13 +242,17 @@ class MouthWarp:
         split_at = torch.from_numpy(np.interp(along_mouth.numpy(), *split)).float()  # (h, w)
         self._below = down - split_at  # (h, w) output pixels below the lip line
         below_lip = self._below / half  # (h, w) half-widths
-        self._lip_profile = _bump(along_mouth.abs())  # (h, w): 1 at the centre, 0 at the corners
+        self._lip_profile = shape(along_mouth.abs())  # (h, w): 1 at the centre, 0 at the corners
         self._along = along_mouth
         # (h, w): 0 down to the lower lip's edge (the lip keeps its thickness), 1 from where the jaw moves in full
-        jaw = smoothstep((below_lip - lip_depth / half) / (JAW_FULL_BELOW - lip_depth / half))
-        half_width = 1.0 + (JAW_HALF_WIDTH - 1.0) * jaw
-        fade = 1.0 - smoothstep((below_lip - JAW_FULL_BELOW) / (JAW_STILL_BELOW - JAW_FULL_BELOW))
-        self._lower_profile = _bump(along_mouth.abs() / half_width) * fade  # (h, w)
+        jaw = smoothstep((below_lip - lip_depth / half) / (full_below - lip_depth / half))
+        half_width = 1.0 + (self._jaw_half_width - 1.0) * jaw
+        fade = 1.0 - smoothstep((below_lip - full_below) / (still_below - full_below))
+        across = along_mouth.abs() / half_width
+        if photo:  # the lips' lens gives way to a smooth fall-off across the chin (no crease at the jaw's sides)
+            self._lower_profile = ((1.0 - jaw) * _lens(across) + jaw * _bump(across)) * fade  # (h, w)
+        else:
+            self._lower_profile = _bump(across) * fade  # (h, w)
         nose = smoothstep(1.0 + below_lip / UPPER_FADE)  # (h, w): 0 towards the nose, 1 at the lip line
         self._upper_profile = self._lip_profile * nose  # (h, w)
         patch = torch.from_numpy(np.ascontiguousarray(background[top:bottom, left:right])).float()  # (h, w, 3)
@@ -370,7 +388,8 @@ class MouthWarp:
         """(top, bottom, left, right) of the output pixels the warp can change, clipped to the frame; None: none."""
         half, u, v = self.half, self._u, self._v
         corners = [self.lip_centre + half * (a * u + b * v)
-                   for a in (-JAW_HALF_WIDTH, JAW_HALF_WIDTH) for b in (-UPPER_FADE - 0.5, JAW_STILL_BELOW)]  # fmt: skip
+                   for a in (-self._jaw_half_width, self._jaw_half_width)
+                   for b in (-UPPER_FADE - 0.5, self._still_below)]  # fmt: skip
         xs, ys = [c[0] for c in corners], [c[1] for c in corners]
         top, bottom = max(0, int(math.floor(min(ys))) - 2), min(height, int(math.ceil(max(ys))) + 3)
         left, right = max(0, int(math.floor(min(xs))) - 2), min(width, int(math.ceil(max(xs))) + 3)
@@ -474,6 +493,11 @@ def _teeth(grey: torch.Tensor, skin: float) -> torch.Tensor:
 def _bump(x: torch.Tensor) -> torch.Tensor:
     """1 at 0, falling smoothly (zero slope at both ends) to 0 at 1 and beyond."""
     return 1.0 - smoothstep(x)
+
+
+def _lens(x: torch.Tensor) -> torch.Tensor:
+    """1 at 0, falling as a lens's edge (``LENS_POWER`` of 1 - x^2: steep at the end) to 0 at 1 and beyond."""
+    return (1.0 - x * x).clamp_min(0.0) ** LENS_POWER
 
 
 def _to_uint8(image: torch.Tensor) -> np.ndarray:

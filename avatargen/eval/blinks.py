@@ -1,11 +1,14 @@
 """Blinks from the face track (``face_track.py``).
 
-``blinks_per_min``: dips of eye openness under its running median (over 2 s) that last ``MIN_BLINK_S..MAX_BLINK_S``
-seconds (at least a frame; a lone frame the face chip misplaced is not a blink), per minute of video with a face; a
-dip counts from ``BLINK_MIN_DROP`` under the median, or ``BLINK_NOISE`` times the openness's own noise where that is
-more (a robust spread of its ratio to the median). A cartoon's drawn blink drops the openness by half; a
-photograph's lid, its lashes and creases kept, by 15-18 % (its noise 0.8 %). People blink about 15-20 times a
-minute; 0 on a long clip is a frozen stare.
+``blinks_per_min``: the frames where the eyes look shut, in runs that last ``MIN_BLINK_S..MAX_BLINK_S`` seconds
+(at least a frame; a lone frame the face chip misplaced is not a blink), per minute of video with a face. A frame
+looks shut where the eye openness dips under its running median (over 2 s) by ``BLINK_MIN_DROP``, or ``BLINK_NOISE``
+times its own noise where that is more (a robust spread of its ratio to the median), or where the eyes' dark (the
+pupil and iris: ``face_track.EYE_MIDDLES``, or the same a little higher, where a turned face's eyes are) rises over
+its running median by ``DARK_MIN_RISE`` of the face chip's range, or ``DARK_NOISE`` times its noise where that is
+more: the lid covers them. A cartoon's drawn blink drops the openness by half; a photograph's lid, its lashes and
+creases kept, by 15-18 % (its noise 0.8 %), but an eye behind glasses by 3-8 % (its rims and wrinkles stay), where
+its dark rises by 0.14-0.21 over noise of 0.007-0.009 (at most 3 noises away from a blink). People blink about 15-20 times a minute; 0 on a long clip is a frozen stare.
 """
 
 from __future__ import annotations
@@ -19,28 +22,45 @@ from avatargen.eval.face_track import TrackedFace
 from avatargen.eval.metric import Metric, Rows
 
 BLINK_MIN_DROP, BLINK_NOISE = 0.1, 6.0
+DARK_MIN_RISE, DARK_NOISE = 0.03, 6.0
 MIN_BLINK_S, MAX_BLINK_S = 0.06, 0.5
 
 
-def measure_blinks(eyes: np.ndarray, fps: float) -> dict:
-    """``eyes``: (T,) eye openness, NaN where no face."""
+def measure_blinks(eyes: np.ndarray, fps: float, dark: np.ndarray | None = None) -> dict:
+    """``eyes``: (T,) eye openness, NaN where no face; ``dark``: (T,) or (T, bands) the eyes' dark (None: openness
+    alone)."""
     found = np.isfinite(eyes)
     minutes = found.sum() / fps / 60.0
     if found.sum() < 2 * fps:
         return {"blinks_per_min": None, "blinks": None}
-    frames = np.arange(len(eyes))
-    filled = np.interp(frames, frames[found], eyes[found])
-    half = int(fps)
-    padded = np.pad(filled, half, mode="edge")
-    running = np.array([np.median(padded[t : t + 2 * half + 1]) for t in range(len(filled))])
+    filled, running = _running_median(eyes, found, fps)
     ratio = filled / np.maximum(running, 1e-9)
-    noise = 1.4826 * float(np.median(np.abs(ratio - np.median(ratio))))  # the spread of a normal law's, robustly
-    closed = ratio < 1.0 - max(BLINK_MIN_DROP, BLINK_NOISE * noise)
+    closed = ratio < 1.0 - max(BLINK_MIN_DROP, BLINK_NOISE * _noise(ratio))
+    if dark is not None:
+        for band in np.asarray(dark, float).reshape(len(eyes), -1).T:  # each band of the eyes' middle
+            filled, running = _running_median(band, found, fps)
+            rise = filled - running
+            closed |= rise > max(DARK_MIN_RISE, DARK_NOISE * _noise(rise))
     edges = np.diff(np.concatenate([[0], closed.astype(np.int8), [0]]))
     starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     shortest = max(1, int(round(MIN_BLINK_S * fps)))  # 2 frames at 25 fps
     count = int(np.sum(((ends - starts) >= shortest) & ((ends - starts) <= MAX_BLINK_S * fps)))
     return {"blinks": count, "blinks_per_min": round(count / minutes, 2)}
+
+
+def _running_median(values: np.ndarray, found: np.ndarray, fps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(T,) ``values`` with the frames not ``found`` filled in from their neighbours, and (T,) their median over 2 s
+    around each frame."""
+    frames = np.arange(len(values))
+    filled = np.interp(frames, frames[found], values[found])
+    half = int(fps)
+    padded = np.pad(filled, half, mode="edge")
+    return filled, np.array([np.median(padded[t : t + 2 * half + 1]) for t in range(len(filled))])
+
+
+def _noise(signal: np.ndarray) -> float:
+    """The spread of ``signal`` (T,) as a normal law's, robustly (1.4826 median absolute deviations)."""
+    return 1.4826 * float(np.median(np.abs(signal - np.median(signal))))
 
 
 class Blinks(Metric):
@@ -49,12 +69,14 @@ class Blinks(Metric):
     def __init__(self, context: EvalContext) -> None:
         self.fps = context.fps
         self.eyes: list[float] = []  # openness, NaN without a face
+        self.dark: list[tuple[float, float]] = []  # the eyes' dark in two bands, NaN without a face
 
     def update(self, frame: Frame, face: TrackedFace | None) -> None:
         self.eyes.append(np.nan if face is None else face.eyes)
+        self.dark.append((np.nan, np.nan) if face is None else face.eye_dark)
 
     def summary(self) -> dict[str, Any]:
-        return measure_blinks(np.asarray(self.eyes, float), self.fps)
+        return measure_blinks(np.asarray(self.eyes, float), self.fps, np.asarray(self.dark, float))
 
     @staticmethod
     def rows(result: dict[str, Any]) -> Rows:

@@ -9,7 +9,11 @@ pose, scale or framing. In that chip (fractions of its side, measured on real an
   median gray: closed lips are one even band, an open mouth adds the dark cavity and bright teeth. On the
   generator's ground truth it follows the true opening with correlation 0.98 (avatars 1 and 3) and 0.54 (avatar 2,
   dark lips on dark skin).
-- eyes: ``EYE_BOXES``; openness the same spread (iris, white, lashes vs. a closed lid of skin).
+- eyes: ``EYE_BOXES``; openness the same spread (iris, white, lashes vs. a closed lid of skin); and the *eyes'
+  dark*: the 10th percentile of gray levels in the middle of each eye (``EYE_MIDDLES``), as a share of the way
+  between the chip's 1st and 99th percentiles: the pupil and iris, which a shut lid covers (it rises by 0.14-0.21
+  of that range in a photograph's blink, where the spread of an eye behind glasses, its rims and wrinkles kept,
+  drops by 3-8 %); and in the same boxes a little higher (``EYE_UPPER_MIDDLES``), where a turned face's are.
 - sharpness: variance of the Laplacian of the gray chip (gray levels^2): fine detail, scale-free because every
   face is resampled to the same chip.
 
@@ -27,6 +31,10 @@ from avatargen.face.detector import Face, FaceDetector
 
 MOUTH_BOX = (0.30, 0.64, 0.70, 0.86)  # (x0, y0, x1, y1), fractions of the chip
 EYE_BOXES = ((0.14, 0.24, 0.44, 0.40), (0.56, 0.24, 0.86, 0.40))
+EYE_MIDDLES = ((0.22, 0.28, 0.36, 0.37), (0.64, 0.28, 0.78, 0.37))  # the middle of each eye box: pupil and iris
+# ... and the same a little higher: where the chip puts the eyes of a face turned ~30 degrees (its five landmarks
+# align it less well), whose shut lid's lash line lies across the middle band
+EYE_UPPER_MIDDLES = tuple((x0, y0 - 0.06, x1, y1 - 0.06) for x0, y0, x1, y1 in EYE_MIDDLES)
 _GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 
 
@@ -40,25 +48,31 @@ class FaceTrack:
     spread: list[float] = field(default_factory=list)  # ``Face.spread``, video pixels
     mouth: list[float] = field(default_factory=list)
     eyes: list[float] = field(default_factory=list)
+    eye_dark: list[tuple[float, float]] = field(default_factory=list)
     sharpness: list[float] = field(default_factory=list)
     mouth_box: list[tuple[float, float, float, float]] = field(default_factory=list)  # in video pixels
     embeddings: dict[int, np.ndarray] = field(default_factory=dict)  # frame index -> (128,), every few frames
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The per-frame lists as arrays: centre (T, 2), the rest (T,)."""
+        """The per-frame lists as arrays: centre and eye_dark (T, 2), the rest (T,)."""
         return {"detected": np.asarray(self.detected, bool), "centre": np.asarray(self.centre, float).reshape(-1, 2),
-                "width": np.asarray(self.width, float), "spread": np.asarray(self.spread, float), "mouth": np.asarray(self.mouth, float),
-                "eyes": np.asarray(self.eyes, float), "sharpness": np.asarray(self.sharpness, float)}  # fmt: skip
+                "width": np.asarray(self.width, float), "spread": np.asarray(self.spread, float),
+                "mouth": np.asarray(self.mouth, float), "eyes": np.asarray(self.eyes, float),
+                "eye_dark": np.asarray(self.eye_dark, float).reshape(-1, 2), "sharpness": np.asarray(self.sharpness, float)}
 
 
-def chip_measures(chip: np.ndarray) -> tuple[float, float, float]:
-    """(mouth opening, eye openness, sharpness) of one (S, S, 3) uint8 face chip (see the module docstring)."""
+def chip_measures(chip: np.ndarray) -> tuple[float, float, float, tuple[float, float]]:
+    """(mouth opening, eye openness, sharpness, eyes' dark in ``EYE_MIDDLES`` and ``EYE_UPPER_MIDDLES``) of one
+    (S, S, 3) uint8 face chip (module docstring)."""
     gray = chip.astype(np.float32) @ _GRAY  # (S, S)
     level = float(np.median(gray)) + 1.0
     mouth = float(_region(gray, MOUTH_BOX).std()) / level
     eyes = float(np.mean([_region(gray, box).std() for box in EYE_BOXES])) / level
     laplacian = gray[1:-1, :-2] + gray[1:-1, 2:] + gray[:-2, 1:-1] + gray[2:, 1:-1] - 4.0 * gray[1:-1, 1:-1]
-    return mouth, eyes, float(laplacian.var())
+    low, high = np.percentile(gray, [1, 99])  # the chip's range: a hazy, low-contrast face's blink rises as much
+    dark = tuple((float(np.percentile(np.concatenate([_region(gray, box).ravel() for box in boxes]), 10)) - low)
+                 / max(float(high - low), 1.0) for boxes in (EYE_MIDDLES, EYE_UPPER_MIDDLES))
+    return mouth, eyes, float(laplacian.var()), dark
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,7 @@ class TrackedFace:
     mouth: float
     eyes: float
     sharpness: float
+    eye_dark: tuple[float, float]
 
     @property
     def mouth_box(self) -> tuple[float, float, float, float]:
@@ -108,6 +123,7 @@ class FaceTracker:
             t.centre.append((np.nan, np.nan))
             for values in (t.width, t.spread, t.mouth, t.eyes, t.sharpness):
                 values.append(np.nan)
+            t.eye_dark.append((np.nan, np.nan))
             t.mouth_box.append((np.nan,) * 4)
             return None
         face = tracked.face
@@ -116,6 +132,7 @@ class FaceTracker:
         t.spread.append(face.spread)
         t.mouth.append(tracked.mouth)
         t.eyes.append(tracked.eyes)
+        t.eye_dark.append(tracked.eye_dark)
         t.sharpness.append(tracked.sharpness)
         t.mouth_box.append(tracked.mouth_box)
         if self.embed_every is not None and index % self.embed_every == 0:

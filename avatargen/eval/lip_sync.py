@@ -1,6 +1,9 @@
 """Lip sync: the mouth opening against the loudness (``sync.py``), with the image region that best follows the
 loudness as a second opinion that needs no face (``region_sync.py``); a note where the two disagree by more than a
-frame. Also ``mouth_box``: the median mouth region in the analysed frames (the mouth sheet's crop)."""
+frame. Where the mouth opening is not clearly above chance but the image region is (a moustache or a beard over the
+mouth's region of the face chip, whose spread then hardly changes), ``sync_note`` says that the image region follows
+the audio, not that the mouth does not (``second_opinion``). Also ``mouth_box``: the median mouth region in the
+analysed frames (the mouth sheet's crop)."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class LipSync(Metric):
                               f"{second:+d}")  # fmt: skip
         elif main is None and second is not None and result["sync_note"] and "face" in result["sync_note"]:
             self.context.note(f"without a face, the image-region measure finds offset {second:+d} frames")
+        result["sync_note"] = second_opinion(result)
         boxes = np.asarray(self.boxes, float).reshape(-1, 4)
         result["mouth_box"] = [round(float(v)) for v in np.median(boxes, axis=0)] if len(boxes) else None
         return result
@@ -59,3 +63,15 @@ class LipSync(Metric):
         return [("lip sync", f"offset {offset:+d} frames (+ = video late), confidence {confidence:.2f} (out of sync: "
                              f"{result['sync_chance']:.2f} +- {result['sync_chance_sd']:.2f}, best "
                              f"{result['sync_chance_max']:.2f})")]  # fmt: skip
+
+
+def second_opinion(result: dict[str, Any]) -> str | None:
+    """``result``'s ``sync_note``, unless it says the mouth does not follow the audio while the image region finds
+    the offset (``sync_region_offset``, clearly above its own chance): then a note that says so."""
+    note, second = result.get("sync_note"), result.get("sync_region_offset")
+    if note is None or "does not follow" not in note or second is None:
+        return note
+    return (f"the mouth opening is not clearly above chance (peak {result['sync_confidence']:.2f}, best out of sync "
+            f"{result['sync_chance_max']:.2f}: a moustache or a beard can hide it), but the image region follows the "
+            f"audio at offset {second:+d} frames (confidence {result['sync_region_confidence']:.2f} against "
+            f"{result['sync_region_chance_max']:.2f} out of sync)")

@@ -10,7 +10,9 @@ numpy < 2). It is installed by the ``avatargen[eval]`` extra, beside the face de
 half-body picture is as large to the mesh as a selfie) and returns a ``LipSearch``: the ``Lips`` (20 outer and 20
 inner points, in the picture's pixels) or, when they cannot be trusted, ``problem``, one phrase saying why:
 
-- no face mesh in the square, or one whose eyes are not the detector's (another face);
+- no face mesh in the square (``NO_MESH``), or one whose eyes are not the detector's and whose nose is not either
+  (``OTHER_FACE``: another face; a stylised face's large eyes the two read apart, its nose where both see it, is the
+  same face);
 - a face turned too far to the side: the nose tip outside ``YAW_NOSE_SHARE`` of the way between the face's sides;
 - lips that do not show: the band between the two contours no further in colour from the skin around the mouth than
   ``LIP_CONTRAST`` grey levels (a hand over the mouth, a mask; lips show as redder or darker than the skin around
@@ -42,10 +44,13 @@ from avatargen.numeric import column_median
 OUTER = (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185)
 INNER = (78, 95, 88, 178, 87, 14, 317, 402, 318, 324, 308, 415, 310, 311, 312, 13, 82, 81, 80, 191)
 EYES = ((33, 133), (362, 263))  # corners of the eye on the image's left, then of the other eye
-NOSE_TIP, FACE_SIDES = 1, (234, 454)
+NOSE_TIP, NOSE_BASE, FACE_SIDES = 1, 2, (234, 454)
 SQUARE_PER_FACE = 2.0  # the mesh looks at a square this many detector-box widths wide around the face ...
+RETRY_SQUARES = (1.5, 3.0)  # ... and, where it finds none there, at these (a stylised face's proportions)
 MESH_SIDE = 384  # ... at most this many pixels on a side (the network itself reads 192 px)
-EYE_AGREEMENT = 0.3  # the mesh's eye centres within this many eye spans of the detector's: the same face
+EYE_AGREEMENT = 0.3  # the mesh's eye centres within this many eye spans of the detector's: the same face ...
+NOSE_AGREEMENT = 0.15  # ... or its nose base this close (0.01-0.03 on the test photos): stylised eyes, the same face
+NO_MESH, OTHER_FACE = "no face mesh fits the face", "the face mesh found another face"
 # nose tip between the face's sides: past these the face is turned too far (0.5 facing the camera; a face turned
 # 25-35 degrees reads 0.75-0.84: its lips are still seen whole and the warp moves them in their own frame)
 YAW_NOSE_SHARE = (0.14, 0.86)
@@ -138,9 +143,18 @@ class LipFinder:
             self._mesh.process(np.zeros((64, 64, 3), np.uint8))
 
     def mesh(self, rgb: np.ndarray, face: Face) -> np.ndarray | None:
-        """(478, 2) face-mesh points (x, y pixels of ``rgb`` (H, W, 3) uint8) of ``face``, or None: no mesh."""
+        """(478, 2) face-mesh points (x, y pixels of ``rgb`` (H, W, 3) uint8) of ``face``, or None: no mesh in a
+        square of ``SQUARE_PER_FACE`` or any of ``RETRY_SQUARES`` face widths around it."""
+        for share in (SQUARE_PER_FACE, *RETRY_SQUARES):
+            points = self._mesh_in_square(rgb, face, share)
+            if points is not None:
+                return points
+        return None
+
+    def _mesh_in_square(self, rgb: np.ndarray, face: Face, share: float) -> np.ndarray | None:
+        """The face mesh in the square of ``share`` face widths around ``face``, or None."""
         width = face.box[2] - face.box[0]
-        side = max(8, int(round(SQUARE_PER_FACE * width)))
+        side = max(8, int(round(share * width)))
         cx, cy = face.centre
         left, top = int(round(cx - side / 2)), int(round(cy - side / 2))
         size = min(side, MESH_SIDE)
@@ -163,12 +177,13 @@ def lips_in_mesh(rgb: np.ndarray, face: Face, points: np.ndarray | None) -> LipS
     """The lips of ``face`` in ``rgb`` (H, W, 3) uint8 from its face mesh ``points`` (``LipFinder.mesh``; None: no
     mesh fits), or the problem that keeps them from being trusted."""
     if points is None:
-        return LipSearch(None, "no face mesh fits the face")
+        return LipSearch(None, NO_MESH)
     eyes = np.stack([points[list(pair)].mean(axis=0) for pair in EYES])  # (2, 2): image left, right
     found_eyes = np.stack([face.points[2:4].mean(axis=0), face.points[0:2].mean(axis=0)])
     span = max(float(np.linalg.norm(found_eyes[1] - found_eyes[0])), 1.0)
-    if np.linalg.norm(eyes - found_eyes, axis=1).max() > EYE_AGREEMENT * span:
-        return LipSearch(None, "the face mesh found another face")
+    nose_apart = float(np.linalg.norm(points[NOSE_BASE] - face.points[4]))
+    if np.linalg.norm(eyes - found_eyes, axis=1).max() > EYE_AGREEMENT * span and nose_apart > NOSE_AGREEMENT * span:
+        return LipSearch(None, OTHER_FACE)
     side_left, side_right = points[FACE_SIDES[0]], points[FACE_SIDES[1]]
     across = side_right - side_left
     share = float((points[NOSE_TIP] - side_left) @ across / max(float(across @ across), 1e-6))

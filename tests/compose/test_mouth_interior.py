@@ -95,3 +95,23 @@ def test_an_underexposed_photo_gets_dim_teeth_whatever_the_model_draws(tmp_path)
     assert grey[changed].max() < 2.0 * skin, (grey[changed].max(), skin)  # dim teeth: her own are ~1.5x her skin
     column = _column_below_the_upper_lip(frame, compositor)
     assert (column > 1.2 * skin).sum() >= 2, (column.round(), skin)  # ... but teeth all the same
+
+
+def test_a_sepia_print_gets_sepia_teeth(tmp_path):
+    """Grace Hopper as a sepia print: the teeth drawn in her opened mouth have the print's own tint (they were
+    drawn with a third of her skin's, a grey-lilac on the brown print), and no tooth-edge shows as a dark notch."""
+    grey = photos.grace_hopper() @ _GREY
+    sepia = np.clip(grey[..., None] * np.array([1.12, 0.97, 0.74]), 0, 255).astype(np.uint8)
+    frame, compositor = _loud_frame(tmp_path, sepia)
+    warp = compositor.mouth
+    x, y = np.rint(warp.lip_centre).astype(int)
+    skin = _skin_grey(compositor)
+    column = _column_below_the_upper_lip(frame, compositor)  # from 0.3 half-widths above the lip line
+    dark = int(np.argmax(np.convolve(column < 0.5 * skin, np.ones(3), mode="valid") == 3))  # the mouth's dark
+    top = y - int(0.3 * warp.half)
+    rows = slice(top + dark - 4, top + dark)  # the rows above it: the teeth (test_a_closed_mouth_opens_over_teeth)
+    pixels = frame[rows, x - int(0.2 * warp.half) : x + int(0.2 * warp.half)].reshape(-1, 3).astype(float)
+    teeth = pixels[pixels @ _GREY > 0.85 * skin]
+    assert len(teeth) >= 8, len(teeth)
+    tint = np.median(teeth / (teeth @ _GREY)[:, None], axis=0)
+    assert np.abs(tint - np.array([1.12, 0.97, 0.74]) / (np.array([1.12, 0.97, 0.74]) @ _GREY)).max() < 0.04, tint

@@ -12,6 +12,7 @@ from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_warp import (JAW_STILL_BELOW, LOWER_SHARE, ModelMapping, MouthCue, MouthWarp,
                                           SHUT_OPENING_MAX, estimated_lips, mouth_opening, shut_mouth, still_opening)
 from avatargen.face.choice import reference_lips
+from avatargen.face.detector import shared_detector
 from avatargen.data import FacePose, FaceRenderer, identity_from_seed
 from tests.conftest import REPO, run_cli
 
@@ -167,3 +168,36 @@ def test_a_bad_mouth_mode_is_refused_in_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pipeline.mouth" in lines[0] and "blend, warp" in lines[0]
     assert not (tmp_path / "out.mp4").exists()
+
+
+def _vertical_shift(before: np.ndarray, after: np.ndarray, centre: np.ndarray, half: tuple[int, int],
+                    reach: int) -> int:  # fmt: skip
+    """How many pixels down the patch of ``before`` around ``centre`` (x, y), ``half`` (x, y) pixels to each side,
+    shows in ``after``: the shift in 0..``reach`` whose patch differs least."""
+    x, y = np.rint(centre).astype(int)
+    patch = before[y - half[1] : y + half[1] + 1, x - half[0] : x + half[0] + 1].astype(float)
+    errors = [np.abs(after[y + k - half[1] : y + k + half[1] + 1, x - half[0] : x + half[0] + 1] - patch).mean()
+              for k in range(reach + 1)]  # fmt: skip
+    return int(np.argmin(errors))
+
+
+def test_a_photographs_jaw_opens_the_chin_goes_down_with_the_lower_lip_which_keeps_its_shape():
+    """Opened by the speech, a photograph's lower lip and chin move down together (a jaw that opens; it once
+    stretched the lower lip into a V under a chin that moved an eighth as far), and the lips part as a lens: half
+    way to a corner the lower lip is down most of the way the middle is (a V: half)."""
+    from tests.eval import clips
+
+    photo = clips.grace_hopper()
+    lips = reference_lips(photo, shared_detector().find(photo)).lips
+    mouth = MouthWarp(photo, lips, ModelMapping((1.0, 1.0), (0.0, 0.0)), MouthCue.colour)
+    opening = 0.6 * mouth.half  # the speech level's opening (DRIVE_OPENING_HALF_WIDTHS)
+    top, bottom, left, right = mouth.box
+    opened = photo.copy()
+    opened[top:bottom, left:right] = mouth._open_mouth(np.zeros((S, S, 3), np.uint8), opening, np.zeros(2), (200.0, 20.0))
+    reach, half = int(np.ceil(opening)) + 2, mouth.half
+    chin = _vertical_shift(photo, opened, mouth.lip_centre + 2.0 * half * lips.down, (12, 6), reach)
+    lip_middle = _vertical_shift(photo, opened, mouth.lip_centre + 0.3 * half * lips.down, (4, 3), reach)
+    lip_side = [_vertical_shift(photo, opened, mouth.lip_centre + half * (0.3 * lips.down + side * 0.5 * lips.along),
+                                (4, 3), reach) for side in (-1, 1)]  # fmt: skip
+    assert chin >= opening / 3, (chin, opening)
+    assert lip_middle >= 0.6 * LOWER_SHARE * opening and min(lip_side) >= 0.7 * lip_middle, (lip_middle, lip_side)

@@ -93,6 +93,81 @@ def smiling_render(size: int = 384, seed: int = 7) -> np.ndarray:
     return np.ascontiguousarray(frame)
 
 
+def stylised_3d(size: int = 512, seed: int = 11) -> np.ndarray:
+    """(size, size, 3): a stylised 3-D cartoon: one of the project's synthetic faces grinning open, shaded as a lit
+    sphere with a highlight, softened, with a fine grain (no flat fills left: the photo test takes it for a
+    photograph's shading at 0.50 flat share, against 0.44-0.80 for flat cartoons)."""
+    frame, _ = FaceRenderer(identity_from_seed(seed), size=size).render(FacePose(smile=0.9, mouth_open=0.6))
+    rgb = np.asarray(Image.fromarray(np.ascontiguousarray(frame)).filter(ImageFilter.GaussianBlur(1.2))).astype(float)
+    ys, xs = np.mgrid[0:size, 0:size] / size
+    nx, ny = (xs - 0.5) / 0.42, (ys - 0.48) / 0.5
+    nz = np.sqrt(np.clip(1.0 - nx**2 - ny**2, 0.02, 1.0))
+    light = np.array([-0.4, -0.5, 0.77]) / np.linalg.norm([-0.4, -0.5, 0.77])
+    lambert = np.clip(nx * light[0] + ny * light[1] + nz * light[2], 0.0, 1.0)  # (size, size)
+    shaded = rgb * (0.55 + 0.55 * lambert)[..., None] + 60.0 * (lambert**30)[..., None]
+    shaded += np.random.default_rng(0).normal(0.0, 1.5, shaded.shape)
+    return np.clip(shaded, 0, 255).astype(np.uint8)
+
+
+def yawed(rgb: np.ndarray, centre: tuple[int, int], radius: float, degrees: float) -> np.ndarray:
+    """``rgb`` with the head around ``centre`` turned by ``degrees`` about a vertical axis, as a cylinder of
+    ``radius`` pixels: a point at angle phi on it (x = r sin phi) shows at r sin(phi + yaw); beyond the cylinder the
+    shift fades out over another radius."""
+    height, width = rgb.shape[:2]
+    yaw = np.radians(degrees)
+    x = (np.arange(width) - centre[0]) / radius  # output columns in radii
+    inside = np.clip(x, -0.999, 0.999)
+    source = np.sin(np.arcsin(inside) - yaw)  # where each output column comes from, in radii
+    edge = np.where(x > 0, np.sin(np.arcsin(0.999) - yaw) - 0.999, np.sin(np.arcsin(-0.999) - yaw) + 0.999)
+    fade = np.clip(2.0 - np.abs(x), 0.0, 1.0)  # 1 within a radius, 0 two radii out
+    source = np.where(np.abs(x) < 0.999, source, x + edge * fade)
+    ys = np.arange(height) - centre[1]
+    rows = np.clip(1.0 - (np.abs(ys) / (1.6 * radius)) ** 4, 0.0, 1.0)[:, None]  # (H, 1): the head's rows only
+    src_x = centre[0] + radius * (x[None] + rows * (source[None] - x[None]))  # (H, W)
+    from scipy.ndimage import map_coordinates
+
+    grid_y = np.broadcast_to(np.arange(height)[:, None], (height, width)).astype(np.float64)
+    return np.stack([map_coordinates(rgb[..., c].astype(np.float64), [grid_y, src_x], order=3, mode="nearest")
+                     for c in range(3)], axis=-1).clip(0, 255).astype(np.uint8)  # fmt: skip
+
+
+def opened_mouth(rgb: np.ndarray, pixels: float) -> np.ndarray:
+    """``rgb`` with its mouth opened ``pixels`` by the project's own warp (the lips parted over a dark interior)."""
+    from avatargen.compose.mouth_warp import ModelMapping, MouthCue, MouthWarp
+    from avatargen.face.choice import reference_lips
+    from avatargen.face.detector import shared_detector
+
+    face = shared_detector().find(rgb)
+    lips = reference_lips(rgb, face).lips
+    warp = MouthWarp(rgb, lips, ModelMapping((1.0, 1.0), (0.0, 0.0)), MouthCue.dark)
+    model = np.zeros((256, 256, 3), np.uint8)
+    top, bottom, left, right = warp.box
+    out = rgb.copy()
+    out[top:bottom, left:right] = warp._open_mouth(model, pixels, np.array([128.0, 150.0]), (200.0, 20.0))
+    return out
+
+
+def screaming() -> np.ndarray:
+    """Grace Hopper mid-scream: her mouth opened 30 px by the warp, its inside recoloured as a dark red palate above
+    a pink tongue (as pink as a lip, where the face mesh's inner contour stops short of the lips)."""
+    picture = opened_mouth(grace_hopper(), 30.0)
+    grey = picture.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    inside = np.zeros(grey.shape, bool)
+    inside[250:330, 200:310] = grey[250:330, 200:310] < 60  # the opened mouth's dark
+    rows = np.nonzero(inside)[0]
+    share = np.clip(1.6 * (rows - rows.min()) / max(rows.max() - rows.min(), 1) - 0.5, 0.0, 1.0)[:, None]
+    palate, tongue = np.array([110.0, 40.0, 45.0]), np.array([190.0, 90.0, 100.0])
+    out = picture.copy()
+    out[inside] = np.clip(palate + share * (tongue - palate), 0, 255).astype(np.uint8)
+    return out
+
+
+def sepia(picture: np.ndarray, tint: tuple[float, float, float] = (1.12, 0.97, 0.74)) -> np.ndarray:
+    """``picture`` printed in sepia: its grey times ``tint``."""
+    grey = picture.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    return np.clip(grey[..., None] * np.array(tint), 0, 255).astype(np.uint8)
+
+
 # The pictures the compositor must handle, by name (benchmarks/quality/lip_contours.py renders each).
 TEST_PHOTOS = {
     "astronaut": astronaut,

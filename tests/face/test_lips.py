@@ -8,7 +8,8 @@ import pytest
 from avatargen.errors import BadInputError
 from avatargen.face.choice import choose_face, reference_lips
 from avatargen.face.detector import shared_detector
-from avatargen.face.lips import lips_installed
+from avatargen.face.choice import shared_lip_finder
+from avatargen.face.lips import EYES, OTHER_FACE, lips_in_mesh, lips_installed
 from tests.conftest import REPO, run_cli
 from tests.face import photos
 
@@ -56,6 +57,23 @@ def test_a_covered_mouth_gives_no_lips_and_says_why(make):
     picture = make()
     search = reference_lips(picture, shared_detector().find(picture))
     assert search.lips is None and search.problem
+
+
+@needs_mesh
+def test_a_stylised_face_whose_large_eyes_the_mesh_reads_apart_keeps_its_lips_and_another_face_does_not():
+    """A stylised 3-D cartoon's eyes are larger than any face the detector or the mesh learnt: the two put the eye
+    corners apart, yet both find its nose; it is the same face and its lips are the mesh's. A mesh whose nose is
+    elsewhere too fits another face."""
+    picture = photos.astronaut()
+    face = shared_detector().find(picture)
+    points = shared_lip_finder().mesh(picture, face)
+    span = float(np.linalg.norm(face.points[0] - face.points[2]))
+    stylised = points.copy()
+    for corners, side in zip(EYES, (-1.0, 1.0)):  # each eye's corners 0.4 spans further out, as drawn eyes are
+        stylised[list(corners)] += (side * 0.4 * span, -0.1 * span)
+    assert lips_in_mesh(picture, face, stylised).lips is not None
+    elsewhere = points + (1.2 * span, 0.0)  # the whole mesh on a face beside this one
+    assert lips_in_mesh(picture, face, elsewhere) == (None, OTHER_FACE)
 
 
 def test_with_two_people_the_largest_face_is_animated_and_said_once():
