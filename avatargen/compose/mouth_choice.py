@@ -18,6 +18,8 @@ from avatargen.face.lips import LipSearch
 class StillMouth:
     """The reference's mouth as it is in the picture (``MouthPaste``): for lips that cannot be found reliably."""
 
+    reads_model = False  # the render runs no model for it
+
     def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
         return frames
 

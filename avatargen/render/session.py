@@ -39,6 +39,7 @@ from avatargen.io.outputs import Output, parse_publish_target, stdout_output
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.sink import encoder_targets
 from avatargen.io.targets import remove_empty_folders
+from avatargen.pipeline.blank import blank_pipeline
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.family import FamilyEngine, load_engine
@@ -48,7 +49,7 @@ from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.run import RenderRun
 from avatargen.pipeline.schedule import CheckpointGrid, checkpoint_grid
 from avatargen.pipeline.stats import RenderStats
-from avatargen.render.compositing import compositor_for
+from avatargen.render.compositing import compositor_for, model_frames_likely_read
 from avatargen.render.outputs import OutputPlan, RenderOutputs
 from avatargen.render.inputs import input_digests, open_audio, open_picture, output_audio, render_inputs
 from avatargen.render.request import (
@@ -131,12 +132,15 @@ def render(
         return RenderSession(request, cfg, options, stop).run()
 
 
-def load_models_early(config: Config, family: FamilyEngine) -> None:
+def load_models_early(config: Config, family: FamilyEngine, likely_read: Callable[[], bool] | None = None) -> None:
     """Build and place a single-process render's models into the per-process cache that ``build_pipeline`` reads,
-    beside the main thread's work on the inputs (time to first frame: docs/performance.md). A render over several
-    ranks builds them in its turn (their process group comes first), and any error here is left for that turn,
-    where it is raised in order."""
+    beside the main thread's work on the inputs (time to first frame: docs/performance.md), unless ``likely_read()``
+    guesses that the compositor will read none of their frames (``model_frames_likely_read``: a photograph driven by
+    its speech). A render over several ranks builds them in its turn (their process group comes first), and any error
+    here is left for that turn, where it is raised in order."""
     try:
+        if likely_read is not None and not likely_read():
+            return
         parallel = solo_parallel(config, family.splittable_work(config))
         if parallel is None:
             return
@@ -218,7 +222,9 @@ class RenderSession:
         warn = held.append  # list.append is atomic: the audio's thread may add to it too
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
-            pool.submit(load_models_early, config, self.family)
+            picture = request.image if request.video is None else None
+            likely_read = partial(model_frames_likely_read, config, picture, not self.streamed_audio)
+            pool.submit(load_models_early, config, self.family, likely_read if self.family.composited else None)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
             opened = open_picture(request.image, request.video, config, self.family, warn, face=config.pipeline.face)
@@ -312,9 +318,14 @@ class RenderSession:
 
     def build(self) -> None:
         """The family's placed models (cached per process) and its steps on the engine; the family may choose its
-        defaults by whether its frames are composited (the bundled one: its motion frames)."""
-        composited = self.opened.compositor is not None
-        self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel, composited=composited)
+        defaults by whether its frames are composited (the bundled one: its motion frames). Where the compositor
+        reads none of the model's frames, no model: the engine over blank steps (avatargen/pipeline/blank.py)."""
+        compositor = self.opened.compositor
+        if compositor is not None and not compositor.reads_model():
+            self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size, self.device)
+            return
+        self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel,
+                                       composited=compositor is not None)  # fmt: skip
 
     def _run(self, resume: RenderCheckpoint | None) -> RenderRun:
         """What shapes the work on every rank: a source video, the speakers, the part of each frame the compositor
@@ -521,6 +532,7 @@ class RenderSession:
             "overlap": pipeline.overlap,  # segments emitted on a second thread (runtime.overlap)
             "parallel": self.parallel.layout.report(),  # how torchrun's ranks shared the render (docs/distributed.md)
             "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
+            "stages_run": dict(stats.stage_runs),  # how often each of the pipeline's stages ran (none: not run)
             "seams": stats.seams,
             "resumed_from": stats.resumed_from,
             "publish": self.outputs.publish_report(self.live),
