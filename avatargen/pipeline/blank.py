@@ -45,7 +45,7 @@ class BlankSteps:
     def __init__(self, schedule: ChunkSchedule, side: int, device: torch.device) -> None:
         self.schedule = schedule
         self.device = device
-        self.audio_context_frames = 0  # no step reads audio: a segment waits only for its own frames' audio
+        self.audio_context_frames = 1  # a speech drive fed from the stream reads half a frame past a segment
         self.audio_history_frames = 0
         self.side = side
 
@@ -56,10 +56,12 @@ class BlankSteps:
 
 class BlankRun(ChunkRun):
     """One render's steps with no model: a segment is its frame count; its frames are one read-only blank frame
-    repeated (no memory per frame)."""
+    repeated (no memory per frame). The render's first frame leaves alone, before the rest of its segment is
+    composited (the time to the first frame)."""
 
     def __init__(self, side: int) -> None:
         self.blank = np.zeros((1, side, side, 3), dtype=np.uint8)
+        self.emitted = False
 
     def n_chunk(self, step: NChunk, audio: AudioTimeline, state: RollingState) -> None:
         pass
@@ -71,7 +73,14 @@ class BlankRun(ChunkRun):
         return None
 
     def frames(self, segment: Any, step: Emit) -> Iterator[np.ndarray]:
-        yield np.broadcast_to(self.blank, (step.end - step.start, *self.blank.shape[1:]))  # (t, S, S, 3) uint8
+        count = step.end - step.start
+        sizes = [count] if self.emitted or count == 1 else [1, count - 1]
+        self.emitted = True
+        for size in sizes:
+            yield np.broadcast_to(self.blank, (size, *self.blank.shape[1:]))  # (t, S, S, 3) uint8
+
+    def restore(self, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.emitted = True
 
 
 def blank_pipeline(config: Config, engine: FamilyEngine, side: int, device: torch.device) -> Pipeline:

@@ -30,7 +30,7 @@ from avatargen.io.image import Reference
 
 def compositor_for(
     loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None,
-    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr), speech: Path | None = None,
+    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr), speech: Path | SpeechDrive | None = None,
 ) -> ReferenceCompositor | None:
     """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
 
@@ -44,8 +44,8 @@ def compositor_for(
     cue reads open (a dark beard, a smile showing its teeth: ``mouth_for``; docs/compositing.md); the warp moves the
     lips the lip finder found, or keeps the still mouth (one line to ``warn``) where it could not trust them. ``is_photo`` says
     whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once).
-    ``speech``: the audio file of a render (None: a stream); a photograph's warped mouth opens with its loudness
-    (``SpeechDrive``), the model's frame giving the interior."""
+    ``speech``: the audio file of a render, or a ``SpeechDrive`` the render feeds with the stream it reads (None:
+    none); a photograph's warped mouth opens with its loudness, its interior drawn (the model's frames then unread)."""
     if not config.pipeline.composite:
         return None
     height, width = loaded.picture.shape[:2]
@@ -67,7 +67,9 @@ def compositor_for(
         compositor.mouth = mouth_for(compositor, layout, lips, photo, mode == MouthMode.auto, loaded.square, warn)
         if photo and speech is not None and isinstance(compositor.mouth, MouthWarp):  # the speech opens the mouth
             rate, fps = config.model.sample_rate, config.model.fps
-            compositor.mouth.drive = SpeechDrive(partial(_audio_blocks, speech, rate), rate, fps)
+            if not isinstance(speech, SpeechDrive):
+                speech = SpeechDrive(partial(_audio_blocks, speech, rate), rate, fps)
+            compositor.mouth.drive = speech
     settings = idle_motion_settings(config)
     if settings.active:
         seed = motion_seed(config.seed, loaded.picture)

@@ -16,13 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from avatargen.compose.composite import ReferenceCompositor
+from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.families import family_named
 from avatargen.config.schema import Config, WeightsSource
@@ -99,6 +100,11 @@ class OpenedInputs:
     compositor: ReferenceCompositor | None
     audio: Any
     inputs: RenderInputs
+    drive: SpeechDrive | None = None  # fed with the streamed audio as the pipeline reads it
+
+    def blocks(self) -> Iterable[np.ndarray]:
+        """The audio blocks the pipeline reads (a stream's also fed to the compositor's speech drive)."""
+        return self.drive.tee(self.audio) if self.drive is not None else self.audio
 
     def close(self) -> None:
         self.audio.close()
@@ -223,7 +229,7 @@ class RenderSession:
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
             picture = request.image if request.video is None else None
-            likely_read = partial(model_frames_likely_read, config, picture, not self.streamed_audio)
+            likely_read = partial(model_frames_likely_read, config, picture, True)  # a file or a stream drives a photo
             pool.submit(load_models_early, config, self.family, likely_read if self.family.composited else None)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
@@ -231,7 +237,9 @@ class RenderSession:
             loaded = opened.loaded
             # The compositor's mouth and the photo warning both ask whether the square is a photograph: one search.
             is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
-            speech = None if self.streamed_audio else request.audio_files[0]
+            # a stream drives a photo's mouth as the render reads it (``generate``), the same as its file would
+            rate, fps = config.model.sample_rate, config.model.fps
+            speech = SpeechDrive(None, rate, fps) if self.streamed_audio else request.audio_files[0]
             # a family whose frames are not the reference's square goes out as it makes them (FamilyEngine.composited)
             compositor = compositor_for(loaded, config, is_photo, warn, speech) if self.family.composited else None
             notes = self.family.reference_notes
@@ -254,7 +262,8 @@ class RenderSession:
             raise
         for line in held:  # the inputs are good: what was said while they opened, in order
             self.warn(line)
-        self.opened = OpenedInputs(opened.reference, compositor, audio, inputs)
+        fed = isinstance(speech, SpeechDrive) and getattr(getattr(compositor, "mouth", None), "drive", None) is speech
+        self.opened = OpenedInputs(opened.reference, compositor, audio, inputs, speech if fed else None)
 
     def start_runtime(self) -> None:
         """Threads, the device, and this process's place among torchrun's ranks (alone, or one rank of a render)."""
@@ -411,7 +420,7 @@ class RenderSession:
                 run = replace(run, checkpoints=self.grid,
                               on_checkpoint=checkpoint_saver(store, self.options.after_checkpoint))  # fmt: skip
             pipeline.models.monitor.reset()  # the modules outlive a render (batch reuses them); their costs do not
-            args = (self.opened.reference, audio, sinks, self.request.prompt)
+            args = (self.opened.reference, self.opened.blocks(), sinks, self.request.prompt)
             if progress_cm is not None:
                 with progress_cm as bar:
                     stats = pipeline.render(*args, replace(run, on_progress=bar.update))
