@@ -21,6 +21,7 @@ from avatargen.config.schema import Config
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.family import ChunkRun, FamilyEngine
 from avatargen.pipeline.inputs import RenderInputs
+from avatargen.pipeline.overlap import overlaps
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import RollingState
@@ -83,12 +84,17 @@ class BlankRun(ChunkRun):
         self.emitted = True
 
 
-def blank_pipeline(config: Config, engine: FamilyEngine, side: int, device: torch.device) -> Pipeline:
-    """The Pipeline of a render whose sinks read none of ``engine``'s (side, side) frames: its schedule, no model."""
+def blank_pipeline(config: Config, engine: FamilyEngine, side: int, device: torch.device,
+                   world_size: int = 1) -> Pipeline:  # fmt: skip
+    """The Pipeline of a render whose sinks read none of ``engine``'s (side, side) frames: its schedule, no model
+    (``world_size``: the render's processes)."""
     p = config.pipeline
     if engine.schedule is not None:
         schedule = engine.schedule(config, True)
     else:
         schedule = ChunkSchedule(p.n_chunk_frames, 0, False, p.seam_frames, p.anchor_frames)
     steps = BlankSteps(schedule, side, device)
-    return Pipeline(steps, NoModels(config, device), config.model.sample_rate, config.model.fps, overlap=False)
+    # Overlapped as the family would be: the compositing then runs on one intra-op thread, beside this one reading the
+    # audio (on 2 cores under load, 2 threads for its small ops cost 1.5x the CPU seconds: docs/performance.md).
+    overlap = engine.overlap and overlaps(config, device, world_size)
+    return Pipeline(steps, NoModels(config, device), config.model.sample_rate, config.model.fps, overlap=overlap)

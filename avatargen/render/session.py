@@ -331,7 +331,8 @@ class RenderSession:
         reads none of the model's frames, no model: the engine over blank steps (avatargen/pipeline/blank.py)."""
         compositor = self.opened.compositor
         if compositor is not None and not compositor.reads_model():
-            self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size, self.device)
+            world_size = self.parallel.world.world_size
+            self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size, self.device, world_size)
             return
         self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel,
                                        composited=compositor is not None)  # fmt: skip
