@@ -23,7 +23,7 @@ from avatargen.config.schema import Config, MouthMode
 from avatargen.config.validate import idle_motion_settings
 from avatargen.face.choice import reference_lips
 from avatargen.face.lips import lips_installed
-from avatargen.face.domain import PHOTO_FLAT_SHARE, flat_pixel_share, square_is_photo
+from avatargen.face.domain import PHOTO_FLAT_SHARE, flat_grey_share, square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import Reference
 
@@ -82,7 +82,7 @@ def model_frames_likely_read(config: Config, picture: Path | None, driven: bool)
     """A guess, before the picture is framed, at whether its compositor will read the model's frames
     (``ReferenceCompositor.reads_model``): whether the models are worth loading beside the face search. Only a
     photograph whose mouth its speech drives (``driven``) reads none of them; a photograph is told from a cartoon by
-    the flat fills of the picture at about 256 pixels a side (``flat_pixel_share``: 0.80-0.81 on the bundled
+    the flat fills of the picture at about 256 pixels a side (``flat_grey_share``: 0.80-0.81 on the bundled
     examples, 0.08-0.17 on skimage's astronaut, cat and coffee). Whatever the guess, a render runs the models only
     where its compositor reads their frames; a wrong one costs a cartoon's first frame the models' load, or a
     photograph's render a load it does not use."""
@@ -93,10 +93,12 @@ def model_frames_likely_read(config: Config, picture: Path | None, driven: bool)
             image.draft("RGB", (256, 256))  # a JPEG decodes at 1/2 .. 1/8 of its size
             thumbnail = image.convert("RGB")
             thumbnail.thumbnail((256, 256), Image.Resampling.NEAREST)
-            rgb = np.asarray(thumbnail)  # (h, w, 3) uint8, h and w <= 256
+            # PIL's grey, not a matrix product: numpy's BLAS threads, once started, spin beside torch's and made a
+            # cartoon's first A2V window 10x slower on 2 cores
+            grey = np.asarray(thumbnail.convert("L"), dtype=np.float64)  # (h, w), h and w <= 256
     except Exception:  # noqa: BLE001 - a picture PIL cannot read is reported by the render itself
         return True
-    return flat_pixel_share(rgb) >= PHOTO_FLAT_SHARE
+    return flat_grey_share(grey) >= PHOTO_FLAT_SHARE
 
 
 def motion_seed(seed: int, picture: np.ndarray) -> int:

@@ -138,15 +138,13 @@ def render(
         return RenderSession(request, cfg, options, stop).run()
 
 
-def load_models_early(config: Config, family: FamilyEngine, likely_read: Callable[[], bool] | None = None) -> None:
+def load_models_early(config: Config, family: FamilyEngine) -> None:
     """Build and place a single-process render's models into the per-process cache that ``build_pipeline`` reads,
-    beside the main thread's work on the inputs (time to first frame: docs/performance.md), unless ``likely_read()``
-    guesses that the compositor will read none of their frames (``model_frames_likely_read``: a photograph driven by
-    its speech). A render over several ranks builds them in its turn (their process group comes first), and any error
-    here is left for that turn, where it is raised in order."""
+    beside the main thread's work on the inputs (time to first frame: docs/performance.md); not where the compositor
+    will likely read none of their frames (``model_frames_likely_read``: a photograph driven by its speech). A render
+    over several ranks builds them in its turn (their process group comes first), and any error here is left for
+    that turn, where it is raised in order."""
     try:
-        if likely_read is not None and not likely_read():
-            return
         parallel = solo_parallel(config, family.splittable_work(config))
         if parallel is None:
             return
@@ -229,8 +227,10 @@ class RenderSession:
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
             picture = request.image if request.video is None else None
-            likely_read = partial(model_frames_likely_read, config, picture, True)  # a file or a stream drives a photo
-            pool.submit(load_models_early, config, self.family, likely_read if self.family.composited else None)
+            # guessed here, not on the worker: there it delayed the models' load into the first A2V window, which
+            # then ran 3-10x slower beside the worker's torch threads (benchmarks/speed/ttff.py, a cartoon)
+            if not self.family.composited or model_frames_likely_read(config, picture, True):  # file or stream drive
+                pool.submit(load_models_early, config, self.family)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
             opened = open_picture(request.image, request.video, config, self.family, warn, face=config.pipeline.face)
