@@ -51,7 +51,7 @@ SPEECH_PERCENTILE = 95.0
 REFERENCE_S = 30.0  # the speech level is taken over the first this many seconds heard, then holds
 SILENT_DB = -70.0  # frames under this (dBFS) are silence: they do not count towards the speech level
 SETTLE_S = 2.0  # seconds of sound over which the start values give way to what was heard
-START_LEVEL = -16.0  # dBFS: the speech level before any is heard (examples/speech_1-3.flac, espeak-ng: -16.2 .. -15.0)
+START_LEVEL = -16.0  # dBFS: the speech level before any is heard (the examples' speech, espeak-ng: -16.2 .. -15.0)
 # ... and the usual tilt (dB) and the usual energies in CLOSURE_BAND, in all and in HISS_BAND over the level (dB),
 # measured on the same four tracks: -4.7 .. -2.8; 37.6 .. 38.4; 25.4 .. 26.4; 18.1 .. 30.4. The last is also a floor
 # of the usual hiss: heard so far, it is low until the first sibilants come (in bilabials.py's speech, +17 dB over
