@@ -28,6 +28,9 @@ from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import Reference
 
 
+GUESS_MAX_PIXELS = 4_000_000  # ``model_frames_likely_read`` decodes no larger picture (~0.1 s of the main thread)
+
+
 def compositor_for(
     loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None,
     warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr), speech: Path | SpeechDrive | None = None,
@@ -78,23 +81,25 @@ def compositor_for(
     return compositor
 
 
-def model_frames_likely_read(config: Config, picture: Path | None, driven: bool) -> bool:
+def model_frames_likely_read(config: Config, picture: Path | None) -> bool:
     """A guess, before the picture is framed, at whether its compositor will read the model's frames
     (``ReferenceCompositor.reads_model``): whether the models are worth loading beside the face search. Only a
-    photograph whose mouth its speech drives (``driven``) reads none of them; a photograph is told from a cartoon by
-    the flat fills of the picture at about 256 pixels a side (``flat_grey_share``: 0.80-0.81 on the bundled
-    examples, 0.08-0.17 on skimage's astronaut, cat and coffee). Whatever the guess, a render runs the models only
-    where its compositor reads their frames; a wrong one costs a cartoon's first frame the models' load, or a
-    photograph's render a load it does not use."""
-    if picture is None or not (driven and config.pipeline.composite and config.pipeline.mouth != MouthMode.blend):
+    photograph, whose mouth its speech drives, reads none of them; a photograph is told from a cartoon by the flat
+    fills of the picture at about 256 pixels a side (``flat_grey_share``: 0.80-0.81 on the bundled examples,
+    0.08-0.17 on skimage's astronaut, cat and coffee). Whatever the guess, a render runs the models only where its
+    compositor reads their frames; a wrong one costs a cartoon's first frame the models' load, or a photograph's
+    render a load it does not use. A picture over ``GUESS_MAX_PIXELS`` that is not a JPEG (which decodes at 1/8 of
+    its size) is not decoded for it: its models load."""
+    if picture is None or not config.pipeline.composite or config.pipeline.mouth == MouthMode.blend:
         return True
     try:
         with Image.open(picture) as image:
             image.draft("RGB", (256, 256))  # a JPEG decodes at 1/2 .. 1/8 of its size
+            if image.width * image.height > GUESS_MAX_PIXELS:
+                return True
             thumbnail = image.convert("RGB")
             thumbnail.thumbnail((256, 256), Image.Resampling.NEAREST)
-            # PIL's grey, not a matrix product: numpy's BLAS threads, once started, spin beside torch's and made a
-            # cartoon's first A2V window 10x slower on 2 cores
+            # PIL's grey, not a matrix product: numpy's BLAS threads, once started, spin beside torch's
             grey = np.asarray(thumbnail.convert("L"), dtype=np.float64)  # (h, w), h and w <= 256
     except Exception:  # noqa: BLE001 - a picture PIL cannot read is reported by the render itself
         return True

@@ -229,7 +229,7 @@ class RenderSession:
             picture = request.image if request.video is None else None
             # guessed here, not on the worker: there it delayed the models' load into the first A2V window, which
             # then ran 3-10x slower beside the worker's torch threads (benchmarks/speed/ttff.py, a cartoon)
-            if not self.family.composited or model_frames_likely_read(config, picture, True):  # file or stream drive
+            if not self.family.composited or model_frames_likely_read(config, picture):
                 pool.submit(load_models_early, config, self.family)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
