@@ -48,6 +48,11 @@ class MouthPaste(Protocol):
         """(y0, y1, x0, x1), end exclusive: all ``paste`` reads of a (side, side) model frame."""
         ...
 
+    @property
+    def reads_model(self) -> bool:
+        """Whether ``paste`` reads the model frames at all (False: a render runs no model)."""
+        ...
+
 
 @dataclass(frozen=True)
 class MouthRegion:
@@ -148,6 +153,14 @@ class ReferenceCompositor:
         low = pixel.flatten(0, 2).amin(dim=0).floor().long().clamp(0, side - 1)  # (2,)
         high = (pixel.flatten(0, 2).amax(dim=0).floor().long() + 2).clamp(1, side)  # (2,)
         return int(low[1]), int(high[1]), int(low[0]), int(high[0])
+
+    def reads_model(self) -> bool:
+        """Whether ``compose`` reads the model's frames at all. False for a mouth that reads none (a photograph's
+        moved by its speech over a drawn interior, a still one: ``MouthPaste.reads_model``) or one outside the
+        picture: the render then builds and runs no model (avatargen/pipeline/blank.py)."""
+        if self.mouth is not None:
+            return self.mouth.reads_model
+        return self._box is not None
 
     def layout(self) -> FaceLayout | None:
         """The face found in the reference, in output pixels (None: none was detected)."""

@@ -182,6 +182,13 @@ def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark, shut: to
     return MouthReading(opening.numpy(), centre.numpy(), skin.numpy(), darkest.numpy())
 
 
+def _unread(count: int, side: int) -> MouthReading:
+    """What ``mouth_opening`` gives (t=``count``) frames of a (side, side) model it does not read: shut, centred."""
+    x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
+    centre = np.tile(np.array([(x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2], dtype=np.float32), (count, 1))  # (t, 2)
+    return MouthReading(np.zeros(count, np.float32), centre, np.zeros(count, np.float32), np.zeros(count, np.float32))
+
+
 @dataclass(frozen=True)
 class ModelMapping:
     """Where output pixel (x', y') falls in the model frame: model pixel = scale * output pixel + offset (x and y;
@@ -274,6 +281,12 @@ class MouthWarp:
         self._max_opening = MAX_OPENING_HALF_WIDTHS * half
         self._output_per_model = 2.0 / (abs(to_model.scale[0]) + abs(to_model.scale[1]))
 
+    @property
+    def reads_model(self) -> bool:
+        """Whether ``paste`` reads the model's frames: not where nothing moves (no ``box``), nor on a photograph
+        driven by its speech (the opening from the ``drive``, the interior drawn: the render then runs no model)."""
+        return self.box is not None and not (self.drive is not None and self._anatomy is not None)
+
     def openings(self, generated: np.ndarray, first: int | None = None) -> tuple[np.ndarray, MouthReading]:
         """(t,) how far the lips part in output pixels for (t, S, S, 3) model frames, and what was read from them;
         with a ``drive`` and ``first`` (the absolute index of the first frame), how far the speech opens them."""
@@ -282,7 +295,10 @@ class MouthWarp:
 
     def _shapes(self, generated: np.ndarray, first: int | None) -> tuple[np.ndarray, MouthReading, np.ndarray]:
         """``openings`` and (t,) how round the lips are (0 without a ``drive``), the drive asked once."""
-        reading = mouth_opening(generated, self.cue, self._shut if self.cue == MouthCue.dark else None)
+        if self.drive is not None and first is not None and self._anatomy is not None:  # nothing of the frame is read
+            reading = _unread(generated.shape[0], generated.shape[1])
+        else:
+            reading = mouth_opening(generated, self.cue, self._shut if self.cue == MouthCue.dark else None)
         rounds = np.zeros(generated.shape[0])
         if self.drive is not None and first is not None:
             levels, rounds = self.drive.shapes(first, generated.shape[0])

@@ -6,31 +6,37 @@ grey photo not at all. A photograph's warp is driven by the audio instead, as th
 cartoons' mouths: from loudness.
 
 Per video frame ``t``, the level is the RMS of the audio under it and half a frame either side (``WINDOW_FRAMES``),
-in dB over the track's speech level (the 95th percentile of the frames' dB over its first ``REFERENCE_S``, so quiet
-and loud recordings open alike), mapped from ``FLOOR_DB`` below it (shut: pauses) to the speech level (1) as the
-``CURVE`` power of the way. The lips also shut, at the frame's own resolution (its two half frames), where the sound
-is dull (``CLOSURE_DB``: little energy over 1 kHz) and either quiet (``QUIET_DB``: the closure of b and p, silent
-or a voice bar) or humming (``HUM_DB``: the nasal murmur of m, nothing between 0.5 and 1 kHz; an o or u, as dull,
-keeps its second formant there), and not hissing (``HISS_DB``: s, z, sh and the bursts of t and k keep the lips
-apart). The same shuts n, ng, d, g, th, f, v and often t, k, l, r, which acoustics alone cannot tell from m, b, p.
-Over 36 s of espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of
-the m and all b and p, where loudness alone shut 3 %, 19 % and 56 %; on 67 % of the other consonants (25 %); 95 %
-of the vowels open (100 %), all o and u. A pure function of the audio and the frame index (resume and chunking give
-the same pixels); no smoothing, so no lag.
+in dB over the speech level heard so far (so quiet and loud recordings open alike), mapped from ``FLOOR_DB`` below
+it (shut: pauses) to the speech level (1) as the ``CURVE`` power of the way. What a frame is measured against
+(``Reference``: the speech level, and the usual tilt and band energies below) is causal: taken over the frames of
+sound (over ``SILENT_DB``) up to frame ``t`` itself, within the first ``REFERENCE_S`` (then it holds), and blended
+with start values (``START_LEVEL`` and ``START_OFFSETS``, measured on speech) that give way to what was heard over
+the first ``SETTLE_S`` of sound (a level heard over the start value is taken at once: a loud voice's first words do
+not open the mouth wide, a quiet one's open it less at first). So a live stream on stdin and the same audio from a
+file make the same frames, and a long silence before the speech does not set the level. The lips also shut, at the
+frame's own resolution (its two half frames), where the sound is dull (``CLOSURE_DB``: little energy over 1 kHz) and
+either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming (``HUM_DB``: the nasal murmur
+of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant there), and not hissing
+(``HISS_DB``: s, z, sh and the bursts of t and k keep the lips apart). The same shuts n, ng, d, g, th, f, v and
+often t, k, l, r, which acoustics alone cannot tell from m, b, p. Over 36 s of espeak-ng sentences with phoneme
+times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of the m and all b and p, where loudness alone
+shut 3 %, 19 % and 56 %; on 67 % of the other consonants (25 %); 95 % of the vowels open (100 %), all o and u
+(figures of the level over each track's first 30 s, before it was causal). A pure function of the audio up to the
+frame and the frame index (resume, chunking and streaming give the same pixels); no smoothing, so no lag.
 
 How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
 spectrum's tilt over the same window: the energy between ``HIGH_BAND`` over that in ``LOW_BAND``, in dB. Rounded
 vowels (o, u, w) lower the second formant and with it the tilt: espeak-ng's "who knew two moons" has a median tilt
-4 dB under "we see three keys" and "father saw a car". It counts from ``ROUND_FROM`` dB under the track's usual
-tilt in speech (its ``TILT_PERCENTILE`` over the same first ``REFERENCE_S``: a voice's own brightness is not taken
-for spread lips, and a text rich in rounded vowels does not set it), in full ``ROUND_SPAN`` dB further down, and only
-where the mouth opens (a pause is neither).
+4 dB under "we see three keys" and "father saw a car". It counts from ``ROUND_FROM`` dB under the usual tilt in
+speech heard so far (its ``TILT_PERCENTILE``: a voice's own brightness is not taken for spread lips, and a text rich
+in rounded vowels does not set it), in full ``ROUND_SPAN`` dB further down, and only where the mouth opens (a pause
+is neither).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -42,8 +48,16 @@ FLOOR_DB = 24.0  # this far below the speech level the mouth is shut ...
 CURVE = 1.5  # ... and the level rises as this power of the way from there to the speech level (loud syllables open
 # most: over the 6 s of benchmarks/quality/portrait_judge.py, r with loudness 0.90 against 0.84 linear in dB)
 SPEECH_PERCENTILE = 95.0
-REFERENCE_S = 30.0  # the speech level is taken over the first this many seconds (or the whole of a shorter track)
-SILENT_DB = -70.0  # a track whose speech level is below this (dBFS) is silence: shut throughout
+REFERENCE_S = 30.0  # the speech level is taken over the first this many seconds heard, then holds
+SILENT_DB = -70.0  # frames under this (dBFS) are silence: they do not count towards the speech level
+SETTLE_S = 2.0  # seconds of sound over which the start values give way to what was heard
+START_LEVEL = -16.0  # dBFS: the speech level before any is heard (the examples' speech, espeak-ng: -16.2 .. -15.0)
+# ... and the usual tilt (dB) and the usual energies in CLOSURE_BAND, in all and in HISS_BAND over the level (dB),
+# measured on the same four tracks: -4.7 .. -2.8; 37.6 .. 38.4; 25.4 .. 26.4; 18.1 .. 30.4. The last is also a floor
+# of the usual hiss: heard so far, it is low until the first sibilants come (in bilabials.py's speech, +17 dB over
+# the level before, +28 over 36 s), and a hiss taken for usual then kept the lips apart on m (m shut in the first
+# 6 s: 0.40 without the floor, 0.90 with it at +28, 0.60 at +26; over 36 s 0.69, 0.83, 0.75; vowels open 0.93)
+START_OFFSETS = (-3.8, 38.0, 26.0, 28.0)
 LOW_BAND, HIGH_BAND = (100.0, 1000.0), (1000.0, 4000.0)  # Hz: the first formant's band and the second's and above
 TILT_PERCENTILE = 75.0  # of the tilt over the speech frames: the spread and open vowels' (rounded ones are fewer)
 ROUND_FROM, ROUND_SPAN = 2.5, 5.0  # dB under it where roundness starts, and how much further down it is full
@@ -66,7 +80,8 @@ HISS_BAND, HISS_DB = (4000.0, 8000.0), (12.0, 16.0)
 
 
 class Reference(NamedTuple):
-    """What a track's speech is measured against (``speech_reference``), in dB."""
+    """What speech is measured against (``speech_reference``), in dB: floats, or (frames,) arrays of a frame each
+    (``CausalReference``)."""
 
     level: float  # the speech level
     tilt: float  # the usual tilt in speech
@@ -79,37 +94,50 @@ class SpeechDrive:
     """The per-frame opening level (0 shut .. 1 the speech level, more on the loudest) of an audio track.
 
     ``blocks`` yields the track as float32 mono blocks at ``sample_rate``; it is read on a thread of its own from the
-    start, one streamed pass keeping 6 numbers a frame; ``levels`` waits until the frames asked for and the first
-    ``REFERENCE_S`` (the speech level's) are read, so a long file's first frames wait for seconds of decoding, not
-    for all of it."""
+    start, one streamed pass keeping 6 numbers a frame. None: the blocks are handed in as they come (``feed`` and
+    ``end``, or ``tee`` over a stream the render reads). ``levels`` waits only until the frames asked for are read
+    (each frame's reference is causal), so a file's first frames do not wait for its decoding."""
 
-    def __init__(self, blocks: Callable[[], Iterable[np.ndarray]], sample_rate: int, fps: int) -> None:
+    def __init__(self, blocks: Callable[[], Iterable[np.ndarray]] | None, sample_rate: int, fps: int) -> None:
         self.sample_rate, self.fps = int(sample_rate), int(fps)
         self._energy = HalfFrameEnergy(sample_rate, fps)
-        self._reference: Reference | None = None
+        self._reference = CausalReference(self._energy)
         self._done = False
         self._error: BaseException | None = None
         self._changed = threading.Condition()
-        threading.Thread(target=self._read, args=(blocks,), name="speech-drive", daemon=True).start()
+        if blocks is not None:
+            threading.Thread(target=self._read, args=(blocks,), name="speech-drive", daemon=True).start()
 
     def _read(self, blocks: Callable[[], Iterable[np.ndarray]]) -> None:
-        # the reference's frames' windows whole (then the level does not depend on where the blocks end)
-        reference_samples = (2 * int(REFERENCE_S * self.fps) + 3) * self._energy.half
         try:
             for block in blocks():
-                with self._changed:
-                    self._energy.add(block)
-                    if self._reference is None and self._energy.samples >= reference_samples:
-                        self._reference = speech_reference(self._energy)
-                    self._changed.notify_all()
+                self.feed(block)
         except BaseException as error:  # noqa: BLE001: raised in ``levels``, on the compositing thread
             self._error = error
         finally:
-            with self._changed:
-                if self._reference is None and self._error is None:
-                    self._reference = speech_reference(self._energy)
-                self._done = True
-                self._changed.notify_all()
+            self.end()
+
+    def feed(self, block: np.ndarray) -> None:
+        """The next (n,) float32 block of the track."""
+        with self._changed:
+            self._energy.add(block)
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        """The track ends here: frames past it are shut."""
+        with self._changed:
+            self._done = True
+            self._changed.notify_all()
+
+    def tee(self, blocks: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """``blocks`` as they are (a stream the render reads), each fed to the drive first; the end (or a stop) ends
+        the track."""
+        try:
+            for block in blocks:
+                self.feed(block)
+                yield block
+        finally:
+            self.end()
 
     def levels(self, first: int, count: int) -> np.ndarray:
         """(count,) levels of frames ``first`` .. ``first + count - 1`` (0 past the audio's end)."""
@@ -119,11 +147,12 @@ class SpeechDrive:
         """(count,) levels and (count,) roundness of frames ``first`` .. ``first + count - 1`` (0 past the end)."""
         needed = (2 * (first + count) + 2) * self._energy.half  # samples: the last frame's window, whole
         with self._changed:
-            self._changed.wait_for(lambda: self._done or (self._reference is not None and self._energy.samples >= needed))
+            self._changed.wait_for(lambda: self._done or self._energy.samples >= needed)
             if self._error is not None:
                 raise self._error
-            levels = frame_levels_of(self._energy, self._reference, first, count, self._done)
-            return levels, roundness_of(self._energy, self._reference.tilt, levels, first)
+            reference = self._reference.of(first, count)
+            levels = frame_levels_of(self._energy, reference, first, count, self._done)
+            return levels, roundness_of(self._energy, reference.tilt, levels, first)
 
 
 class HalfFrameEnergy:
@@ -207,12 +236,14 @@ class HalfFrameEnergy:
         begin, end = 2 * first, min(2 * (first + count), len(self.bands))  # only these half frames (linear in time)
         energies = np.c_[self.bands[begin:end, 2:], self.sums[begin:end]]  # (n, 5)
         decibels = 10.0 * np.log10(np.maximum(energies, 1e-12))
-        dull = smoothstep((reference.high - decibels[:, 0] - CLOSURE_DB[0]) / (CLOSURE_DB[1] - CLOSURE_DB[0]))
+        n = max(end - begin, 0)
+        high, loud, hiss = (np.repeat(np.broadcast_to(value, count), 2)[:n] for value in reference[2:])  # (n,) each
+        dull = smoothstep((high - decibels[:, 0] - CLOSURE_DB[0]) / (CLOSURE_DB[1] - CLOSURE_DB[0]))
         hum = smoothstep((decibels[:, 1] - decibels[:, 2] - HUM_DB[0]) / (HUM_DB[1] - HUM_DB[0]))
-        quiet = smoothstep((reference.loud - decibels[:, 4] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
-        hushed = smoothstep((reference.hiss - decibels[:, 3] - HISS_DB[0]) / (HISS_DB[1] - HISS_DB[0]))
+        quiet = smoothstep((loud - decibels[:, 4] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
+        hushed = smoothstep((hiss - decibels[:, 3] - HISS_DB[0]) / (HISS_DB[1] - HISS_DB[0]))
         shut = np.ones(2 * count)  # silence past what was read: shut
-        shut[: max(end - begin, 0)] = dull * np.maximum(hum, quiet) * hushed
+        shut[:n] = dull * np.maximum(hum, quiet) * hushed
         return shut.reshape(count, 2).max(axis=1)
 
 
@@ -236,21 +267,63 @@ def _grown(array: np.ndarray, length: int) -> np.ndarray:
     return bigger
 
 
-def speech_reference(energy: HalfFrameEnergy) -> Reference:
-    """Over the first ``REFERENCE_S`` read: the speech level (the ``SPEECH_PERCENTILE`` of the frames' dB), the
-    usual tilt in speech (the ``TILT_PERCENTILE`` of the tilt of the frames within ``SPEECH_BELOW_DB`` of that level;
-    0 where there are none) and the usual energy of a half frame in ``CLOSURE_BAND``, in all, and in ``HISS_BAND``
-    (their ``SPEECH_PERCENTILE``); all in dB."""
-    frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
-    decibels = energy.decibels(0, frames)
-    level = float(np.percentile(decibels, SPEECH_PERCENTILE))
-    speech = decibels >= level - SPEECH_BELOW_DB
-    tilt = float(np.percentile(energy.tilts(0, frames)[speech], TILT_PERCENTILE)) if speech.any() else 0.0
-    halves = min(2 * frames, len(energy.bands))
-    energies = np.c_[energy.bands[:halves, 2], energy.sums[:halves], energy.bands[:halves, 5]]  # (halves, 3)
-    decibels = 10.0 * np.log10(np.maximum(energies, 1e-12))
-    usual = np.percentile(decibels, SPEECH_PERCENTILE, axis=0) if halves else [0.0] * 3
-    return Reference(level, tilt, *(float(value) for value in usual))
+def speech_reference(energy: HalfFrameEnergy, frames: int | None = None) -> Reference:
+    """Over the first ``frames`` (None: those of the first ``REFERENCE_S`` read) of sound (over ``SILENT_DB``), blended
+    with the start values (see the module docstring): the speech level (the ``SPEECH_PERCENTILE`` of the frames' dB),
+    the usual tilt in speech (the ``TILT_PERCENTILE`` of the tilt of the frames within ``SPEECH_BELOW_DB`` of that
+    level) and the usual energy of a half frame in ``CLOSURE_BAND``, in all, and in ``HISS_BAND`` (their
+    ``SPEECH_PERCENTILE``); all in dB."""
+    if frames is None:
+        frames = min(energy.frames, max(1, int(REFERENCE_S * energy.fps)))
+    decibels = energy.decibels(0, frames)  # (frames,)
+    sound = np.nonzero(decibels >= SILENT_DB)[0]
+    return _blended(energy, decibels, energy.tilts(0, frames), sound)
+
+
+def _blended(energy: HalfFrameEnergy, decibels: np.ndarray, tilts: np.ndarray, sound: np.ndarray) -> Reference:
+    """The reference over the frames ``sound`` (indices into the frames' ``decibels`` and ``tilts``), blended with
+    the start values by how much sound that is (``SETTLE_S``)."""
+    share = min(1.0, len(sound) / (SETTLE_S * energy.fps))
+    if len(sound) == 0:
+        return Reference(START_LEVEL, START_OFFSETS[0], *(START_LEVEL + offset for offset in START_OFFSETS[1:]))
+    heard = float(np.percentile(decibels[sound], SPEECH_PERCENTILE))
+    level = max(heard, share * heard + (1.0 - share) * START_LEVEL)  # louder than the start: at once (no wide mouth)
+    speech = sound[decibels[sound] >= level - SPEECH_BELOW_DB]
+    tilt = float(np.percentile(tilts[speech], TILT_PERCENTILE)) if len(speech) else START_OFFSETS[0]
+    halves = np.r_[2 * sound, 2 * sound + 1]
+    halves = halves[halves < min(len(energy.bands), len(energy.sums))]
+    energies = np.c_[energy.bands[halves, 2], energy.sums[halves], energy.bands[halves, 5]]  # (halves, 3)
+    decibels_of_halves = 10.0 * np.log10(np.maximum(energies, 1e-12))  # (halves, 3)
+    usual = np.percentile(decibels_of_halves, SPEECH_PERCENTILE, axis=0) if len(halves) else None
+    start = np.array([START_OFFSETS[0], *(level + offset for offset in START_OFFSETS[1:])])  # (4,)
+    found = np.r_[tilt, usual] if usual is not None else np.r_[tilt, start[1:]]
+    tilt, high, loud, hiss = (float(value) for value in share * found + (1.0 - share) * start)
+    return Reference(level, tilt, high, loud, max(hiss, float(start[3])))
+
+
+class CausalReference:
+    """What each frame is measured against, from the sound heard up to it (``speech_reference`` over frames 0 ..
+    ``t``; from ``REFERENCE_S`` on it holds), each frame's computed once."""
+
+    def __init__(self, energy: HalfFrameEnergy) -> None:
+        self._energy = energy
+        self._last = max(1, int(REFERENCE_S * energy.fps))  # frames from this one on share its reference
+        self._rows = np.zeros((0, 5))  # (frames known, 5)
+
+    def of(self, first: int, count: int) -> Reference:
+        """(count,) arrays: the references of frames ``first`` .. ``first + count - 1``, whose windows were read (or
+        the track ended)."""
+        energy, last = self._energy, self._last
+        wanted = min(first + count, last)
+        if wanted > len(self._rows):
+            frames = min(wanted, energy.frames)  # past the end of a track: silence, not counted
+            decibels, tilts = energy.decibels(0, frames), energy.tilts(0, frames)  # (frames,) each
+            sound = decibels >= SILENT_DB
+            rows = [_blended(energy, decibels, tilts, np.nonzero(sound[: t + 1])[0])
+                    for t in range(len(self._rows), wanted)]  # fmt: skip
+            self._rows = np.r_[self._rows, np.array(rows, dtype=np.float64).reshape(-1, 5)]
+        index = np.minimum(np.arange(first, first + count), last - 1)  # (count,)
+        return Reference(*self._rows[index].T)
 
 
 def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first: int) -> np.ndarray:
@@ -262,8 +335,6 @@ def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first
 
 def frame_levels_of(energy: HalfFrameEnergy, reference: Reference, first: int, count: int, done: bool) -> np.ndarray:
     """(count,) the levels of frames ``first`` .. (see the module docstring); 0 past the end of a finished track."""
-    if reference.level < SILENT_DB:  # no speech at all
-        return np.zeros(count)
     levels = np.clip((energy.decibels(first, count) - (reference.level - FLOOR_DB)) / FLOOR_DB, 0.0, None) ** CURVE
     levels = levels * (1.0 - energy.closing(first, count, reference))
     if done:
@@ -281,6 +352,6 @@ def frame_shapes(blocks: Iterable[np.ndarray], sample_rate: int, fps: int) -> tu
     energy = HalfFrameEnergy(sample_rate, fps)
     for block in blocks:
         energy.add(block)
-    reference = speech_reference(energy)
+    reference = CausalReference(energy).of(0, energy.frames)
     levels = frame_levels_of(energy, reference, 0, energy.frames, True)
     return levels, roundness_of(energy, reference.tilt, levels, 0)

@@ -27,7 +27,11 @@ FLAT_VARIANCE = 2.0
 def flat_pixel_share(chip: np.ndarray) -> float:
     """Share of an (S, S, 3) uint8 face chip's pixels in flat fills: grey levels stretched to 0-255 between their
     1st and 99th percentiles, 3x3 neighbourhoods varying by less than ``FLAT_VARIANCE``."""
-    grey = chip.astype(np.float64) @ np.array([0.299, 0.587, 0.114])  # (S, S)
+    return flat_grey_share(chip.astype(np.float64) @ np.array([0.299, 0.587, 0.114]))
+
+
+def flat_grey_share(grey: np.ndarray) -> float:
+    """``flat_pixel_share`` of an (S, S) float grey image (no matrix product: it starts no BLAS threads)."""
     low, high = np.percentile(grey, [1, 99])
     grey = np.clip((grey - low) * (255.0 / max(high - low, 1.0)), 0.0, 255.0)
     mean = _box3(grey)

@@ -130,7 +130,9 @@ class FamilyEngine:
     weights check``); ``parallel_work(config)``, what of one render its ranks can split (nothing without it);
     ``framing(config, height, width)``, how it frames a picture of that size itself (None: the square of
     ``pipeline.image_fit``); ``train(overrides, out)``, its recipe (``avatargen train``); ``reference_notes(config,
-    *, picture, square, prompt, composited, warped, is_photo, warn)``, what a render says of its inputs once opened.
+    *, picture, square, prompt, composited, warped, is_photo, warn)``, what a render says of its inputs once opened;
+    ``schedule(config, composited)``, its chunk schedule without its models: a render whose compositor reads none of
+    its frames runs it with no model (avatargen/pipeline/blank.py), with the same keyframes and resume points.
     ``composited``: its frames are the framed face square the compositor puts back into the picture;
     ``follows_video``: it can dub a source video; ``speakers``: audio tracks it routes to as many speakers;
     ``build_threads``: torch's threads while its parts are placed (None: as they are)."""
@@ -147,6 +149,7 @@ class FamilyEngine:
     framing: Callable[[Config, int, int], Any] | None = None
     train: Callable[[list[str], Path], dict] | None = None
     reference_notes: Callable[..., None] | None = None
+    schedule: Callable[[Config, bool | None], ChunkSchedule] | None = None
     composited: bool = False
     follows_video: bool = False
     speakers: int = 1

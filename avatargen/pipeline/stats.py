@@ -39,18 +39,21 @@ class RenderStats:
     stopped: bool = False  # should_stop() said so: the render ended early, after a whole step
     resumed_from: int = 0  # the frame a resumed render started at (0: from the start)
     stage_s: dict[str, float] = field(default_factory=lambda: {"init": 0.0, "context": 0.0, "a2v": 0.0, "sr": 0.0, "decode": 0.0, "publish": 0.0})
+    stage_runs: dict[str, int] = field(default_factory=dict)  # how many times each stage ran (what ran, not its time)
 
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:
-        """Add the wall time of the ``with`` body to ``stage_s[stage]`` (from either thread of an overlapped render)."""
+        """Add the wall time of the ``with`` body to ``stage_s[stage]`` and one to ``stage_runs[stage]`` (from either
+        thread of an overlapped render)."""
         start = time.perf_counter()
         try:
             yield
         finally:
             with self._lock:
                 self.stage_s[stage] = self.stage_s.get(stage, 0.0) + time.perf_counter() - start
+                self.stage_runs[stage] = self.stage_runs.get(stage, 0) + 1
 
 
 def check_finite(tensor: Tensor, module: str, where: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from PIL import Image
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.idle_motion import IdleMotion
@@ -22,14 +23,17 @@ from avatargen.config.schema import Config, MouthMode
 from avatargen.config.validate import idle_motion_settings
 from avatargen.face.choice import reference_lips
 from avatargen.face.lips import lips_installed
-from avatargen.face.domain import square_is_photo
+from avatargen.face.domain import PHOTO_FLAT_SHARE, flat_grey_share, square_is_photo
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import Reference
 
 
+GUESS_MAX_PIXELS = 4_000_000  # ``model_frames_likely_read`` decodes no larger picture (~0.1 s of the main thread)
+
+
 def compositor_for(
     loaded: Reference, config: Config, is_photo: Callable[[], bool] | None = None,
-    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr), speech: Path | None = None,
+    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr), speech: Path | SpeechDrive | None = None,
 ) -> ReferenceCompositor | None:
     """The reference compositor of a render (``pipeline.composite``), or None: frames go out as the model makes them.
 
@@ -41,11 +45,13 @@ def compositor_for(
     reference's own lips moved (``MouthWarp``, its opening read by the cue that suits a photograph or a cartoon) or
     the feathered blend of the model's mouth; ``auto`` warps both kinds but blends a cartoon whose own mouth the
     cue reads open (a dark beard, a smile showing its teeth: ``mouth_for``; docs/compositing.md); the warp moves the
-    lips the lip finder found, or keeps the still mouth (one line to ``warn``) where it could not trust them. ``is_photo`` says
-    whether the framed square is a photograph (default: ``square_is_photo``; a render passes one that asks once).
-    ``speech``: the audio file of a render (None: a stream); a photograph's warped mouth opens with its loudness
-    (``SpeechDrive``), the model's frame giving the interior, and so does a cartoon's whose own mouth is open (a
-    grin: closed first, where ``auto`` would blend it without the speech file)."""
+    lips the lip finder found, or lips placed from the five landmarks where the face mesh fits another face; a face
+    whose mouth cannot be found is refused (``BadInputError``). ``is_photo`` says whether the framed square is a
+    photograph (default: ``square_is_photo``; a render passes one that asks once).
+    ``speech``: the audio file of a render, or a ``SpeechDrive`` the render feeds with the stream it reads (None:
+    none); a photograph's warped mouth opens with its loudness, its interior drawn (the model's frames then unread),
+    and so does a cartoon's whose own mouth is open (a grin: closed first, where ``auto`` would blend it without the
+    speech)."""
     if not config.pipeline.composite:
         return None
     height, width = loaded.picture.shape[:2]
@@ -68,13 +74,40 @@ def compositor_for(
                                      speech is not None)  # fmt: skip
         if speech is not None and isinstance(compositor.mouth, MouthWarp) and compositor.mouth.wants_speech:
             rate, fps = config.model.sample_rate, config.model.fps
-            compositor.mouth.drive = SpeechDrive(partial(_audio_blocks, speech, rate), rate, fps)
+            if not isinstance(speech, SpeechDrive):
+                speech = SpeechDrive(partial(_audio_blocks, speech, rate), rate, fps)
+            compositor.mouth.drive = speech
     settings = idle_motion_settings(config)
     if settings.active:
         seed = motion_seed(config.seed, loaded.picture)
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, seed, settings,
                                      textured_lids=loaded.face is not None and is_photo()).warp_in_place  # fmt: skip
     return compositor
+
+
+def model_frames_likely_read(config: Config, picture: Path | None) -> bool:
+    """A guess, before the picture is framed, at whether its compositor will read the model's frames
+    (``ReferenceCompositor.reads_model``): whether the models are worth loading beside the face search. Only a
+    photograph, whose mouth its speech drives, reads none of them; a photograph is told from a cartoon by the flat
+    fills of the picture at about 256 pixels a side (``flat_grey_share``: 0.80-0.81 on the bundled examples,
+    0.08-0.17 on skimage's astronaut, cat and coffee). Whatever the guess, a render runs the models only where its
+    compositor reads their frames; a wrong one costs a cartoon's first frame the models' load, or a photograph's
+    render a load it does not use. A picture over ``GUESS_MAX_PIXELS`` that is not a JPEG (which decodes at 1/8 of
+    its size) is not decoded for it: its models load."""
+    if picture is None or not config.pipeline.composite or config.pipeline.mouth == MouthMode.blend:
+        return True
+    try:
+        with Image.open(picture) as image:
+            image.draft("RGB", (256, 256))  # a JPEG decodes at 1/2 .. 1/8 of its size
+            if image.width * image.height > GUESS_MAX_PIXELS:
+                return True
+            thumbnail = image.convert("RGB")
+            thumbnail.thumbnail((256, 256), Image.Resampling.NEAREST)
+            # PIL's grey, not a matrix product: numpy's BLAS threads, once started, spin beside torch's
+            grey = np.asarray(thumbnail.convert("L"), dtype=np.float64)  # (h, w), h and w <= 256
+    except Exception:  # noqa: BLE001 - a picture PIL cannot read is reported by the render itself
+        return True
+    return flat_grey_share(grey) >= PHOTO_FLAT_SHARE
 
 
 def motion_seed(seed: int, picture: np.ndarray) -> int:

@@ -16,13 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from avatargen.compose.composite import ReferenceCompositor
+from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.config.loader import to_config, to_yaml
 from avatargen.config.families import family_named
 from avatargen.config.schema import Config, WeightsSource
@@ -39,6 +40,7 @@ from avatargen.io.outputs import Output, OutputKind, parse_publish_target, stdou
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.sink import encoder_targets
 from avatargen.io.targets import remove_empty_folders
+from avatargen.pipeline.blank import blank_pipeline
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.family import FamilyEngine, load_engine
@@ -48,7 +50,7 @@ from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.run import RenderRun
 from avatargen.pipeline.schedule import CheckpointGrid, checkpoint_grid
 from avatargen.pipeline.stats import RenderStats
-from avatargen.render.compositing import compositor_for
+from avatargen.render.compositing import compositor_for, model_frames_likely_read
 from avatargen.render.outputs import OutputPlan, RenderOutputs
 from avatargen.render.inputs import input_digests, open_audio, open_picture, output_audio, render_inputs
 from avatargen.render.request import (
@@ -98,6 +100,11 @@ class OpenedInputs:
     compositor: ReferenceCompositor | None
     audio: Any
     inputs: RenderInputs
+    drive: SpeechDrive | None = None  # fed with the streamed audio as the pipeline reads it
+
+    def blocks(self) -> Iterable[np.ndarray]:
+        """The audio blocks the pipeline reads (a stream's also fed to the compositor's speech drive)."""
+        return self.drive.tee(self.audio) if self.drive is not None else self.audio
 
     def close(self) -> None:
         self.audio.close()
@@ -133,9 +140,10 @@ def render(
 
 def load_models_early(config: Config, family: FamilyEngine) -> None:
     """Build and place a single-process render's models into the per-process cache that ``build_pipeline`` reads,
-    beside the main thread's work on the inputs (time to first frame: docs/performance.md). A render over several
-    ranks builds them in its turn (their process group comes first), and any error here is left for that turn,
-    where it is raised in order."""
+    beside the main thread's work on the inputs (time to first frame: docs/performance.md); not where the compositor
+    will likely read none of their frames (``model_frames_likely_read``: a photograph driven by its speech). A render
+    over several ranks builds them in its turn (their process group comes first), and any error here is left for
+    that turn, where it is raised in order."""
     try:
         parallel = solo_parallel(config, family.splittable_work(config))
         if parallel is None:
@@ -218,14 +226,20 @@ class RenderSession:
         warn = held.append  # list.append is atomic: the audio's thread may add to it too
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
-            pool.submit(load_models_early, config, self.family)
+            picture = request.image if request.video is None else None
+            # guessed here, not on the worker: there it delayed the models' load into the first A2V window, which
+            # then ran 3-10x slower beside the worker's torch threads (benchmarks/speed/ttff.py, a cartoon)
+            if not self.family.composited or model_frames_likely_read(config, picture):
+                pool.submit(load_models_early, config, self.family)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
             opened = open_picture(request.image, request.video, config, self.family, warn, face=config.pipeline.face)
             loaded = opened.loaded
             # The compositor's mouth and the photo warning both ask whether the square is a photograph: one search.
             is_photo = cache(partial(square_is_photo, loaded.square, loaded.square_face))
-            speech = None if self.streamed_audio else request.audio_files[0]
+            # a stream drives a photo's mouth as the render reads it (``generate``), the same as its file would
+            rate, fps = config.model.sample_rate, config.model.fps
+            speech = SpeechDrive(None, rate, fps) if self.streamed_audio else request.audio_files[0]
             # a family whose frames are not the reference's square goes out as it makes them (FamilyEngine.composited)
             compositor = compositor_for(loaded, config, is_photo, warn, speech) if self.family.composited else None
             notes = self.family.reference_notes
@@ -248,7 +262,8 @@ class RenderSession:
             raise
         for line in held:  # the inputs are good: what was said while they opened, in order
             self.warn(line)
-        self.opened = OpenedInputs(opened.reference, compositor, audio, inputs)
+        fed = isinstance(speech, SpeechDrive) and getattr(getattr(compositor, "mouth", None), "drive", None) is speech
+        self.opened = OpenedInputs(opened.reference, compositor, audio, inputs, speech if fed else None)
 
     def start_runtime(self) -> None:
         """Threads, the device, and this process's place among torchrun's ranks (alone, or one rank of a render)."""
@@ -312,9 +327,15 @@ class RenderSession:
 
     def build(self) -> None:
         """The family's placed models (cached per process) and its steps on the engine; the family may choose its
-        defaults by whether its frames are composited (the bundled one: its motion frames)."""
-        composited = self.opened.compositor is not None
-        self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel, composited=composited)
+        defaults by whether its frames are composited (the bundled one: its motion frames). Where the compositor
+        reads none of the model's frames, no model: the engine over blank steps (avatargen/pipeline/blank.py)."""
+        compositor = self.opened.compositor
+        if compositor is not None and not compositor.reads_model():
+            world_size = self.parallel.world.world_size
+            self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size, self.device, world_size)
+            return
+        self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel,
+                                       composited=compositor is not None)  # fmt: skip
 
     def _run(self, resume: RenderCheckpoint | None) -> RenderRun:
         """What shapes the work on every rank: a source video, the speakers, the part of each frame the compositor
@@ -400,7 +421,7 @@ class RenderSession:
                 run = replace(run, checkpoints=self.grid,
                               on_checkpoint=checkpoint_saver(store, self.options.after_checkpoint))  # fmt: skip
             pipeline.models.monitor.reset()  # the modules outlive a render (batch reuses them); their costs do not
-            args = (self.opened.reference, audio, sinks, self.request.prompt)
+            args = (self.opened.reference, self.opened.blocks(), sinks, self.request.prompt)
             if progress_cm is not None:
                 with progress_cm as bar:
                     stats = pipeline.render(*args, replace(run, on_progress=bar.update))
@@ -521,6 +542,7 @@ class RenderSession:
             "overlap": pipeline.overlap,  # segments emitted on a second thread (runtime.overlap)
             "parallel": self.parallel.layout.report(),  # how torchrun's ranks shared the render (docs/distributed.md)
             "stage_s": {k: round(v, 4) for k, v in stage_s.items()},
+            "stages_run": dict(stats.stage_runs),  # how often each of the pipeline's stages ran (none: not run)
             "seams": stats.seams,
             "resumed_from": stats.resumed_from,
             "publish": self.outputs.publish_report(self.live),

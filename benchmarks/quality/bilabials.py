@@ -1,12 +1,19 @@
 """Do the lips meet on m, b and p? The speech drive of a photograph (avatargen/compose/speech_drive.py) over
 espeak-ng sentences whose phoneme times espeak-ng itself reports (its library's phoneme events, through ctypes).
 
-    python benchmarks/quality/bilabials.py [--tree OLD]
+    python benchmarks/quality/bilabials.py [--tree OLD] [--first SECONDS] [--silence-before SECONDS] [--gain-db DB]
+                                           [--feed]
 
 Per phoneme: the frames whose middle lies in it (for b and p also the 60 ms before their release: the closure);
 "shut" where the least opening level among them is at most 0.1 of the speech level's. Vowels: the most open level
-among them ("open" where it is at least 0.3). Prints one row per class: m, b, p, the other consonants, the vowels
-but o and u, and those.
+among them ("open" where it is at least 0.3). Pauses between sentences: the most open level of the frames inside
+(a frame from each edge, which hears half a frame of speech). Prints one row per class: m, b, p, the other
+consonants, the vowels but o and u, those, and the pauses.
+
+``--first`` scores only the phonemes that start in the first SECONDS of speech (the start of a live stream, where
+the speech level is still being learnt); ``--silence-before`` puts that much silence before the speech (a stream
+that opens silent); ``--gain-db`` scales the speech (a quiet or loud voice); ``--feed`` reads the levels from a
+``SpeechDrive`` fed 20 ms blocks as a stream on stdin feeds it, each frame asked for as soon as its audio is in.
 Needs libespeak-ng (Debian: ``apt-get install espeak-ng``) and scipy.
 """
 
@@ -32,6 +39,7 @@ SENTENCES = [
 ]
 VOICES = [(b"en", 175, 50), (b"en-us", 160, 40), (b"en+f3", 170, 60), (b"en-us+m3", 190, 45)]  # name, wpm, pitch
 PAUSE_S, CLOSURE_S = 0.35, 0.06
+PAUSE = "||"  # the name of a pause between sentences in the phoneme list
 VOWEL_LETTERS = set("aeiouAEIOU@3V0")
 
 
@@ -95,7 +103,9 @@ def corpus() -> tuple[np.ndarray, list[tuple[str, float, float]]]:
         wave, marks = espeak.speak(text, *VOICES[i % len(VOICES)])
         phonemes += [(name, start + at, end + at) for name, start, end in marks]
         waves += [wave, np.zeros(int(PAUSE_S * RATE), np.float32)]
-        at += len(wave) / RATE + PAUSE_S
+        at += len(wave) / RATE
+        phonemes.append((PAUSE, at + 1.0 / FPS, at + PAUSE_S - 1.0 / FPS))  # a frame from each edge
+        at += PAUSE_S
     return np.concatenate(waves), phonemes
 
 
@@ -106,39 +116,68 @@ def kind(phoneme: str) -> str | None:
         return phoneme
     if phoneme in ("u:", "U", "oU", "O:"):
         return "rounded vowels"
+    if phoneme == PAUSE:
+        return "pauses"
     return "vowels" if VOWEL_LETTERS & set(phoneme) else "other consonants"
+
+
+def fed_levels(wave: np.ndarray) -> np.ndarray:
+    """The levels a ``SpeechDrive`` gives a stream of 20 ms blocks, each frame read once its window is in."""
+    from avatargen.compose.speech_drive import SpeechDrive
+
+    drive, block = SpeechDrive(None, RATE, FPS), RATE // 50
+    frames, levels = -(-len(wave) * FPS // RATE), []
+    for start in range(0, len(wave), block):
+        drive.feed(wave[start : start + block])
+        ready = min(frames, (start + block) * FPS // RATE - 1)  # frames whose window (+ half a frame) was fed
+        if ready > len(levels):
+            levels += list(drive.levels(len(levels), ready - len(levels)))
+    drive.end()
+    return np.r_[levels, drive.levels(len(levels), frames - len(levels))] if frames > len(levels) else np.array(levels)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[2])
+    parser.add_argument("--first", type=float, default=None, help="score the first SECONDS of speech only")
+    parser.add_argument("--silence-before", type=float, default=0.0, help="seconds of silence before the speech")
+    parser.add_argument("--gain-db", type=float, default=0.0, help="the speech scaled by this")
+    parser.add_argument("--feed", action="store_true", help="levels from a SpeechDrive fed 20 ms blocks")
     args = parser.parse_args()
     sys.path.insert(0, str(args.tree))
     from avatargen.compose.speech_drive import frame_levels
 
     wave, phonemes = corpus()
-    levels = frame_levels([wave], RATE, FPS)
+    lead = int(args.silence_before * RATE)
+    wave = np.r_[np.zeros(lead, np.float32), wave * np.float32(10 ** (args.gain_db / 20))]
+    phonemes = [(name, start + lead / RATE, end + lead / RATE) for name, start, end in phonemes]
+    levels = fed_levels(wave) if args.feed else frame_levels([wave], RATE, FPS)
     middles = (np.arange(len(levels)) + 0.5) / FPS
     rows: dict[str, list[float]] = {}
     for name, start, end in phonemes:
         what = kind(name)
-        if what is None:
+        if what is None or (args.first is not None and start - lead / RATE >= args.first):
             continue
         begin = start - CLOSURE_S if name in ("b", "p") else start
         frames = np.nonzero((middles >= begin) & (middles < end))[0]
         if len(frames) == 0:
             frames = np.array([min(int(0.5 * (start + end) * FPS), len(levels) - 1)])
-        vowel = what.endswith("vowels")
-        rows.setdefault(what, []).append(levels[frames].max() if vowel else levels[frames].min())
+        most = what.endswith("vowels") or what == "pauses"
+        rows.setdefault(what, []).append(levels[frames].max() if most else levels[frames].min())
     import avatargen
 
     seconds = len(wave) / RATE
-    print(f"# {Path(avatargen.__file__).parent} {seconds:.1f} s of espeak-ng speech, {len(SENTENCES)} sentences\n")
+    scored = f"the first {args.first:g} s scored" if args.first is not None else "all scored"
+    how = "a SpeechDrive fed 20 ms blocks" if args.feed else "frame_levels"
+    print(f"# {Path(avatargen.__file__).parent} {seconds:.1f} s of espeak-ng speech, {len(SENTENCES)} sentences, "
+          f"{args.silence_before:g} s of silence before, gain {args.gain_db:g} dB, {scored}, {how}\n")  # fmt: skip
     print("| phonemes | count | shut (least level <= 0.1) | median least level | vowels: open (most >= 0.3) |")
     print("|---|---|---|---|---|")
-    for what in ("m", "b", "p", "other consonants", "vowels", "rounded vowels"):
+    for what in ("m", "b", "p", "other consonants", "vowels", "rounded vowels", "pauses"):
         values = np.array(rows.get(what, [np.nan]))
-        if what.endswith("vowels"):
+        if what == "pauses":
+            print(f"| {what} | {len(values)} | {np.mean(values <= 0.1):.2f} (most level) | {np.median(values):.2f} | |")
+        elif what.endswith("vowels"):
             opened = np.mean(values >= 0.3)
             print(f"| {what} | {len(values)} | | median most level {np.median(values):.2f} | {opened:.2f} |")
         else:

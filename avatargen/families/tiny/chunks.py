@@ -43,6 +43,13 @@ class Segment:
     upscaled: Tensor | None = None  # (1, C, t, H, W): frames 0..t-1 upscaled (t: about half the segment)
 
 
+def chunk_schedule(config: Config, composited: bool | None = None) -> ChunkSchedule:
+    """The bundled family's chunk schedule (``FamilyEngine.schedule``): its motion frames and I chunks by default."""
+    p = config.pipeline
+    motion = motion_frames_for(config, composited)
+    return ChunkSchedule(p.n_chunk_frames, motion, p.interpolates(INTERPOLATES), p.seam_frames, p.anchor_frames)
+
+
 class TinyChunks:
     """The bundled family's steps over its five placed modules (``ChunkSteps``)."""
 
@@ -51,9 +58,7 @@ class TinyChunks:
         assert isinstance(model, TinyModelConfig)
         self.config, self.model, self.models = config, model, models
         p = config.pipeline
-        self.schedule = ChunkSchedule(
-            p.n_chunk_frames, motion_frames_for(config, composited), p.interpolates(INTERPOLATES), p.seam_frames, p.anchor_frames
-        )
+        self.schedule = chunk_schedule(config, composited)
         self.context = ContextGenStage(models.audio_encoder, models.text_encoder, models.vae, config.seed,
                                        model.text_encoder.max_tokens, (model.vae, model.text_encoder, model.image_size),
                                        lookahead_frames=p.audio_lookahead_frames)  # fmt: skip

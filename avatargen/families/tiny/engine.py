@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from avatargen.families.tiny.build import BUILD_THREADS, model_parts, model_set, parallel_work, weight_files
-from avatargen.families.tiny.chunks import TinyChunks
+from avatargen.families.tiny.chunks import TinyChunks, chunk_schedule
 from avatargen.families.tiny.config import FAMILY, SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.notes import reference_notes
 from avatargen.pipeline.build import resolve_precision
@@ -27,6 +27,7 @@ ENGINE = FamilyEngine(
     precision=resolve_precision,  # runtime.dtype resolved for the device (bf16 where it runs faster)
     model_set=model_set,
     chunk_steps=TinyChunks,
+    schedule=chunk_schedule,  # also that of a render that runs no model (avatargen/pipeline/blank.py)
     weight_files=weight_files,
     shipped_checkpoints=SHIPPED_CHECKPOINTS,
     parallel_work=parallel_work,  # the A2V's tokens, on request only (docs/distributed.md, "The bundled model")

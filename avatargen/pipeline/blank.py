@@ -1,0 +1,100 @@
+"""The pipeline of a render whose sinks read nothing of the model's frames: no model is built, loaded or run.
+
+A photograph whose mouth opens with its speech and whose interior is drawn in its own colours, or a mouth kept as
+in the picture, reads no pixel of the frames a family makes (``ReferenceCompositor.reads_model``). Such a render
+still runs the one chunk engine (avatargen/pipeline/pipeline.py): the audio read as it arrives, the frames left in
+timeline order, stops, resume points, progress and stats as for any family; only its steps do no work, and each
+segment leaves as blank frames of the model's size, which the compositor covers with the picture. Its schedule is
+the family's (``FamilyEngine.schedule``), so keyframes and resume points fall where they would with the model: the
+same video, bit for bit; a family that gives none has N chunks alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from avatargen.config.schema import Config
+from avatargen.pipeline.audio_timeline import AudioTimeline
+from avatargen.pipeline.family import ChunkRun, FamilyEngine
+from avatargen.pipeline.inputs import RenderInputs
+from avatargen.pipeline.overlap import overlaps
+from avatargen.pipeline.pipeline import Pipeline
+from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
+from avatargen.pipeline.state import RollingState
+from avatargen.pipeline.stats import RenderStats
+from avatargen.runtime.offload import OffloadMonitor
+from avatargen.runtime.precision import Precision
+
+NO_MODEL = "no model ran: the compositor reads none of its frames"
+
+
+class NoModels:
+    """The ``PlacedModels`` of a render that runs none: nothing placed, nothing computed."""
+
+    def __init__(self, config: Config, device: torch.device) -> None:
+        self.monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
+        self.precision = Precision(torch.float32, NO_MODEL)
+
+
+class BlankSteps:
+    """``ChunkSteps`` that generate nothing over ``schedule``, each segment leaving as blank (side, side, 3) frames."""
+
+    def __init__(self, schedule: ChunkSchedule, side: int, device: torch.device) -> None:
+        self.schedule = schedule
+        self.device = device
+        self.audio_context_frames = 1  # a speech drive fed from the stream reads half a frame past a segment
+        self.audio_history_frames = 0
+        self.side = side
+
+    def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
+              read_box: tuple[int, int, int, int] | None, inputs: RenderInputs) -> BlankRun:  # fmt: skip
+        return BlankRun(self.side)
+
+
+class BlankRun(ChunkRun):
+    """One render's steps with no model: a segment is its frame count; its frames are one read-only blank frame
+    repeated (no memory per frame). The render's first frame leaves alone, before the rest of its segment is
+    composited (the time to the first frame)."""
+
+    def __init__(self, side: int) -> None:
+        self.blank = np.zeros((1, side, side, 3), dtype=np.uint8)
+        self.emitted = False
+
+    def n_chunk(self, step: NChunk, audio: AudioTimeline, state: RollingState) -> None:
+        pass
+
+    def i_chunk(self, step: IChunk, audio: AudioTimeline, state: RollingState) -> None:
+        pass
+
+    def hand_over(self, step: Emit, state: RollingState) -> Any:
+        return None
+
+    def frames(self, segment: Any, step: Emit) -> Iterator[np.ndarray]:
+        count = step.end - step.start
+        sizes = [count] if self.emitted or count == 1 else [1, count - 1]
+        self.emitted = True
+        for size in sizes:
+            yield np.broadcast_to(self.blank, (size, *self.blank.shape[1:]))  # (t, S, S, 3) uint8
+
+    def restore(self, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.emitted = True
+
+
+def blank_pipeline(config: Config, engine: FamilyEngine, side: int, device: torch.device,
+                   world_size: int = 1) -> Pipeline:  # fmt: skip
+    """The Pipeline of a render whose sinks read none of ``engine``'s (side, side) frames: its schedule, no model
+    (``world_size``: the render's processes)."""
+    p = config.pipeline
+    if engine.schedule is not None:
+        schedule = engine.schedule(config, True)
+    else:
+        schedule = ChunkSchedule(p.n_chunk_frames, 0, False, p.seam_frames, p.anchor_frames)
+    steps = BlankSteps(schedule, side, device)
+    # Overlapped as the family would be: the compositing then runs on one intra-op thread, beside this one reading the
+    # audio (on 2 cores under load, 2 threads for its small ops cost 1.5x the CPU seconds: docs/performance.md).
+    overlap = engine.overlap and overlaps(config, device, world_size)
+    return Pipeline(steps, NoModels(config, device), config.model.sample_rate, config.model.fps, overlap=overlap)

@@ -1,0 +1,68 @@
+"""A photograph rendered with its audio file runs no model: its speech opens the mouth and the interior is drawn in
+the photo's colours, so nothing reads the model's frames. None of the model stages is built, loaded or run (what
+ran, not how long it took), and the video is the one the models' frames gave; a cartoon still runs them. Streamed on
+stdin, the same speech makes the same video."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from avatargen.compose.composite import ReferenceCompositor
+from avatargen.config.loader import load_config
+from avatargen.pipeline import build
+from avatargen.render import RenderRequest, render
+from tests.conftest import FAST, REPO, run_cli
+from tests.eval import clips
+from tests.ffmpeg_probe import decode_frames
+
+MODEL_STAGES = {"context", "a2v", "sr", "decode"}
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory):
+    wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")
+    path = tmp_path_factory.mktemp("speech") / "speech.wav"
+    sf.write(path, wave[: int(1.5 * rate)], rate)
+    return path
+
+
+def _render(picture, audio, out) -> tuple[dict, np.ndarray]:
+    report = render(RenderRequest(picture, audio, out), load_config(FAST), warn=lambda line: None)
+    return report, decode_frames(out)
+
+
+def test_a_photo_with_its_audio_file_builds_and_runs_no_model_and_shows_the_same_video(tmp_path, speech, monkeypatch):
+    photo = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
+    build._cache.clear()  # the process's model set: a render that loads the models leaves them here
+    report, frames = _render(photo, speech, tmp_path / "photo.mp4")
+    assert build._cache == {}, "the photo's render built and loaded the models"
+    assert not MODEL_STAGES & set(report["stages_run"]), report["stages_run"]
+    assert report["stages_run"]["publish"] > 0 and report["frames"] == len(frames) == 38
+    assert report["motion_frames"] == 2 and report["i_chunks"] == 2  # the family's schedule: the same keyframes
+
+    monkeypatch.setattr(ReferenceCompositor, "reads_model", lambda self: True)  # as before: the models run
+    with_models, model_frames = _render(photo, speech, tmp_path / "models.mp4")
+    assert MODEL_STAGES <= set(with_models["stages_run"])
+    np.testing.assert_array_equal(frames, model_frames)  # bit for bit: nothing of the model's frames was shown
+
+
+def test_a_cartoon_still_runs_the_models(tmp_path, speech):
+    report, _ = _render(REPO / "examples" / "avatar_1.png", speech, tmp_path / "cartoon.mp4")
+    assert all(report["stages_run"].get(stage, 0) > 0 for stage in MODEL_STAGES), report["stages_run"]
+
+
+def test_a_photo_makes_the_same_video_from_stdin_as_from_its_file(tmp_path, speech):
+    """The speech drive's level is causal (what was heard so far), so a live stream drives a photo's mouth, with no
+    model, exactly as its file does."""
+    photo = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
+    outs = {kind: tmp_path / f"{kind}.mp4" for kind in ("file", "stdin")}
+    from_file = run_cli("render", "-i", str(photo), "-a", str(speech), "-o", str(outs["file"]), "-q", "--json", *FAST)
+    from_stdin = run_cli("render", "-i", str(photo), "-a", "-", "-o", str(outs["stdin"]), "-q", "--json", *FAST,
+                         input=speech.read_bytes(), text=False)  # fmt: skip
+    assert from_file.returncode == 0 and from_stdin.returncode == 0, from_stdin.stderr
+    assert not MODEL_STAGES & set(json.loads(from_stdin.stdout)["stages_run"])
+    np.testing.assert_array_equal(decode_frames(outs["stdin"]), decode_frames(outs["file"]))
