@@ -16,7 +16,7 @@ from typing import Callable, List, Optional
 import typer
 from typer._click import exceptions as click_errors  # the Click that Typer parses with
 
-from avatargen.interrupts import Interrupted, catch_signals, exit_code_of, received, signal_of
+from avatargen.interrupts import Interrupted, catch_signals, exit_code_of, received, record_signals, signal_of
 from avatargen.io.console import guard_standard_streams, say, write_stdout
 from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, AvatarGenError, BadInputError, ConfigError, PublishError,
                               RenderInterrupted)
@@ -547,6 +547,7 @@ def main() -> None:
     # stdout that cannot take the output, or was closed: exit 2, one line; stderr: dropped (io.console)
     guard_standard_streams(stdout_closed=_STDOUT_CLOSED)
     code = _main()
+    record_signals()  # the command is over: a signal now (torchrun ending the other ranks) only waits for the exit
     _exit_without_teardown(code)
     sys.exit(code)
 

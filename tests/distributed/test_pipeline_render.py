@@ -44,6 +44,7 @@ def _pipeline(tmp_path, face_png, audio, ranks: int) -> tuple[np.ndarray, dict]:
     return decode_frames(out), report
 
 
+@pytest.mark.slow  # ~45 s; .ci/run's slow step holds 2 stages, stopped and resumed, to one process's frames
 def test_two_stages_give_the_single_process_frames(tmp_path, face_png):
     audio = write_speechlike_wav(tmp_path / "a.wav", 1.0)  # 25 frames: blocks of 12, 12 and 1
     single = _single(tmp_path, face_png, audio)
