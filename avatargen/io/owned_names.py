@@ -9,7 +9,7 @@ anything else at those names -- a user's file or folder, a symbolic link -- is r
 (``check_owned_names``, exit 2 naming ``--overwrite``), unless ``--overwrite`` says to replace it. Links are never
 followed: they are replaced as links, their targets untouched. No output is another output's side name
 (``another_renders_name``). A publish owns its playlist, its segments (marked in their MPEG-TS service description),
-their temporary names and a lock (``playlist_names``). The policy: docs/reliability.md.
+their temporary names and a lock (``playlist_names``). The policy: docs/owned-names.md.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def owned_names(output: Path, save_config: bool) -> list[tuple[Path, str]]:
 
 def check_output_names(output: Path, save_config: bool, overwrite: bool) -> None:
     """Refuse, before anything is written, a render whose names hold a user's file or folder or a link (exit 2,
-    naming ``--overwrite``); avatargen's own files from an earlier render are replaced (docs/reliability.md)."""
+    naming ``--overwrite``); avatargen's own files from an earlier render are replaced (docs/owned-names.md)."""
     check_owned_names(owned_names(output, save_config), overwrite, resume_folder_for(output))
 
 

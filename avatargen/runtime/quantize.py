@@ -9,7 +9,7 @@ instruction set, which FBGEMM would not keep to).
 ``auto`` (the default) leaves the layers in float: int8 runs only where ``runtime.quantize=int8`` asks for it. int8
 rounds every layer's input to 8 bits, so a change in the last bit of a number before a layer (another thread count,
 kernel or CPU) can round one of its inputs the other way: a render's frames then move by up to ~200 grey levels at the
-lips, where float layers move them by at most 2 (docs/reliability.md, "Equal frames"). No timing decides it: a timed
+lips, where float layers move them by at most 2 (docs/equal-frames.md). No timing decides it: a timed
 probe's verdict differs from run to run on a busy CPU, and a render's frames must not depend on how long something
 took.
 

@@ -1,4 +1,4 @@
-"""What a render owns and what it refuses to touch (docs/reliability.md): a user's file, folder or link at one of the
+"""What a render owns and what it refuses to touch (docs/owned-names.md): a user's file, folder or link at one of the
 output's names is never deleted, truncated or written through; a rerun replaces avatargen's own files; --overwrite
 replaces the rest (a link as a link, its target untouched). Real files, real links, the real CLI."""
 

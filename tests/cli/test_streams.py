@@ -1,5 +1,5 @@
 """stdout and stderr that cannot be written, command-line mistakes, and waits that must end with a word
-(docs/reliability.md, "What a render owns"): real /dev/full, real pipes whose reader left, real FIFOs, a real stopped
+(docs/owned-names.md): real /dev/full, real pipes whose reader left, real FIFOs, a real stopped
 process and real scripts standing in for a broken ffmpeg."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A render whose models' outputs carry float noise: how far a change in the last bits of the numbers (another thread
-count, kernel or CPU rounds a sum otherwise) moves the frames of the video (docs/reliability.md, "Equal frames").
+count, kernel or CPU rounds a sum otherwise) moves the frames of the video (docs/equal-frames.md).
 
     python -m tests.render.noisy_render [--seconds 2] [--seeds 3] [KEY=VALUE ...]
 

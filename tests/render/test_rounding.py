@@ -1,6 +1,6 @@
 """A render's frames do not hang on the last bits of its numbers: another thread count or kernel rounds the models'
 sums differently, and in a float32 render that moves no frame of the video by more than a few grey levels
-(docs/reliability.md, "Equal frames")."""
+(docs/equal-frames.md)."""
 
 from __future__ import annotations
 
