@@ -105,17 +105,34 @@ class SpeechDrive:
         self._done = False
         self._error: BaseException | None = None
         self._changed = threading.Condition()
+        self._closed = False
+        self._reader: threading.Thread | None = None
         if blocks is not None:
-            threading.Thread(target=self._read, args=(blocks,), name="speech-drive", daemon=True).start()
+            self._reader = threading.Thread(target=self._read, args=(blocks,), name="speech-drive", daemon=True)
+            self._reader.start()
 
     def _read(self, blocks: Callable[[], Iterable[np.ndarray]]) -> None:
+        source = blocks()
         try:
-            for block in blocks():
+            for block in source:
+                if self._closed:
+                    break
                 self.feed(block)
         except BaseException as error:  # noqa: BLE001: raised in ``levels``, on the compositing thread
             self._error = error
         finally:
+            stop = getattr(source, "close", None)
+            if stop is not None:
+                stop()  # a generator over a decoder stops it now, not when the garbage collector gets to it
             self.end()
+
+    def close(self) -> None:
+        """Stop reading the track and wait for the reader (its decoder stopped): a render that ends early, refused
+        or failed, leaves no decoder behind. Idempotent; frames asked for after it are shut."""
+        self._closed = True
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=10.0)  # a block is a decoder's read of a local file: milliseconds
+        self.end()
 
     def feed(self, block: np.ndarray) -> None:
         """The next (n,) float32 block of the track."""

@@ -107,9 +107,18 @@ class OpenedInputs:
         return self.drive.tee(self.audio) if self.drive is not None else self.audio
 
     def close(self) -> None:
-        self.audio.close()
-        if self.inputs.video is not None:
-            self.inputs.video.close()
+        close_inputs(self.audio, self.compositor, self.inputs.video)
+
+
+def close_inputs(audio: Any, compositor: ReferenceCompositor | None, video: Any) -> None:
+    """Stop every decoder a request's inputs started: the audio source's, the compositor's speech drive's (it reads
+    the audio file on a thread of its own) and the source video's. Each is idempotent."""
+    audio.close()
+    drive = getattr(getattr(compositor, "mouth", None), "drive", None)
+    if drive is not None:
+        drive.close()
+    if video is not None:
+        video.close()
 
 
 def render(
@@ -256,9 +265,7 @@ class RenderSession:
             if isinstance(audio, AudioFileSource):
                 audio.start_decoding()  # its first blocks wait for the first chunk (on this thread: it outlives the pool's)
         except BaseException:
-            audio.close()  # the decoders stop with the error, not when the garbage collector gets to them
-            if opened.video is not None:
-                opened.video.close()
+            close_inputs(audio, compositor, opened.video)  # with the error, not when the garbage collector gets to them
             raise
         for line in held:  # the inputs are good: what was said while they opened, in order
             self.warn(line)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -235,14 +236,13 @@ def test_output_to_a_closed_stdout_is_exit_3(tmp_path):
                                            "into a program (| ffplay -) or give --output OUT.mp4"]  # fmt: skip
 
 
-
-
-
 def test_a_render_that_fails_after_its_audio_decoder_started_leaves_it_stopped(tmp_path):
-    """The audio decoder starts before the output is claimed (time to first frame): a render refused there stops it,
-    so a batch of many jobs does not pile up decoders."""
+    """The audio decoders start before the output is claimed (time to first frame; a photo's speech drive reads the
+    file on a thread of its own): a render refused there stops them, so a batch of many jobs does not pile them up."""
     audio = write_speechlike_wav(tmp_path / "talk.wav", 30.0)
     out = tmp_path / "o.mp4"
+    # only this render's decoders count: an earlier test's CLI child, killed on exit, may still be taking its down
+    others = set(_running_audio_decoders())
     held = OutputLock(out)
     held.acquire()  # another render writes it
     try:
@@ -251,7 +251,8 @@ def test_a_render_that_fails_after_its_audio_decoder_started_leaves_it_stopped(t
                    warn=lambda message: None)  # fmt: skip
     finally:
         held.release()
-    assert _running_audio_decoders() == []
+    assert set(_running_audio_decoders()) - others == set()
+    assert "speech-drive" not in [thread.name for thread in threading.enumerate()]
 
 
 def _running_audio_decoders() -> list[int]:
