@@ -67,3 +67,37 @@ def ray_cluster(s3_server) -> RayCluster:
     cluster.shutdown()
     os.environ.clear()
     os.environ.update(saved)
+
+
+def store_of(s3_server: S3Server):
+    """avatargen's own S3 ``Store`` on the test server (its credentials set only while it is made)."""
+    from avatargen.bulk.s3 import Store
+    from avatargen.config.schema import StorageConfig
+
+    saved = dict(os.environ)
+    os.environ.update(s3_server.env)
+    try:
+        return Store(StorageConfig())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def bucket_resume_point(s3_server: S3Server, output: str, scratch: Path) -> int | None:
+    """The frame a render of ``output`` (an s3:// URL) resumed on another machine would continue from now: the
+    bucket's copy of its resume state restored into ``scratch`` and chosen from as ``--resume`` does (None: from the
+    start). A test waits on it instead of guessing how long the copy of the video takes."""
+    from avatargen.bulk.locations import ObjectUrl
+    from avatargen.bulk.mirror import ResumeMirror
+    from avatargen.io.mp4_join import salvage_part
+    from avatargen.io.resume_store import ResumeStore
+
+    local = scratch / Path(output).name
+    mirror = ResumeMirror(store_of(s3_server), ObjectUrl.parse(output), local)
+    if not mirror.restore():
+        return None
+    store = ResumeStore(local)
+    store.load()
+    partial = mirror.partial
+    chosen = store.choose(salvage_part(partial) if partial.is_file() and partial.stat().st_size else 0)
+    return None if chosen is None else chosen["frames"]

@@ -14,26 +14,11 @@ import pytest
 
 from avatargen.bulk.bucket_dir import BucketClaim
 from avatargen.bulk.locations import ObjectUrl
-from tests.bulk.conftest import BULK, upload_jobs
+from tests.bulk.conftest import BULK, bucket_resume_point, store_of, upload_jobs
 from tests.conftest import kill_tree, run_cli
 from tests.ffmpeg_probe import decode_frames, probe
 
 pytestmark = pytest.mark.xdist_group("bulk")
-
-
-def _store(s3_server):
-    import os
-
-    from avatargen.bulk.s3 import Store
-    from avatargen.config.schema import StorageConfig
-
-    saved = dict(os.environ)
-    os.environ.update(s3_server.env)
-    try:
-        return Store(StorageConfig())
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def _reference(folder: Path, audio: str, name: str) -> np.ndarray:
@@ -61,7 +46,7 @@ def _download(s3_server, bucket: str, key: str, path: Path) -> Path:
 
 
 def test_a_claim_in_a_bucket_has_one_holder_until_released_stale_or_taken_back_by_its_owner(s3_server, bucket):
-    store = _store(s3_server)
+    store = store_of(s3_server)
     target = ObjectUrl(bucket, "out/x.mp4")
     first = BucketClaim(store, target, "run-a", lease_s=2.0)
     assert first.try_acquire()
@@ -105,17 +90,18 @@ def test_a_render_from_and_to_a_bucket_is_bit_equal_and_a_sigkill_resumes_on_ano
     while "r/v.resume/state-62.safetensors" not in _objects(s3_server, bucket, "r/v.resume/"):  # its 2nd checkpoint
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.05)
-    time.sleep(1.0)  # the video up to it follows within REFRESH_S
-    assert first.poll() is None
+    while (bucket_resume_point(s3_server, f"s3://{bucket}/r/v.mp4", tmp_path / "probe") or 0) < 62:  # its video follows (REFRESH_S)
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.2)
     kill_tree(first.pid)  # the machine goes, and its scratch folder with it
     first.communicate()
     assert "r/v.mp4" not in _objects(s3_server, bucket)
+    kept = bucket_resume_point(s3_server, f"s3://{bucket}/r/v.mp4", tmp_path / "probe")  # what the bucket holds once the node is gone
+    assert kept is not None and kept >= 62, kept
     second = run_cli("render", *args, "--resume", "--json", f"storage.scratch_dir={tmp_path / 'node2'}", env=s3_env)
     assert second.returncode == 0, second.stderr
     report = json.loads(second.stdout)
-    assert report["output"] == f"s3://{bucket}/r/v.mp4" and report["resumed_from"] == 62, (
-        report
-    )  # from the bucket's state
+    assert report["output"] == f"s3://{bucket}/r/v.mp4" and report["resumed_from"] == kept, report  # the bucket's
     assert set(_objects(s3_server, bucket, "r/")) == {"r/v.mp4", "r/v.yaml"}  # no claim, no resume state left
     video = _download(s3_server, bucket, "r/v.mp4", tmp_path / "v.mp4")
     assert np.array_equal(decode_frames(video), _reference(tmp_path, "a0.wav", "v.mp4"))  # as if never stopped

@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.bulk.conftest import BULK, upload_jobs
+from tests.bulk.conftest import BULK, bucket_resume_point, upload_jobs
 from tests.bulk.servers import RayCluster, parent_pid
 from tests.conftest import REPO, kill_tree, run_cli
 from tests.ffmpeg_probe import decode_frames
@@ -143,8 +144,8 @@ def test_a_node_killed_mid_job_loses_nothing_the_job_resumes_on_the_other_node_b
     try:
         upload_jobs(s3_server, bucket, tmp_path, [8.0, 0.4, 0.4, 0.4])
         driver = _driver(cluster, bucket, s3_env)
-        _wait_for(lambda: "out/v0.resume/state-62.safetensors" in _keys(s3_server, bucket, "out/v0.resume/"), driver)
-        time.sleep(1.0)  # the video up to it follows within the mirror's refresh
+        resume_point = partial(bucket_resume_point, s3_server, f"s3://{bucket}/out/v0.mp4", tmp_path / "probe")
+        _wait_for(lambda: (resume_point() or 0) >= 62, driver)  # its 2nd checkpoint and the video up to it copied
         raylet = parent_pid(_worker_of(s3_server, bucket, "v0.mp4"))
         assert raylet in cluster.raylet_pids()
         kill_tree(raylet)
@@ -152,7 +153,7 @@ def test_a_node_killed_mid_job_loses_nothing_the_job_resumes_on_the_other_node_b
         assert code == 0, stderr
         assert "job 0 lost its worker" in stderr, stderr
         job = _report(s3_server, bucket)["jobs"][0]
-        assert job["status"] == "ok" and job["attempts"] == 2 and job["resumed_from"] == 62, job  # not from zero
+        assert job["status"] == "ok" and job["attempts"] == 2 and job["resumed_from"] >= 62, job  # not from zero
         assert _keys(s3_server, bucket, "out/v0") == {"out/v0.mp4", "out/v0.yaml"}  # no claim, no state left behind
         assert np.array_equal(_frames(s3_server, bucket, "out/v0.mp4", tmp_path), _reference(tmp_path, 0))
     finally:
