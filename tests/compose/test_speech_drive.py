@@ -111,12 +111,13 @@ def _middles(names: str, seconds: float = 0.6) -> list[int]:
 
 
 def test_rounded_vowels_read_round_spread_and_open_ones_do_not_and_pauses_neither():
-    levels, roundness = frame_shapes([_vowels("iuaoeu")], RATE, FPS)
+    track = _vowels("iuaoeu")
+    levels, roundness = frame_shapes([track], RATE, FPS)
     middles = dict(zip("iuaoeu", _middles("iuaoeu")))
     assert min(roundness[middles[v]] for v in "uo") > 0.4
     assert max(roundness[middles[v]] for v in "iea") == 0.0
     assert roundness[levels == 0].max() == 0.0
-    pieces = frame_shapes([_vowels("iuaoeu")[i : i + 999] for i in range(0, 20 * RATE, 999)], RATE, FPS)
+    pieces = frame_shapes([track[i : i + 999] for i in range(0, 20 * RATE, 999)], RATE, FPS)
     np.testing.assert_allclose(pieces[1], roundness, atol=1e-9)  # however the audio arrives
 
 
