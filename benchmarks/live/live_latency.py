@@ -88,9 +88,11 @@ def decode(stdout, size: tuple[int, int], box: tuple[int, int, int, int], arriva
 
     width, height = size
     read_fd, write_fd = os.pipe()
+    # -fps_mode passthrough: each decoded frame once (probed this briefly, a 512-px stream's rate was guessed at 50 fps
+    # and every frame written twice: a photograph's latencies read 4-17 s)
     decoder = subprocess.Popen(
         [imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-probesize", "32768", "-analyzeduration", "0",
-         "-fflags", "nobuffer", "-flags", "low_delay", "-threads", "1", "-i", "pipe:0", "-map", "0:v:0", "-f", "rawvideo",
+         "-fflags", "nobuffer", "-flags", "low_delay", "-threads", "1", "-i", "pipe:0", "-map", "0:v:0", "-fps_mode", "passthrough", "-f", "rawvideo",
          "-pix_fmt", "gray", "pipe:1", "-map", "0:a:0", "-ac", "1", "-ar", str(RATE), "-f", "s16le", f"pipe:{write_fd}"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(write_fd,),
     )  # fmt: skip
