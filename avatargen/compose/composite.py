@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from avatargen.compose.frame_pool import FramePool
 from avatargen.compose.layout import FaceLayout
 from avatargen.face.detector import Face
 from avatargen.face.lips import Lips
@@ -191,22 +190,13 @@ class ReferenceCompositor:
         """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth and jaw."""
         return self.move(self.paste(generated, first_frame_index), first_frame_index)
 
-    def paste(self, generated: np.ndarray, first_frame_index: int | None = None,
-              out: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    def paste(self, generated: np.ndarray, first_frame_index: int | None = None) -> np.ndarray:
         """(t, S, S, 3) uint8 model frames -> (t, H', W', 3) uint8: the reference with their mouth, before ``warp``
-        (``first_frame_index``: the absolute index of the first, which a speech-driven mouth needs); written into
-        ``out`` (t, H', W', 3) uint8 when given."""
+        (``first_frame_index``: the absolute index of the first, which a speech-driven mouth needs)."""
         count = generated.shape[0]
-        if out is None:
-            frames = np.repeat(self.background[None], count, axis=0)  # (t, H', W', 3)
-        else:
-            frames = out
-            frames[...] = self.background
+        frames = np.repeat(self.background[None], count, axis=0)  # (t, H', W', 3)
         if self.mouth is not None:
-            pasted = self.mouth.paste(generated, frames, first_frame_index)
-            if pasted is not frames:
-                frames[...] = pasted
-            return frames
+            return self.mouth.paste(generated, frames, first_frame_index)
         if self._box is not None:
             y0, y1, x0, x1 = self._box
             frames[:, y0:y1, x0:x1] = self._blend(generated)
@@ -253,42 +243,24 @@ def _ellipse_weight(fx: np.ndarray, fy: np.ndarray, region: MouthRegion) -> np.n
 class CompositingSink:
     """A frame sink that composites each (t, S, S, 3) batch of model frames and hands the result to ``sinks``;
     ``first_frame`` is the absolute index of the first frame it will receive (a resumed render starts past 0).
-    ``threads``: how many frames are composited at once (``FramePool``; the same frames on any number).
 
-    ``paste_s`` and ``move_s`` add up the seconds spent blending the mouth in and in ``warp`` (idle motion): the
-    wall time of each batch split by their shares of the threads' time; the render reports them apart from the
-    sinks' own writes."""
+    ``paste_s`` and ``move_s`` add up the seconds spent blending the mouth in and in ``warp`` (idle motion); the
+    render reports them apart from the sinks' own writes."""
 
-    def __init__(self, compositor: ReferenceCompositor, sinks: list, first_frame: int = 0, threads: int = 1):
+    def __init__(self, compositor: ReferenceCompositor, sinks: list, first_frame: int = 0):
         self.compositor = compositor
         self.sinks = sinks
         self.next_frame = first_frame
         self.paste_s = 0.0
         self.move_s = 0.0
-        self.pool = FramePool(threads)
 
     def write(self, frames: np.ndarray) -> None:
-        first = self.next_frame
-        composed = np.empty((frames.shape[0], *self.compositor.size, 3), dtype=np.uint8)  # (t, H', W', 3)
-
-        def composite(start: int, end: int) -> tuple[float, float]:
-            started = time.perf_counter()
-            self.compositor.paste(frames[start:end], first + start, out=composed[start:end])
-            pasted = time.perf_counter()
-            self.compositor.move(composed[start:end], first + start)
-            return pasted - started, time.perf_counter() - pasted
-
         started = time.perf_counter()
-        runs = self.pool.run(composite, frames.shape[0])
-        wall_s = time.perf_counter() - started
-        paste_s, move_s = sum(run[0] for run in runs), sum(run[1] for run in runs)
-        share = paste_s / max(paste_s + move_s, 1e-9)
-        self.paste_s += share * wall_s
-        self.move_s += (1.0 - share) * wall_s
+        composed = self.compositor.paste(frames, self.next_frame)
+        pasted = time.perf_counter()
+        composed = self.compositor.move(composed, self.next_frame)
+        self.paste_s += pasted - started
+        self.move_s += time.perf_counter() - pasted
         self.next_frame += frames.shape[0]
         for sink in self.sinks:
             sink.write(composed)
-
-    def close(self) -> None:
-        """The compositing threads end (frames written after this are composited on the caller's thread)."""
-        self.pool.close()

@@ -214,15 +214,10 @@ class IdleMotion:
         return max((_closure((t - onset) / duration) for onset in recent), default=0.0)
 
     def blink_onsets(self, until_s: float) -> np.ndarray:
-        """Every blink onset (seconds) up to ``until_s``: the first part of one seeded sequence.
-
-        Safe on several threads at once (``FramePool``): the memo is read once; a longer or shorter one another
-        thread leaves is a part of the same sequence."""
-        onsets = self._onsets
-        while not len(onsets) or onsets[-1] < until_s:
-            onsets = _onsets(self.seed, self.settings.blinks_per_minute, 2 * len(onsets) + 64)
-            self._onsets = onsets
-        return onsets[onsets <= until_s]
+        """Every blink onset (seconds) up to ``until_s``: the first part of one seeded sequence."""
+        while not len(self._onsets) or self._onsets[-1] < until_s:
+            self._onsets = _onsets(self.seed, self.settings.blinks_per_minute, 2 * len(self._onsets) + 64)
+        return self._onsets[self._onsets <= until_s]
 
     # ------------------------------------------------------------------ geometry
     def moving_box(self) -> tuple[int, int, int, int] | None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import torch
 from PIL import Image
 
 from avatargen.compose.composite import ReferenceCompositor
@@ -84,14 +83,6 @@ def compositor_for(
         compositor.warp = IdleMotion(layout, compositor.size, config.model.fps, seed, settings,
                                      textured_lids=loaded.face is not None and is_photo()).warp_in_place  # fmt: skip
     return compositor
-
-
-def compositing_threads(compositor: ReferenceCompositor, config: Config) -> int:
-    """How many frames the render composites at once (``CompositingSink``): all its threads where no model runs
-    (a photograph with its speech: compositing is all its work), one where the models compute beside it."""
-    if compositor.reads_model():
-        return 1
-    return config.runtime.threads or torch.get_num_threads()
 
 
 def model_frames_likely_read(config: Config, picture: Path | None) -> bool:

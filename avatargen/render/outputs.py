@@ -22,7 +22,6 @@ from avatargen.io.pacing import CatchUp, RealtimePacer
 from avatargen.io.sink import FrameSink, RenderSink, SinkContext, scheme_of, sink_plugins
 from avatargen.io.sink_feed import FileAudioReader, SinkFeed
 from avatargen.pipeline.schedule import CheckpointGrid
-from avatargen.render.compositing import compositing_threads
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,7 @@ class RenderOutputs:
                 audio.gate = self.gate
         behind = [self.pacer if self.pacer is not None else self.feed]
         if self.compositor is not None:  # the family's square frames become the picture with their mouth
-            self.compositing = CompositingSink(self.compositor, behind, first_frame=self.start_frame,
-                                               threads=compositing_threads(self.compositor, self.config))  # fmt: skip
+            self.compositing = CompositingSink(self.compositor, behind, first_frame=self.start_frame)
             return [self.compositing]
         return behind
 
@@ -182,8 +180,6 @@ class RenderOutputs:
         if self._sinks_closed:
             return
         self._sinks_closed = True
-        if self.compositing is not None:
-            self.compositing.close()
         if self.feed is not None:
             self.feed.close()
         for sink in self.sinks:
