@@ -81,6 +81,21 @@ def test_decoded_frames_keep_order_and_content(tmp_path: Path) -> None:
     assert probe(tmp_path / "out.mp4")["audio_streams"] == 0
 
 
+@pytest.mark.skipif(not Path("/proc/sys/fs/pipe-max-size").exists(), reason="F_SETPIPE_SZ is Linux's")
+def test_a_whole_frame_fits_in_the_frame_pipe_at_once(tmp_path: Path) -> None:
+    """A 512x512 frame goes to ffmpeg in one write, not in 12 of the default 64 KiB (docs/speed-measures.md)."""
+    import fcntl
+
+    from avatargen.io.encoder import FRAME_PIPE_BYTES
+
+    if int(Path("/proc/sys/fs/pipe-max-size").read_text()) < FRAME_PIPE_BYTES:
+        pytest.skip("this system caps pipes under 1 MiB")
+    with Encoder(tmp_path / "out.mp4", W, H, FPS, None) as writer:
+        assert fcntl.fcntl(writer._stdin_fd, 1032) >= FRAME_PIPE_BYTES >= 512 * 512 * 3  # F_GETPIPE_SZ
+        writer.write(_frames(0, 5))
+    assert count_frames(tmp_path / "out.mp4") == 5
+
+
 def test_creates_missing_output_folder_and_writes_only_one_file(tmp_path: Path) -> None:
     target = tmp_path / "new" / "deeper" / "clip.mp4"
     with Encoder(target, W, H, FPS, None) as writer:
