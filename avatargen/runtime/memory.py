@@ -140,10 +140,10 @@ def keep_freed_heap() -> bool:
 
     glibc's default adapts both thresholds to the blocks freed so far, and a render of the bundled model still gave
     memory back and faulted it in again segment after segment: 520,000 page faults in 30 s of video without any
-    trim, 150,000 with these (the process's peak the same, 394-398 MB). Called by the bundled
-    model's renders and by those that run no model (avatargen/pipeline/blank.py); the Wan family maps its large tensors instead (``map_large_allocations``) and trims after every
-    segment (trimmed only every 5 s, a wan_tiny render's peak rose 1.3 % from 120 s to 300 s of audio, against
-    0.3 %). Process-wide, from the call on."""
+    trim, 150,000 with these (the process's peak the same, 394-398 MB). Called by the bundled model's renders and by
+    those that run no model (avatargen/pipeline/blank.py); the Wan family maps its large tensors instead
+    (``map_large_allocations``) and trims after every segment (trimmed only every 5 s, a wan_tiny render's peak rose
+    1.3 % from 120 s to 300 s of audio, against 0.3 %). Process-wide, from the call on."""
     kept = _set_heap_thresholds(HEAP_ALLOCATION_BYTES, KEPT_FREE_BYTES)
     process_trimmer().interval_s = TRIM_INTERVAL_S if kept else 0.0
     return kept
