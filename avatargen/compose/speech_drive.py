@@ -77,6 +77,18 @@ HUM_BANDS, HUM_DB = ((100.0, 500.0), (500.0, 1000.0)), (10.0, 16.0)
 # shut from the second under it (s, z, sh and the bursts of t and k hiss there; m, b, n and vowels do not). Other
 # consonants shut at 8-12 / 10-14 / 12-16 / 16-20 dB: 0.72 / 0.69 / 0.67 / 0.64, m 0.81 until 12-16, then 0.75, 0.72.
 HISS_BAND, HISS_DB = (4000.0, 8000.0), (12.0, 16.0)
+# ... and not faintly fricative: a half frame whose HISS_BAND fell under its usual less than its CLOSURE_BAND did, by
+# the first (dB) or more, keeps the lips apart; by the second or less, may shut (the weak noise of th, v, z, f and of
+# t's release is relatively high; a closure's voice bar, silence or a hum has none). Each fall is capped at
+# DROP_CAP_DB (silence has no noise to read). In bilabials.py's speech other consonants shut 0.69 -> 0.54 (th 22 of
+# 22 -> 10), m 0.83 and p 1.00 kept, b 1.00 -> 0.97, vowels open 0.93 -> 0.95; at 2-6 dB 0.52, m 0.81, b 0.94; at
+# 3-7 dB 0.57, b 1.00.
+FRICATION_DB, DROP_CAP_DB = (6.5, 2.5), 50.0
+# Ajar between syllables: a frame of sound (within FLOOR_DB of the speech level) opens at least AJAR_LEVEL (before
+# the lips' shutting above) for AJAR_FRAMES after a frame at AJAR_AFTER or more: a weak consonant (f, th, a stop's
+# release) no longer shuts the mouth by its quietness alone, where a real one stays a little open. With the above,
+# other consonants shut 0.54 -> 0.46 (1 frame: 0.51, 3: 0.45), m, b, p, vowels and pauses as they were.
+AJAR_LEVEL, AJAR_AFTER, AJAR_FRAMES = 0.15, 0.3, 2
 
 
 class Reference(NamedTuple):
@@ -150,9 +162,10 @@ class SpeechDrive:
             self._changed.wait_for(lambda: self._done or self._energy.samples >= needed)
             if self._error is not None:
                 raise self._error
-            reference = self._reference.of(first, count)
-            levels = frame_levels_of(self._energy, reference, first, count, self._done)
-            return levels, roundness_of(self._energy, reference.tilt, levels, first)
+            lead = ajar_lead(first)
+            reference = self._reference.of(first - lead, count + lead)
+            levels = frame_levels_of(self._energy, reference, first - lead, count + lead, self._done)[lead:]
+            return levels, roundness_of(self._energy, reference.tilt[lead:], levels, first)
 
 
 class HalfFrameEnergy:
@@ -231,8 +244,8 @@ class HalfFrameEnergy:
 
     def closing(self, first: int, count: int, reference: Reference) -> np.ndarray:
         """(count,) how shut the lips are in each frame, from its own two half frames (the more shut; silence past
-        what was read): dull (``CLOSURE_DB``) and quiet (``QUIET_DB``) or humming (``HUM_DB``), and not hissing
-        (``HISS_DB``), 0 .. 1."""
+        what was read): dull (``CLOSURE_DB``) and quiet (``QUIET_DB``) or humming (``HUM_DB``), not hissing
+        (``HISS_DB``) and not faintly fricative (``FRICATION_DB``), 0 .. 1."""
         begin, end = 2 * first, min(2 * (first + count), len(self.bands))  # only these half frames (linear in time)
         energies = np.c_[self.bands[begin:end, 2:], self.sums[begin:end]]  # (n, 5)
         decibels = 10.0 * np.log10(np.maximum(energies, 1e-12))
@@ -242,8 +255,11 @@ class HalfFrameEnergy:
         hum = smoothstep((decibels[:, 1] - decibels[:, 2] - HUM_DB[0]) / (HUM_DB[1] - HUM_DB[0]))
         quiet = smoothstep((loud - decibels[:, 4] - QUIET_DB[0]) / (QUIET_DB[1] - QUIET_DB[0]))
         hushed = smoothstep((hiss - decibels[:, 3] - HISS_DB[0]) / (HISS_DB[1] - HISS_DB[0]))
+        falls = np.minimum(np.c_[high - decibels[:, 0], hiss - decibels[:, 3]], DROP_CAP_DB)  # (n, 2)
+        spread = falls[:, 0] - falls[:, 1]  # how much less the hiss band fell: > 0 where noise is left up there
+        smooth = smoothstep((FRICATION_DB[0] - spread) / (FRICATION_DB[0] - FRICATION_DB[1]))
         shut = np.ones(2 * count)  # silence past what was read: shut
-        shut[:n] = dull * np.maximum(hum, quiet) * hushed
+        shut[:n] = dull * np.maximum(hum, quiet) * hushed * smooth
         return shut.reshape(count, 2).max(axis=1)
 
 
@@ -333,10 +349,21 @@ def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first
     return np.where(levels > 0.0, np.clip(below / ROUND_SPAN, 0.0, 1.0), 0.0)
 
 
+def ajar_lead(first: int) -> int:
+    """How many frames before ``first`` its level depends on (``AJAR_FRAMES``, none before the start)."""
+    return min(first, AJAR_FRAMES)
+
+
 def frame_levels_of(energy: HalfFrameEnergy, reference: Reference, first: int, count: int, done: bool) -> np.ndarray:
-    """(count,) the levels of frames ``first`` .. (see the module docstring); 0 past the end of a finished track."""
-    levels = np.clip((energy.decibels(first, count) - (reference.level - FLOOR_DB)) / FLOOR_DB, 0.0, None) ** CURVE
-    levels = levels * (1.0 - energy.closing(first, count, reference))
+    """(count,) the levels of frames ``first`` .. (see the module docstring); 0 past the end of a finished track.
+    The first ``AJAR_FRAMES`` are read without the frames before them (``AJAR_LEVEL``): ask from ``AJAR_FRAMES``
+    earlier (``ajar_lead``) and drop those."""
+    loudness = np.clip((energy.decibels(first, count) - (reference.level - FLOOR_DB)) / FLOOR_DB, 0.0, None) ** CURVE
+    recent = np.zeros(count)  # the loudest of the AJAR_FRAMES frames before each
+    for back in range(1, min(AJAR_FRAMES, count - 1) + 1):
+        recent[back:] = np.maximum(recent[back:], loudness[:-back])
+    ajar = np.where((loudness > 0.0) & (recent >= AJAR_AFTER), AJAR_LEVEL, 0.0)
+    levels = np.maximum(loudness, ajar) * (1.0 - energy.closing(first, count, reference))
     if done:
         levels[np.arange(first, first + count) >= energy.frames] = 0.0
     return levels
