@@ -17,12 +17,15 @@ file make the same frames, and a long silence before the speech does not set the
 frame's own resolution (its two half frames), where the sound is dull (``CLOSURE_DB``: little energy over 1 kHz) and
 either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming (``HUM_DB``: the nasal murmur
 of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant there), and not hissing
-(``HISS_DB``: s, z, sh and the bursts of t and k keep the lips apart). The same shuts n, ng, d, g, th, f, v and
-often t, k, l, r, which acoustics alone cannot tell from m, b, p. Over 36 s of espeak-ng sentences with phoneme
-times (``benchmarks/quality/bilabials.py``) the lips meet on 81 % of the m and all b and p, where loudness alone
-shut 3 %, 19 % and 56 %; on 67 % of the other consonants (25 %); 95 % of the vowels open (100 %), all o and u
-(figures of the level over each track's first 30 s, before it was causal). A pure function of the audio up to the
-frame and the frame index (resume, chunking and streaming give the same pixels); no smoothing, so no lag.
+(``HISS_DB``: s, z, sh and the bursts of t and k keep the lips apart), nor faintly fricative (``FRICATION_DB``:
+the 4-8 kHz band fell less than the 1-8 kHz one, as in th, v, z, f). A frame of sound just after a loud one opens
+at least ``AJAR_LEVEL`` (``AJAR_FRAMES``): a weak consonant does not shut the mouth by its quietness alone. The
+closing still shuts n, ng, d, g and often t, k, l, which acoustics alone cannot tell from m, b, p. Over 36 s of
+espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 83 % of the m, 97 %
+of the b and all p, where loudness alone shut 3 %, 19 % and 56 %; on 46 % of the other consonants (25 %; 69 %
+before the frication and the ajar floor); 95 % of the vowels open (100 %), all o and u. A pure function of the
+audio up to the frame and the frame index (resume, chunking and streaming give the same pixels); no smoothing, so
+no lag.
 
 How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
 spectrum's tilt over the same window: the energy between ``HIGH_BAND`` over that in ``LOW_BAND``, in dB. Rounded
@@ -257,9 +260,9 @@ class HalfFrameEnergy:
         hushed = smoothstep((hiss - decibels[:, 3] - HISS_DB[0]) / (HISS_DB[1] - HISS_DB[0]))
         falls = np.minimum(np.c_[high - decibels[:, 0], hiss - decibels[:, 3]], DROP_CAP_DB)  # (n, 2)
         spread = falls[:, 0] - falls[:, 1]  # how much less the hiss band fell: > 0 where noise is left up there
-        smooth = smoothstep((FRICATION_DB[0] - spread) / (FRICATION_DB[0] - FRICATION_DB[1]))
+        noiseless = smoothstep((FRICATION_DB[0] - spread) / (FRICATION_DB[0] - FRICATION_DB[1]))
         shut = np.ones(2 * count)  # silence past what was read: shut
-        shut[:n] = dull * np.maximum(hum, quiet) * hushed * smooth
+        shut[:n] = dull * np.maximum(hum, quiet) * hushed * noiseless
         return shut.reshape(count, 2).max(axis=1)
 
 
