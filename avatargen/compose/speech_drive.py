@@ -21,12 +21,11 @@ of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second forman
 the 4-8 kHz band fell less than the 1-8 kHz one, as in th, v, z, f: the lips just apart, ``AJAR_LEVEL``). A frame
 of sound just after a loud one opens at least ``AJAR_LEVEL`` (``AJAR_FRAMES``): a weak consonant does not shut the
 mouth by its quietness alone. The closing still shuts n, d, g, v and often th, l, r, z, which acoustics alone cannot
-tell from m, b, p. Over 36 s of
-espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the lips meet on 83 % of the m, 97 %
-of the b and all p, where loudness alone shut 3 %, 19 % and 56 %; on 46 % of the other consonants (25 %; 69 %
-before the frication and the ajar floor); 93 % of the vowels open (100 %), all o and u. A pure function of the
-audio up to the frame and the frame index (resume, chunking and streaming give the same pixels); no smoothing, so
-no lag.
+tell from m, b, p. Over 36 s of espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the
+lips meet on 83 % of the m, 97 % of the b and all p, where loudness alone shut 3 %, 19 % and 56 %; on 46 % of the
+other consonants (25 %; 69 % before the frication and the ajar floor); 93 % of the vowels open (100 %), all o and
+u. A pure function of the audio up to the frame and the frame index (resume, chunking and streaming give the same
+pixels); no smoothing, so no lag.
 
 How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
 spectrum's tilt over the same window: the energy between ``HIGH_BAND`` over that in ``LOW_BAND``, in dB. Rounded
@@ -86,9 +85,10 @@ HISS_BAND, HISS_DB = (4000.0, 8000.0), (12.0, 16.0)
 # noise of th, v, z, f and of t's release is relatively high; a closure's voice bar, silence or a hum has none). Each
 # fall is capped at DROP_CAP_DB (silence has no noise to read). In bilabials.py's speech other consonants shut 0.69
 # -> 0.54 (th 22 of 22 -> 10), m 0.83 and p 1.00 kept, b 1.00 -> 0.97; at 2-6 dB 0.52, m 0.81, b 0.94; at 3-7 dB
-# 0.57, b 1.00. Left at their loudness (a weak th 10 dB under the speech level opened the mouth 0.5), vowels opened
-# 0.95 (0.93) but the eval's sync, which follows loudness, paid: on the levels of portrait_judge.py's 5 s of espeak-ng
-# speech 0.7025 before the guard, 0.692 uncapped, 0.694 at 0.35, 0.698 at AJAR_LEVEL.
+# 0.57, b 1.00. Left at their loudness (a weak th 10 dB under the speech level opened the mouth 0.5), 95 % of the
+# vowels opened (93 % now, as before the guard), but the eval's sync, which follows loudness, paid: on the levels of
+# portrait_judge.py's 5 s of espeak-ng speech 0.7025 before the guard, 0.692 uncapped, 0.694 at 0.35, 0.698 at
+# AJAR_LEVEL.
 FRICATION_DB, DROP_CAP_DB = (6.5, 2.5), 50.0
 # Ajar between syllables: a frame of sound (within FLOOR_DB of the speech level) opens at least AJAR_LEVEL (before
 # the lips' shutting above) in the AJAR_FRAMES after a frame at AJAR_AFTER or more: a weak consonant (f, th, a stop's
@@ -168,7 +168,7 @@ class SpeechDrive:
             self._changed.wait_for(lambda: self._done or self._energy.samples >= needed)
             if self._error is not None:
                 raise self._error
-            lead = ajar_lead(first)
+            lead = min(first, AJAR_FRAMES)  # the frames before ``first`` its level depends on
             reference = self._reference.of(first - lead, count + lead)
             levels = frame_levels_of(self._energy, reference, first - lead, count + lead, self._done)[lead:]
             return levels, roundness_of(self._energy, reference.tilt[lead:], levels, first)
@@ -357,15 +357,10 @@ def roundness_of(energy: HalfFrameEnergy, tilt: float, levels: np.ndarray, first
     return np.where(levels > 0.0, np.clip(below / ROUND_SPAN, 0.0, 1.0), 0.0)
 
 
-def ajar_lead(first: int) -> int:
-    """How many frames before ``first`` its level depends on (``AJAR_FRAMES``, none before the start)."""
-    return min(first, AJAR_FRAMES)
-
-
 def frame_levels_of(energy: HalfFrameEnergy, reference: Reference, first: int, count: int, done: bool) -> np.ndarray:
     """(count,) the levels of frames ``first`` .. (see the module docstring); 0 past the end of a finished track.
-    The first ``AJAR_FRAMES`` are read without the frames before them (``AJAR_LEVEL``): ask from ``AJAR_FRAMES``
-    earlier (``ajar_lead``) and drop those."""
+    The first ``AJAR_FRAMES`` are read without the frames before them (``AJAR_LEVEL``): to read frame ``t`` as a
+    whole track does, ask from ``AJAR_FRAMES`` earlier and drop those."""
     loudness = np.clip((energy.decibels(first, count) - (reference.level - FLOOR_DB)) / FLOOR_DB, 0.0, None) ** CURVE
     recent = np.zeros(count)  # the loudest of the AJAR_FRAMES frames before each
     for back in range(1, min(AJAR_FRAMES, count - 1) + 1):
