@@ -58,7 +58,6 @@ def main() -> None:
     sys.path.insert(0, str(args.tree))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
-
     from portrait_judge import portraits
 
     torch.set_num_threads(1)
