@@ -136,6 +136,24 @@ def fed_levels(wave: np.ndarray) -> np.ndarray:
     return np.r_[levels, drive.levels(len(levels), frames - len(levels))] if frames > len(levels) else np.array(levels)
 
 
+def phoneme_levels(levels: np.ndarray, phonemes: list[tuple[str, float, float]]) -> dict[str, list[float]]:
+    """Per class of ``kind``, each phoneme's least level over its frames (for b and p from ``CLOSURE_S`` before
+    it), or for vowels and pauses its most."""
+    middles = (np.arange(len(levels)) + 0.5) / FPS
+    rows: dict[str, list[float]] = {}
+    for name, start, end in phonemes:
+        what = kind(name)
+        if what is None:
+            continue
+        begin = start - CLOSURE_S if name in ("b", "p") else start
+        frames = np.nonzero((middles >= begin) & (middles < end))[0]
+        if len(frames) == 0:
+            frames = np.array([min(int(0.5 * (start + end) * FPS), len(levels) - 1)])
+        most = what.endswith("vowels") or what == "pauses"
+        rows.setdefault(what, []).append(levels[frames].max() if most else levels[frames].min())
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[2])
@@ -152,18 +170,9 @@ def main() -> None:
     wave = np.r_[np.zeros(lead, np.float32), wave * np.float32(10 ** (args.gain_db / 20))]
     phonemes = [(name, start + lead / RATE, end + lead / RATE) for name, start, end in phonemes]
     levels = fed_levels(wave) if args.feed else frame_levels([wave], RATE, FPS)
-    middles = (np.arange(len(levels)) + 0.5) / FPS
-    rows: dict[str, list[float]] = {}
-    for name, start, end in phonemes:
-        what = kind(name)
-        if what is None or (args.first is not None and start - lead / RATE >= args.first):
-            continue
-        begin = start - CLOSURE_S if name in ("b", "p") else start
-        frames = np.nonzero((middles >= begin) & (middles < end))[0]
-        if len(frames) == 0:
-            frames = np.array([min(int(0.5 * (start + end) * FPS), len(levels) - 1)])
-        most = what.endswith("vowels") or what == "pauses"
-        rows.setdefault(what, []).append(levels[frames].max() if most else levels[frames].min())
+    if args.first is not None:
+        phonemes = [mark for mark in phonemes if mark[1] - lead / RATE < args.first]
+    rows = phoneme_levels(levels, phonemes)
     import avatargen
 
     seconds = len(wave) / RATE
