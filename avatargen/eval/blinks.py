@@ -1,17 +1,18 @@
 """Blinks from the face track (``face_track.py``).
 
-``blinks_per_min``: the frames where the eyes look shut, in runs that last ``MIN_BLINK_S..MAX_BLINK_S`` seconds
-(at least a frame; a lone frame the face chip misplaced is not a blink), per minute of video with a face. A frame
-looks shut where the eye openness dips under its running median (over 2 s) by ``BLINK_MIN_DROP``, or ``BLINK_NOISE``
-times its own noise where that is more (a robust spread of its ratio to the median), or where the eyes' dark (the
-pupil and iris: ``face_track.EYE_MIDDLES``, or the same a little higher, where a turned face's eyes are) rises over
-its running median by ``DARK_MIN_RISE`` of the face chip's range, or ``DARK_NOISE`` times its noise where that is
-more: the lid covers them. A run of frames past ``HYSTERESIS`` of those thresholds counts whole where one of its
-frames passes one: a hazy, low-contrast print's blink raises the dark only 0.03-0.07 of the range, for one frame
-over 0.03 and the next under it (6 of the 8 blinks seeded over 20 s were counted; with the floor at 0.025 and the
-run, 8; none more on ten other photos, benchmarks/quality/blink_count.py). A cartoon's drawn blink drops the openness by half; a photograph's lid, its lashes and
-creases kept, by 15-18 % (its noise 0.8 %), but an eye behind glasses by 3-8 % (its rims and wrinkles stay), where
-its dark rises by 0.14-0.21 over noise of 0.007-0.009 (at most 3 noises away from a blink). People blink about 15-20 times a minute; 0 on a long clip is a frozen stare.
+``blinks_per_min``: the frames where the eyes look shut, in runs that last ``MIN_BLINK_S..MAX_BLINK_S`` seconds (at
+least a frame; a lone frame the face chip misplaced is not a blink), per minute of video with a face. A frame looks
+shut where the eye openness dips under its running median (over 2 s) by ``BLINK_MIN_DROP``, or ``BLINK_NOISE`` times
+its own noise where that is more (a robust spread of its ratio to the median), or where the eyes' dark (the pupil
+and iris: ``face_track.EYE_MIDDLES``, or the same a little higher, where a turned face's eyes are) rises over its
+running median by ``DARK_MIN_RISE`` of the face chip's range, or ``DARK_NOISE`` times its noise where that is more:
+the lid covers them. A run of frames past ``HYSTERESIS`` of those thresholds counts whole where one of its frames
+passes one: a hazy, low-contrast print's blink raises the dark only 0.03-0.07 of the range, for one frame over 0.03
+and the next under it (6 of the 8 blinks seeded over 20 s were counted; with the floor at 0.025 and the run, 8; none
+more on ten other photos, benchmarks/quality/blink_count.py). A cartoon's drawn blink drops the openness by half; a
+photograph's lid, its lashes and creases kept, by 15-18 % (its noise 0.8 %), but an eye behind glasses by 3-8 % (its
+rims and wrinkles stay), where its dark rises by 0.14-0.21 over noise of 0.007-0.009 (at most 3 noises away from a
+blink). People blink about 15-20 times a minute; 0 on a long clip is a frozen stare.
 """
 
 from __future__ import annotations
