@@ -24,10 +24,11 @@ Measured on every frame with dlib's 68-point landmarks (the face box found on th
   jaw that opens moves the chin at least a third as far as the lips part, where a stretched lower lip leaves it.
 
 Targets (issue "every portrait talks like a person"): r >= 0.5, lag 0 or 1, speech p90 >= 0.1, silence/p90 <= 0.3,
-eyes min >= 0.75, identity <= 0.3. ``--sheet DIR`` writes a contact sheet per photo (mouth and eyes enlarged: the
-reference, the loudest frames, a pause, the most closed eye frame).
+eyes min >= 0.75, identity <= 0.3. ``--sheet FILE`` writes the photos' contact sheet (one row each, pixels at 3x:
+the reference's mouth, the loudest vowel, an m/b/p closure, a pause, the most shut eye); ``--phonemes`` speaks
+bilabials.py's espeak-ng sentences instead, whose phoneme times place the vowel and m/b/p columns.
 
-    python benchmarks/quality/portrait_judge.py --out /tmp/judge [--tree OLD] [--photos astronaut,dark] [--sheet docs/images]
+    python benchmarks/quality/portrait_judge.py --out /tmp/judge [--tree OLD] [--photos astronaut,dark] [--sheet S.jpg --phonemes]
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from PIL import Image, ImageDraw, ImageFilter
+from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from avatargen.data.speech import random_utterance  # noqa: E402
+from benchmarks.quality.bilabials import corpus, kind  # noqa: E402
 from avatargen.eval.video import iter_frames, probe_video  # noqa: E402
 from avatargen.face.detector import face_model_folder  # noqa: E402
 from avatargen.io.image import save_png  # noqa: E402
@@ -215,29 +217,54 @@ def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndar
     }  # fmt: skip
 
 
-def contact_sheet(path: Path, name: str, result: dict) -> None:
-    """One row: the reference, the 4 loudest frames, a pause and the most closed eyes; mouth above, eyes below."""
-    frames, ref, points = result["frames"], result["ref"], result["ref_points"]
-    order = np.argsort(result["rms"])[::-1]
-    loud = sorted(order[:: max(1, len(order) // 40)][:4])
-    pause = int(np.argmin(result["rms"][5:-5])) + 5
-    blink = int(np.argmin(result["eye_curve"]))
-    picks = [("ref", ref)] + [(f"loud {i}", frames[i]) for i in loud] + [(f"pause {pause}", frames[pause]),
-                                                                          (f"eyes {blink}", frames[blink])]  # fmt: skip
+SHEET_ZOOM = 3  # the sheets show pixels at 3x: what a viewer sees who looks closely
+
+
+def sheet_row(name: str, result: dict, phonemes: list[tuple[str, float, float]] | None) -> Image.Image:
+    """One photo's row at ``SHEET_ZOOM``: the reference's mouth, the loudest vowel, an m/b/p closure (with
+    ``phonemes``: espeak-ng's own times), a pause, and the most shut eye (its left eye, the same crop size)."""
+    frames, ref, points, rms = result["frames"], result["ref"], result["ref_points"], result["rms"]
+    count = len(frames)
+
+    def middle(start: float, end: float) -> int:
+        return min(count - 1, int((start + end) / 2 * FPS))  # the frame in the middle of a phoneme
+
+    vowels = [middle(a, b) for n, a, b in phonemes or [] if kind(n) in ("vowels", "rounded vowels") and b * FPS < count]
+    loud = max(vowels, key=lambda f: rms[f]) if vowels else int(np.argmax(rms))
+    picks = [("ref", ref), (f"vowel {loud}", frames[loud])]
+    closures = [(n, a, b) for n, a, b in phonemes or [] if n in ("m", "b", "p") and b * FPS < count]
+    if closures:  # the longest; a b or p shut in the 60 ms before its release
+        n, a, b = max(closures, key=lambda c: c[2] - c[1] if c[0] == "m" else 0.06)
+        closed = middle(a, b) if n == "m" else max(0, int((a - 0.03) * FPS))
+        picks.append((f"{n} {closed}", frames[closed]))
+    pause = int(np.argmin(rms[5:-5])) + 5
+    picks.append((f"pause {pause}", frames[pause]))
     width = float(np.linalg.norm(points[54] - points[48]))
+    side = int(1.5 * width)  # (side, side) crops, shown SHEET_ZOOM times larger
     mx, my = points[48:68].mean(axis=0)
-    ex, ey = points[36:48].mean(axis=0)
-    espan = float(np.linalg.norm(points[45] - points[36]))
-    tile = 150
-    sheet = Image.new("RGB", (tile * len(picks), 2 * tile + 14), (255, 255, 255))
-    draw = ImageDraw.Draw(sheet)
-    for j, (label, image) in enumerate(picks):
-        pil = Image.fromarray(image)
-        m = pil.crop((int(mx - 0.9 * width), int(my - 0.7 * width), int(mx + 0.9 * width), int(my + 1.1 * width)))
-        e = pil.crop((int(ex - 0.75 * espan), int(ey - 0.75 * espan), int(ex + 0.75 * espan), int(ey + 0.75 * espan)))
-        sheet.paste(m.resize((tile, tile), Image.Resampling.LANCZOS), (j * tile, 14))
-        sheet.paste(e.resize((tile, tile), Image.Resampling.LANCZOS), (j * tile, 14 + tile))
-        draw.text((j * tile + 3, 1), f"{name} {label}" if j == 0 else label, fill=(0, 0, 0))
+    tiles = [Image.fromarray(image).crop((int(mx - side / 2), int(my - side * 0.4), int(mx + side / 2), int(my + side * 0.6)))
+             for _, image in picks]  # fmt: skip
+    blink = int(np.argmin(result["eye_curve"]))
+    ex, ey = points[36:42].mean(axis=0)
+    tiles.append(Image.fromarray(frames[blink]).crop((int(ex - side / 2), int(ey - side / 2), int(ex + side / 2),
+                                                      int(ey + side / 2))))  # fmt: skip
+    labels = [label for label, _ in picks] + [f"blink {blink}"]
+    tile = side * SHEET_ZOOM
+    row = Image.new("RGB", (tile * len(tiles), tile + 14), (255, 255, 255))
+    draw = ImageDraw.Draw(row)
+    for j, (label, crop) in enumerate(zip(labels, tiles)):
+        row.paste(crop.resize((tile, tile), Image.Resampling.NEAREST), (j * tile, 14))
+        draw.text((j * tile + 3, 1), f"{name}: {label}" if j == 0 else label, fill=(0, 0, 0))
+    return row
+
+
+def contact_sheet(path: Path, rows: list[Image.Image]) -> None:
+    """The photos' rows one under another (JPEG)."""
+    sheet = Image.new("RGB", (max(r.width for r in rows), sum(r.height for r in rows)), (255, 255, 255))
+    top = 0
+    for row in rows:
+        sheet.paste(row, (0, top))
+        top += row.height
     sheet.save(path, quality=80)
 
 
@@ -249,14 +276,19 @@ def main() -> None:
     parser.add_argument("--audio", type=Path, default=None, help="speech to use (16 kHz; default: espeak-ng's)")
     parser.add_argument("--blinks", type=float, default=30.0)
     parser.add_argument("--photos", default="")
-    parser.add_argument("--sheet", type=Path, default=None, help="folder for the contact sheets (JPEG)")
-    parser.add_argument("--tag", default="", help="suffix of the contact sheets' names")
+    parser.add_argument("--sheet", type=Path, default=None, help="write the photos' contact sheet here (JPEG)")
+    parser.add_argument("--phonemes", action="store_true",
+                        help="speak bilabials.py's sentences, whose phoneme times place the sheet's m/b/p column")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="judge-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"# {date.today()} tree={args.tree} seconds={args.seconds} blinks/min={args.blinks}\n")
-    if args.audio is None:  # espeak-ng sentences no model has heard
+    phonemes = None
+    if args.phonemes:  # espeak-ng's sentences with its own phoneme times
+        wave, phonemes = corpus()
+        audio = wave[: int(args.seconds * SAMPLE_RATE)]
+    elif args.audio is None:  # espeak-ng sentences no model has heard
         audio = random_utterance(np.random.default_rng(SPEECH_SEED), args.seconds)
     else:
         audio, rate = sf.read(args.audio, dtype="float32")
@@ -269,7 +301,7 @@ def main() -> None:
     names = [n for n in args.photos.split(",") if n] or list(photos)
     print("| photo | r (lag) | r0 | speech p90 | silence/p90 | still | eyes min | identity | chin r | chin/gap | misses |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    figures = {}
+    figures, rows = {}, []
     for name in names:
         image, video = out / f"{name}.png", out / f"{name}.mp4"
         save_png(image, photos[name])
@@ -299,8 +331,9 @@ def main() -> None:
         figures[name] = {k: result[k] for k in ("r", "lag", "r0", "p90", "silence", "still", "eyes", "identity",
                                                 "chin_r", "chin_share")}  # fmt: skip
         if args.sheet:
-            args.sheet.mkdir(parents=True, exist_ok=True)
-            contact_sheet(args.sheet / f"judge_{name}{args.tag}.jpg", name, result)
+            rows.append(sheet_row(name, result, phonemes))
+    if args.sheet and rows:
+        contact_sheet(args.sheet, rows)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
 
