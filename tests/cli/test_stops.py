@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from avatargen.io.mp4_join import complete_prefix
 from tests.cli.test_never_lose_work import _checkpoints, _error_lines, _ffmpeg_child, _start, _wait_for
 from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
 from tests.ffmpeg_probe import png_frame_count, probe, stream_start_times
@@ -67,7 +68,9 @@ def test_a_stop_ends_a_render_whose_encoder_stopped_reading_within_its_bound(tmp
     face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 8.0)
     out = tmp_path / "o.mp4"
     process = _start("-i", str(face), "-a", str(audio), "-o", str(out))
-    _wait_for(lambda: _checkpoints(out) >= 1 and _ffmpeg_child(process, "rawvideo"), process, "its first checkpoint")
+    partial = out.with_name("o.partial.mp4")  # stopped once it has muxed a fragment: the frames the stop must keep
+    _wait_for(lambda: _checkpoints(out) >= 1 and partial.is_file() and complete_prefix(partial) > 0
+              and _ffmpeg_child(process, "rawvideo"), process, "its first checkpoint and fragment")  # fmt: skip
     os.kill(_ffmpeg_child(process, "rawvideo"), signal.SIGSTOP)
     time.sleep(1.0)  # the render fills the pipe and waits on it
     stopped = time.monotonic()
@@ -86,7 +89,7 @@ def test_a_stop_ends_a_render_whose_encoder_stopped_reading_within_its_bound(tmp
     assert process.returncode == code, stderr
     lines = _error_lines(stderr)
     assert len(lines) == 1 and lines[0].startswith(f"error: interrupted by {signals[0]}") and lines[0].endswith("--resume")
-    info = probe(out.with_name("o.partial.mp4"))  # what the encoder had finished, its audio cut at its video
+    info = probe(partial)  # what the encoder had finished, its audio cut at its video
     assert info["frames"] > 0 and abs(info["audio_duration_s"] - info["video_duration_s"]) <= 1 / 25 + 1e-3, info
 
 
