@@ -5,27 +5,27 @@ from its frames, the opening followed loudness at r 0.06-0.75 over the test phot
 grey photo not at all. A photograph's warp is driven by the audio instead, as the training data drove its
 cartoons' mouths: from loudness.
 
-Per video frame ``t``, the level is the RMS of the audio under it and half a frame either side (``WINDOW_FRAMES``),
-in dB over the speech level heard so far (so quiet and loud recordings open alike), mapped from ``FLOOR_DB`` below
-it (shut: pauses) to the speech level (1) as the ``CURVE`` power of the way. What a frame is measured against
-(``Reference``: the speech level, and the usual tilt and band energies below) is causal: taken over the frames of
-sound (over ``SILENT_DB``) up to frame ``t`` itself, within the first ``REFERENCE_S`` (then it holds), and blended
-with start values (``START_LEVEL`` and ``START_OFFSETS``, measured on speech) that give way to what was heard over
-the first ``SETTLE_S`` of sound (a level heard over the start value is taken at once: a loud voice's first words do
-not open the mouth wide, a quiet one's open it less at first). So a live stream on stdin and the same audio from a
-file make the same frames, and a long silence before the speech does not set the level. The lips also shut, at the
-frame's own resolution (its two half frames), where the sound is dull (``CLOSURE_DB``: little energy over 1 kHz) and
-either quiet (``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming (``HUM_DB``: the nasal murmur
-of m, nothing between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant there), and not hissing
-(``HISS_DB``: s, z, sh and the bursts of t and k keep the lips apart), nor faintly fricative (``FRICATION_DB``:
-the 4-8 kHz band fell less than the 1-8 kHz one, as in th, v, z, f: the lips just apart, ``AJAR_LEVEL``). A frame
-of sound just after a loud one opens at least ``AJAR_LEVEL`` (``AJAR_FRAMES``): a weak consonant does not shut the
-mouth by its quietness alone. The closing still shuts n, d, g, v and often th, l, r, z, which acoustics alone cannot
-tell from m, b, p. Over 36 s of espeak-ng sentences with phoneme times (``benchmarks/quality/bilabials.py``) the
-lips meet on 83 % of the m, 97 % of the b and all p, where loudness alone shut 3 %, 19 % and 56 %; on 46 % of the
-other consonants (25 %; 69 % before the frication and the ajar floor); 93 % of the vowels open (100 %), all o and
-u. A pure function of the audio up to the frame and the frame index (resume, chunking and streaming give the same
-pixels); no smoothing, so no lag.
+Per video frame ``t``, the level is the RMS of the audio under it and half a frame either side (``WINDOW_FRAMES``), in
+dB over the speech level heard so far (so quiet and loud recordings open alike), mapped from ``FLOOR_DB`` below it
+(shut: pauses) to the speech level (1) as the ``CURVE`` power of the way. What a frame is measured against
+(``Reference``: the speech level, and the usual tilt and band energies below) is causal: taken over the frames of sound
+(over ``SILENT_DB``) up to frame ``t`` itself, within the first ``REFERENCE_S`` (then it holds), and blended with start
+values (``START_LEVEL`` and ``START_OFFSETS``, measured on speech) that give way to what was heard over the first
+``SETTLE_S`` of sound (a level heard over the start value is taken at once: a loud voice's first words do not open the
+mouth wide, a quiet one's open it less at first). So a live stream on stdin and the same audio from a file make the same
+frames, and a long silence before the speech does not set the level. The lips also shut, at the frame's own resolution
+(its two half frames), where the sound is dull (``CLOSURE_DB``: little energy over 1 kHz) and either quiet
+(``QUIET_DB``: the closure of b and p, silent or a voice bar) or humming (``HUM_DB``: the nasal murmur of m, nothing
+between 0.5 and 1 kHz; an o or u, as dull, keeps its second formant there; a strong hum with its 4-8 kHz band far down,
+``MURMUR_*``, needs less dullness), and not hissing (``HISS_DB``: s, z, sh and the bursts of t and k keep the lips
+apart), nor faintly fricative (``FRICATION_DB``: the 4-8 kHz band fell less than the 1-8 kHz one, as in th, v, z, f: the
+lips just apart, ``AJAR_LEVEL``). A frame of sound just after a loud one opens at least ``AJAR_LEVEL``
+(``AJAR_FRAMES``): a weak consonant does not shut the mouth by its quietness alone. The closing still shuts n, d, g, v
+and often th, l, r, z, which acoustics alone cannot tell from m, b, p. Over 36 s of espeak-ng sentences with phoneme
+times (``benchmarks/quality/bilabials.py``) the lips meet on 94 % of the m, 97 % of the b and all p, where loudness
+alone shut 3 %, 19 % and 56 %; on 46 % of the other consonants (25 %; 69 % before the frication and the ajar floor);
+93 % of the vowels open (100 %), all o and u. A pure function of the audio up to the frame and the frame index (resume,
+chunking and streaming give the same pixels); no smoothing, so no lag.
 
 How round the lips are (``roundness``, 0 spread .. 1 rounded, for the warp to narrow the mouth) comes from the
 spectrum's tilt over the same window: the energy between ``HIGH_BAND`` over that in ``LOW_BAND``, in dB. Rounded
@@ -95,6 +95,13 @@ FRICATION_DB, DROP_CAP_DB = (6.5, 2.5), 50.0
 # release) no longer shuts the mouth by its quietness alone, where a real one stays a little open. With the above,
 # other consonants shut 0.54 -> 0.46 (1 frame: 0.51, 3: 0.45), m, b, p, vowels and pauses as they were.
 AJAR_LEVEL, AJAR_AFTER, AJAR_FRAMES = 0.15, 0.3, 2
+# A murmur shuts the lips at less dullness: a half frame humming by MURMUR_HUM_DB (the first: may shut; the second: in
+# full) whose HISS_BAND lies MURMUR_HUSH_DB under its usual needs only MURMUR_DULL_DB of CLOSURE_DB's fall. An m
+# between vowels keeps some of their second formant (12-13.5 dB under the usual, where CLOSURE_DB wants 16 for a
+# full closure), yet hums 20-27 dB and its hiss band lies 30-38 dB down; vowels, r and l hum less or hiss more. In
+# bilabials.py's speech m shut 30 -> 34 of 36; other consonants (62 of 134), vowels, b and p unchanged; the m the
+# same at 16-20 / 24-28 / 6-10 dB (other consonants then up to 0.49).
+MURMUR_HUM_DB, MURMUR_HUSH_DB, MURMUR_DULL_DB = (18.0, 22.0), (28.0, 32.0), (10.0, 12.0)
 
 
 class Reference(NamedTuple):
@@ -282,10 +289,18 @@ class HalfFrameEnergy:
         falls = np.minimum(np.c_[high - decibels[:, 0], hiss - decibels[:, 3]], DROP_CAP_DB)  # (n, 2)
         spread = falls[:, 0] - falls[:, 1]  # how much less the hiss band fell: > 0 where noise is left up there
         noiseless = smoothstep((FRICATION_DB[0] - spread) / (FRICATION_DB[0] - FRICATION_DB[1]))
-        closure = dull * np.maximum(hum, quiet) * hushed  # (n,)
+        humming, hushed_deep = decibels[:, 1] - decibels[:, 2], hiss - decibels[:, 3]  # (n,) dB each
+        murmur = _between(humming, MURMUR_HUM_DB) * _between(hushed_deep, MURMUR_HUSH_DB)
+        murmur = murmur * _between(high - decibels[:, 0], MURMUR_DULL_DB)  # (n,)
+        closure = np.maximum(dull * np.maximum(hum, quiet) * hushed, murmur)  # (n,)
         shut, faint = np.ones(2 * count), np.zeros(2 * count)  # silence past what was read: shut
         shut[:n], faint[:n] = closure * noiseless, closure * (1.0 - noiseless)
         return shut.reshape(count, 2).max(axis=1), faint.reshape(count, 2).max(axis=1)
+
+
+def _between(decibels: np.ndarray, span: tuple[float, float]) -> np.ndarray:
+    """0 at or under ``span[0]`` .. 1 at or over ``span[1]``, smoothly."""
+    return smoothstep((decibels - span[0]) / (span[1] - span[0]))
 
 
 def _window_sums(values: np.ndarray, first: int, count: int) -> np.ndarray:

@@ -30,7 +30,7 @@ def test_the_lips_shut_on_m_b_p_and_stay_apart_on_most_other_consonants():
         pytest.skip("libespeak-ng not installed")
     rows = bilabials.phoneme_levels(frame_levels([wave], bilabials.RATE, bilabials.FPS), phonemes)
     shut = {what: np.mean(np.array(values) <= 0.1) for what, values in rows.items()}
-    assert min(shut["m"], shut["b"], shut["p"]) >= 0.8, shut  # 0.83, 0.97, 1.00
+    assert min(shut["m"], shut["b"], shut["p"]) >= 0.9, shut  # 0.94, 0.97, 1.00 (m 0.83 without the murmur)
     assert shut["other consonants"] <= 0.5, shut  # 0.46 (shut on any dull, quiet stretch: 0.69)
     assert np.mean(np.array(rows["vowels"]) >= 0.3) >= 0.9, shut  # 0.93
     assert shut["pauses"] == 1.0
