@@ -73,7 +73,7 @@ def test_a_claim_in_a_bucket_has_one_holder_until_released_stale_or_taken_back_b
 def test_a_render_from_and_to_a_bucket_is_bit_equal_and_a_sigkill_resumes_on_another_scratch(
     s3_server, bucket, s3_env, tmp_path
 ):
-    upload_jobs(s3_server, bucket, tmp_path, [8.0])
+    upload_jobs(s3_server, bucket, tmp_path, [14.0])
     args = [
         "-i",
         f"s3://{bucket}/in/face.png",
