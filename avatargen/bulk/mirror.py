@@ -249,8 +249,9 @@ class ResumeMirror:
 
     def restore(self) -> bool:
         """Rebuild the local resume folder and partial MP4 from the bucket; False where the bucket holds none. A
-        checkpoint whose state did not reach the bucket is left out; a partial of another run than the index's is
-        not used (the run then continues from its start checkpoint)."""
+        checkpoint whose state did not reach the bucket, or left it while this read (a worker still rendering the job,
+        whose copy moved on to a newer checkpoint), is left out; a partial of another run than the index's is not
+        used (the run then continues from its start checkpoint)."""
         found = self.store.read(self.remote / INDEX)
         if found is None:
             return False
@@ -266,8 +267,8 @@ class ResumeMirror:
             )
         checkpoints = []
         for checkpoint in data.get("checkpoints", []):
-            if checkpoint.get("file") in present:
-                self.store.download(self.remote / checkpoint["file"], self.local / checkpoint["file"], "checkpoint")
+            file = checkpoint.get("file")
+            if file in present and self.store.download(self.remote / file, self.local / file, "checkpoint", True):
                 checkpoints.append(checkpoint)
         (self.local / INDEX).write_text(json.dumps({**data, "checkpoints": checkpoints}, indent=1))
         index = self.store.read(self.remote / PARTIAL_INDEX)

@@ -176,16 +176,20 @@ class Store:
         finally:
             body.close()
 
-    def download(self, url: ObjectUrl, path: Path, what: str) -> None:
-        """Copy the object to ``path`` (written under a temporary name, then moved into place)."""
+    def download(self, url: ObjectUrl, path: Path, what: str, missing_ok: bool = False) -> bool:
+        """Copy the object to ``path`` (written under a temporary name, then moved into place). Where it does not
+        exist: False if ``missing_ok`` (nothing written), else an error that names ``what``."""
         tmp = path.with_name(f".{path.name}.download")
         try:
             self.client.download_file(url.bucket, url.key, str(tmp))
         except Exception as error:  # noqa: BLE001
             tmp.unlink(missing_ok=True)
+            if missing_ok and self._code(error) in _MISSING:
+                return False
             raise self._fail(error, url, "download of", f"{what} '{url}' does not exist in the bucket; upload it or "
                              "fix the jobs row") from None  # fmt: skip
         os.replace(tmp, path)
+        return True
 
     def list(self, folder: ObjectUrl) -> Iterator[tuple[ObjectUrl, int]]:
         """Every object under ``folder`` (a key prefix), with its size, page by page."""

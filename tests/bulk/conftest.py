@@ -86,20 +86,15 @@ def store_of(s3_server: S3Server):
 def bucket_resume_point(s3_server: S3Server, output: str, scratch: Path) -> int | None:
     """The frame a render of ``output`` (an s3:// URL) resumed on another machine would continue from now: the
     bucket's copy of its resume state restored into ``scratch`` and chosen from as ``--resume`` does (None: from the
-    start; also None while the render, still running, replaces what was being read). A test waits on it instead of
-    guessing how long the copy of the video takes."""
+    start). A test waits on it instead of guessing how long the copy of the video takes."""
     from avatargen.bulk.locations import ObjectUrl
     from avatargen.bulk.mirror import ResumeMirror
-    from avatargen.errors import BadInputError
     from avatargen.io.mp4_join import salvage_part
     from avatargen.io.resume_store import ResumeStore
 
     local = scratch / Path(output).name
     mirror = ResumeMirror(store_of(s3_server), ObjectUrl.parse(output), local)
-    try:
-        if not mirror.restore():
-            return None
-    except BadInputError:  # the running render's copy deleted a checkpoint it listed a moment before: ask again
+    if not mirror.restore():  # (a checkpoint the running render's copy deletes meanwhile is left out, as on a resume)
         return None
     store = ResumeStore(local)
     store.load()

@@ -73,7 +73,7 @@ def test_a_claim_in_a_bucket_has_one_holder_until_released_stale_or_taken_back_b
 def test_a_render_from_and_to_a_bucket_is_bit_equal_and_a_sigkill_resumes_on_another_scratch(
     s3_server, bucket, s3_env, tmp_path
 ):
-    upload_jobs(s3_server, bucket, tmp_path, [8.0])
+    upload_jobs(s3_server, bucket, tmp_path, [14.0])
     args = [
         "-i",
         f"s3://{bucket}/in/face.png",
@@ -106,6 +106,37 @@ def test_a_render_from_and_to_a_bucket_is_bit_equal_and_a_sigkill_resumes_on_ano
     video = _download(s3_server, bucket, "r/v.mp4", tmp_path / "v.mp4")
     assert np.array_equal(decode_frames(video), _reference(tmp_path, "a0.wav", "v.mp4"))  # as if never stopped
     assert not list((tmp_path / "node2").rglob("*.mp4"))  # its scratch folder went with the render
+
+
+def test_a_resume_read_while_the_first_worker_still_copies_leaves_out_the_checkpoint_it_deleted(
+    s3_server, bucket, tmp_path
+):
+    """A worker taken for lost may still be rendering its job and copying its resume state to the bucket, deleting a
+    checkpoint once a newer one is up. The worker that resumes the job lists the copy, then downloads it: a checkpoint
+    gone in between is left out (the resume continues from the one still there), not an error telling the user to
+    upload a file avatargen made."""
+    from avatargen.bulk.mirror import INDEX, ResumeMirror
+
+    client, folder = s3_server.client(), "out/v.resume"
+    checkpoints = [{"file": f"state-{frames}.safetensors", "frames": frames} for frames in (30, 62)]
+    client.put_object(Bucket=bucket, Key=f"{folder}/{INDEX}", Body=json.dumps({"checkpoints": checkpoints}).encode())
+    for checkpoint in checkpoints:
+        client.put_object(Bucket=bucket, Key=f"{folder}/{checkpoint['file']}", Body=b"state")
+
+    store = store_of(s3_server)
+    listed = store.list
+
+    def list_then_the_first_worker_moves_on(where):
+        yield from list(listed(where))
+        client.delete_object(Bucket=bucket, Key=f"{folder}/state-30.safetensors")
+
+    store.list = list_then_the_first_worker_moves_on
+    mirror = ResumeMirror(store, ObjectUrl.parse(f"s3://{bucket}/out/v.mp4"), tmp_path / "v.mp4")
+    assert mirror.restore()
+    restored = json.loads((mirror.local / INDEX).read_text())
+    assert [c["frames"] for c in restored["checkpoints"]] == [62]
+    assert (mirror.local / "state-62.safetensors").read_bytes() == b"state"
+    assert not (mirror.local / "state-30.safetensors").exists()
 
 
 def test_wrong_credentials_are_one_line_and_exit_2_before_any_render(s3_server, bucket, s3_env, tmp_path):
