@@ -76,13 +76,14 @@ _DARK, _MIN_STRETCH = 0.7, 0.05
 # _SMOOTH_SPAN eye widths, in full from _SMOOTH_FULL times (a plain lid fold), fading in over _SMOOTH_EDGE eye widths
 # from the stretch's ends (no seam).
 _SMOOTH_FROM, _SMOOTH_FULL, _SMOOTH_SPAN, _SMOOTH_EDGE = 1.5, 3.0, 0.12, 0.03
-# Long lashes: dark strokes rooted in the lid's band that stand up past it (mascara'd lashes) slide down with the lid,
-# whole, where the stretch above the band drew them out into a comb of vertical streaks. Per column, if at least
-# _LASH_ROOT of the band's upper half (samples _LASH_WIDE eye widths around) is darker than _DARK of the skin, the
-# band reaches up to where under _LASH_TIP of the pixels are (the lashes' tips), at most _LASH_MAX above it, plus
-# _CEILING_GAP, where at least _LASH_RUN columns within _LASH_MIDDLE of the eye's half span (``s``) have lashes
-# standing _LASH_MIN above the band; a rim or a brow above the band stays in front (``_stretch_top``).
-_LASH_ROOT, _LASH_TIP, _LASH_WIDE, _LASH_MAX = 0.25, 0.06, 0.12, 0.25
+# Long lashes: dark strokes rooted in the lid's band that stand up past it (mascara'd lashes) were taken for a rim in
+# front, and the thin strip between them and the sliding band stretched six-fold into a comb of vertical streaks.
+# Lashes are found per column: at least _LASH_ROOT of the band's upper half (samples _LASH_WIDE eye widths around)
+# darker than _DARK of the skin, and pixels that dark (_LASH_TIP of them) standing up to _LASH_MAX above the band;
+# an eye has them where _LASH_RUN columns within _LASH_MIDDLE of its half span (``s``) stand _LASH_MIN high (a brow,
+# hair or a rim meets the band at a corner or stands apart). Their columns stretch from _LASH_HEADROOM above the tips
+# (or below what is dark there, a crease or a brow), lashes and skin alike (1.5-2x, not averaged): they follow the lid.
+_LASH_ROOT, _LASH_TIP, _LASH_WIDE, _LASH_MAX, _LASH_HEADROOM = 0.25, 0.06, 0.12, 0.25, 0.15
 _LASH_MIN, _LASH_MIDDLE, _LASH_RUN = 0.18, 0.7, 4
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
@@ -295,7 +296,8 @@ class IdleMotion:
         eyelids move points of the unmoved face, at most the sway's full reach from where they are drawn)."""
         centre, _, _, width = eye
         sway = self._amplitude * (_SWAY_X + _SWAY_Y + _ROLL_AT_EYES + _NOD)
-        reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW, _PHOTO_LIDS[0] + _LID_BAND + _LID_REACH) * width + sway + 2.0
+        photo = _PHOTO_LIDS[0] + _LID_BAND + _LID_REACH + (_LASH_MAX if self.textured_lids else 0.0)
+        reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW, photo) * width + sway + 2.0
         h, w = self._size
         x, y = float(centre[0]), float(centre[1])
         rows = slice(max(0, int(y - reach)), min(h, int(math.ceil(y + reach)) + 1))
@@ -407,8 +409,12 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
     which stretch to follow the lid (a pure function of the frame's pixels)."""
     s = np.linspace(-1.0, 1.0, _CEILING_BINS)
     band_top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND  # (bins,) as in ``_eyelids``
-    reach = band_top - _LID_REACH
-    t = band_top[None] - np.arange(_CEILING_START, _LID_REACH, _CEILING_STEP)[:, None]  # (steps, bins) going up
+    reach, up = band_top - _LID_REACH, _LID_REACH
+    if lashes is not None:  # lashed columns: skin up to _LASH_HEADROOM above the tips stretches with the lashes
+        tops = lashes.numpy().astype(np.float64)
+        lashed = tops < band_top - _MIN_STRETCH
+        reach, up = np.where(lashed, np.minimum(reach, tops - _LASH_HEADROOM), reach), _LID_REACH + _LASH_MAX
+    t = band_top[None] - np.arange(_CEILING_START, up, _CEILING_STEP)[:, None]  # (steps, bins) going up
     s = np.broadcast_to(s * _EYE_HALF_SPAN, t.shape)  # eye widths
     grey = np.array([0.299, 0.587, 0.114])
     dark = _pixels_at(frame, eye, origin, s, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
@@ -421,9 +427,8 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
     windows = np.lib.stride_tricks.sliding_window_view(padded, _CEILING_SPAN)  # (bins, span)
     lowest = np.pad(windows.max(axis=1), half, mode="edge")  # a rim seen in one column holds its neighbours too
     smooth = np.lib.stride_tricks.sliding_window_view(lowest, _CEILING_SPAN).mean(axis=1)
-    if lashes is not None:  # long lashes stretch to follow the lid (under 2x), the skin above them stays
-        tops = lashes.numpy().astype(np.float64)
-        smooth = np.where(tops < band_top - _MIN_STRETCH, np.maximum(smooth, tops), smooth)
+    if lashes is not None:  # long lashes stretch to follow the lid (1.5-2x), at least from their tips
+        smooth = np.where(lashed, np.minimum(smooth, tops), smooth)
     return torch.from_numpy(smooth.astype(np.float32))
 
 

@@ -5,8 +5,9 @@ Hopper): as they are (the astronaut smiles with her teeth showing; Grace Hopper 
 yaw warp of the head: the face mesh puts the nose tip 0.64 and 0.81 of the way between the face's sides, where a
 real face turned ~25-35 degrees reads 0.75-0.84), darkened, in grey, low in contrast, her mouth opened, small in a
 half-body picture, with a painted beard, as a sepia print taken mid-word, with long dark upper lashes (the
-astronaut at twice her size), a stylised 3-D cartoon (a synthetic face grinning open, shaded as a lit sphere), and cut by the picture's edge (must be refused: exit 2, one line); and the cartoon
-``examples/avatar_1.png`` for comparison. Each is rendered with ``--seconds`` of espeak-ng speech no model has heard
+astronaut at twice her size), a stylised 3-D cartoon (a synthetic face grinning open, shaded as a lit sphere), and
+cut by the picture's edge (must be refused: exit 2, one line); and the cartoon ``examples/avatar_1.png`` for
+comparison. Each is rendered with ``--seconds`` of espeak-ng speech no model has heard
 (pauses included; without espeak-ng, ``--audio examples/speech_1.flac``, held out from training), head motion off and blinks on (``--blinks`` a minute: blinks leave the mouth alone).
 
 Measured on every frame with dlib's 68-point landmarks (the face box found on the reference: the head does not move):

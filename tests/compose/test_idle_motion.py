@@ -136,7 +136,7 @@ def test_the_skin_stretched_between_a_shut_lid_and_a_rim_shows_no_streaks(grey: 
 def test_long_lashes_follow_the_shutting_lid_without_a_comb_of_streaks() -> None:
     """Long dark lashes stand above the lid's sliding band: the dark lashes read as a rim in front, and the thin strip
     of skin and lash roots between them and the band stretched six-fold into a comb of streaks over the shut lid (its
-    detail along the stretch 0.17-0.35 of the picture's); they now stretch to follow the lid (0.9-1.0)."""
+    detail along the stretch 0.17-0.35 of the picture's); they now stretch to follow the lid (0.99-1.12)."""
     from tests.face.photos import long_lashes
 
     photo = long_lashes()
