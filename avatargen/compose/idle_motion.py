@@ -76,6 +76,15 @@ _DARK, _MIN_STRETCH = 0.7, 0.05
 # _SMOOTH_SPAN eye widths, in full from _SMOOTH_FULL times (a plain lid fold), fading in over _SMOOTH_EDGE eye widths
 # from the stretch's ends (no seam).
 _SMOOTH_FROM, _SMOOTH_FULL, _SMOOTH_SPAN, _SMOOTH_EDGE = 1.5, 3.0, 0.12, 0.03
+# Long lashes: dark strokes rooted in the lid's band that stand up past it (mascara'd lashes) were taken for a rim in
+# front, and the thin strip between them and the sliding band stretched six-fold into a comb of vertical streaks.
+# Lashes are found per column: at least _LASH_ROOT of the band's upper half (samples _LASH_WIDE eye widths around)
+# darker than _DARK of the skin, and pixels that dark (_LASH_TIP of them) standing up to _LASH_MAX above the band;
+# an eye has them where _LASH_RUN columns within _LASH_MIDDLE of its half span (``s``) stand _LASH_MIN high (a brow,
+# hair or a rim meets the band at a corner or stands apart). Their columns stretch from _LASH_HEADROOM above the tips
+# (or below what is dark there, a crease or a brow), lashes and skin alike (1.5-2x, not averaged): they follow the lid.
+_LASH_ROOT, _LASH_TIP, _LASH_WIDE, _LASH_MAX, _LASH_HEADROOM = 0.25, 0.06, 0.12, 0.25, 0.15
+_LASH_MIN, _LASH_MIDDLE, _LASH_RUN = 0.18, 0.7, 4
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
 _SKIN_TOLERANCE = 16.0  # grey levels from it a lid's pixel may differ in full; twice that: the cheek's colour
@@ -287,7 +296,8 @@ class IdleMotion:
         eyelids move points of the unmoved face, at most the sway's full reach from where they are drawn)."""
         centre, _, _, width = eye
         sway = self._amplitude * (_SWAY_X + _SWAY_Y + _ROLL_AT_EYES + _NOD)
-        reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW, _PHOTO_LIDS[0] + _LID_BAND + _LID_REACH) * width + sway + 2.0
+        photo = _PHOTO_LIDS[0] + _LID_BAND + _LID_REACH + (_LASH_MAX if self.textured_lids else 0.0)
+        reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW, photo) * width + sway + 2.0
         h, w = self._size
         x, y = float(centre[0]), float(centre[1])
         rows = slice(max(0, int(y - reach)), min(h, int(math.ceil(y + reach)) + 1))
@@ -317,8 +327,12 @@ class IdleMotion:
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
                 skin = _cheek_colour(frame, eye, self._origin.numpy())
-                stretch_top = _stretch_top(frame, eye, self._origin.numpy(), skin) if self.textured_lids else None
-                points[rows, cols], covered, lash, smooth = _eyelids(points[rows, cols], eye, closure, stretch_top)
+                lashes = stretch_top = None
+                if self.textured_lids:
+                    lashes = _lash_tops(frame, eye, self._origin.numpy(), skin)
+                    stretch_top = _stretch_top(frame, eye, self._origin.numpy(), skin, lashes)
+                points[rows, cols], covered, lash, smooth = _eyelids(points[rows, cols], eye, closure, stretch_top,
+                                                                     lashes)  # fmt: skip
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
                     span = 2 * int(round(0.5 * _SMOOTH_SPAN * eye.width)) + 1  # odd: centred
                     lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3),
@@ -328,8 +342,8 @@ class IdleMotion:
         return points, lids
 
 
-def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
-             stretch_top: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.Tensor | None = None,
+             lashes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
     lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); the darkening (h, w) of the lash
     line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none);
@@ -337,7 +351,8 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
 
     ``stretch_top`` (a photograph; see ``_stretch_top``): the upper lid, ``_LID_BAND`` above its edge, slides down
     whole (its creases, lashes and skin keep their detail, where stretching the thin band of skin above the eye over it
-    left a smooth patch), and the skin above it, from ``stretch_top``, stretches to follow."""
+    left a smooth patch), and the skin above it, from ``stretch_top``, stretches to follow. ``lashes`` (see
+    ``_lash_tops``; None: none): where long lashes stand above the band, not averaged across the eye."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
@@ -364,6 +379,8 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
         stretch = (moved_top - top) / (band_top - top).clamp_min(1e-6)  # (h, w) output per source length
         ends = smoothstep((t - top) / _SMOOTH_EDGE) * smoothstep((moved_top - t) / _SMOOTH_EDGE)
         smooth = above * ends * ((stretch - _SMOOTH_FROM) / (_SMOOTH_FULL - _SMOOTH_FROM)).clamp(0.0, 1.0)
+        if lashes is not None:  # lashes stretched under 2x stay strokes: averaged, they smeared
+            smooth = smooth * (lashes[column] >= band_top - _MIN_STRETCH)
     else:
         above = (t >= top) & (t <= upper_now)  # skin stretched down over the eye
         source = torch.where(above, top + (t - top) * (upper - top) / (upper_now - top), source)
@@ -384,17 +401,25 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float,
     return points + shift[..., None] * down, covered, lash, smooth
 
 
-def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> torch.Tensor:
+def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor,
+                 lashes: torch.Tensor | None = None) -> torch.Tensor:
     """(_CEILING_BINS,) per column across one eye (s from -1 to 1), where the skin stretched over the closing lid
     starts (t, eye widths, down positive): ``_LID_REACH`` above the lid's band, or lower, below anything there darker
-    than the ``skin`` (a brow, a glasses rim), which stays in front (a pure function of the frame's pixels)."""
+    than the ``skin`` (a brow, a glasses rim), which stays in front, or at the tips of ``lashes`` (``_lash_tops``),
+    which stretch to follow the lid (a pure function of the frame's pixels)."""
     s = np.linspace(-1.0, 1.0, _CEILING_BINS)
     band_top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND  # (bins,) as in ``_eyelids``
-    reach = band_top - _LID_REACH
-    t = band_top[None] - np.arange(_CEILING_START, _LID_REACH, _CEILING_STEP)[:, None]  # (steps, bins) going up
+    reach, up = band_top - _LID_REACH, _LID_REACH
+    if lashes is not None:  # lashed columns: skin up to _LASH_HEADROOM above the tips stretches with the lashes
+        tops = lashes.numpy().astype(np.float64)
+        lashed = tops < band_top - _MIN_STRETCH
+        reach, up = np.where(lashed, np.minimum(reach, tops - _LASH_HEADROOM), reach), _LID_REACH + _LASH_MAX
+    t = band_top[None] - np.arange(_CEILING_START, up, _CEILING_STEP)[:, None]  # (steps, bins) going up
     s = np.broadcast_to(s * _EYE_HALF_SPAN, t.shape)  # eye widths
     grey = np.array([0.299, 0.587, 0.114])
     dark = _pixels_at(frame, eye, origin, s, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
+    if lashes is not None:  # the lashes slide with the lid; dark above them stays in front
+        dark &= t < lashes.numpy()[None]
     first = dark.argmax(axis=0)  # (bins,) the first dark step going up (0 where there is none: masked next)
     top = np.where(dark.any(axis=0), np.maximum(reach, t[first, np.arange(_CEILING_BINS)] + _CEILING_GAP), reach)
     half = _CEILING_SPAN // 2
@@ -402,7 +427,41 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
     windows = np.lib.stride_tricks.sliding_window_view(padded, _CEILING_SPAN)  # (bins, span)
     lowest = np.pad(windows.max(axis=1), half, mode="edge")  # a rim seen in one column holds its neighbours too
     smooth = np.lib.stride_tricks.sliding_window_view(lowest, _CEILING_SPAN).mean(axis=1)
+    if lashes is not None:  # long lashes stretch to follow the lid (1.5-2x), at least from their tips
+        smooth = np.where(lashed, np.minimum(smooth, tops), smooth)
     return torch.from_numpy(smooth.astype(np.float32))
+
+
+def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> torch.Tensor | None:
+    """(_CEILING_BINS,) per column across one eye, how far up (t, eye widths, down positive) long dark lashes rooted
+    in the lid's band stand, ``_CEILING_GAP`` above their tips (the band's top where there are none); None where no
+    column has any (a pure function of the frame's pixels)."""
+    fine = 8  # samples per bin across the eye
+    s = np.linspace(-1.0, 1.0, _CEILING_BINS * fine)
+    band_top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND  # (samples,) as in ``_eyelids``
+    rise = np.arange(-0.5 * _LID_BAND, _LASH_MAX + _CEILING_STEP / 2, _CEILING_STEP / 2)  # going up from band_top
+    t = band_top[None] - rise[:, None]  # (rows, samples)
+    grey = np.array([0.299, 0.587, 0.114])
+    s_eye = np.broadcast_to(s * _EYE_HALF_SPAN, t.shape)
+    dark = _pixels_at(frame, eye, origin, s_eye, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
+    wide = max(1, int(round(_LASH_WIDE / (2.0 * _EYE_HALF_SPAN / (s.size - 1)))))  # samples across the window
+    kernel = np.ones(wide) / wide
+    share = np.stack([np.convolve(row, kernel, mode="same") for row in dark.astype(np.float64)])  # (rows, samples)
+    share = share[:, fine // 2 :: fine]  # (rows, bins) at the bins' centres
+    rooted = share[rise <= 0.0].mean(axis=0) >= _LASH_ROOT  # (bins,)
+    above = share[rise > 0.0] >= _LASH_TIP  # (rows above the band, bins)
+    length = np.where(above.all(axis=0), above.shape[0], above.argmin(axis=0)) * (_CEILING_STEP / 2)  # eye widths
+    # Long lashes stand along the middle of the lid, in a run of columns (a brow or hair meets the band at a corner,
+    # a rim or a crease's shadow stands less high); once an eye has them, they are drawn along its whole lid.
+    tall = np.r_[0, (rooted & (length >= _LASH_MIN) & (np.abs(s[fine // 2 :: fine]) <= _LASH_MIDDLE)).astype(int), 0]
+    starts, ends = np.flatnonzero(np.diff(tall) == 1), np.flatnonzero(np.diff(tall) == -1)
+    if not np.any(ends - starts >= _LASH_RUN):
+        return None
+    height = np.where(rooted & (length > 0), length + _CEILING_GAP, 0.0)
+    height = np.lib.stride_tricks.sliding_window_view(np.pad(height, 1, mode="edge"), 3).max(axis=1)  # no notches
+    s = np.linspace(-1.0, 1.0, _CEILING_BINS)
+    top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND - height  # (bins,)
+    return torch.from_numpy(top.astype(np.float32))
 
 
 def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:

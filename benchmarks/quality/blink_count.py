@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 FPS = 25
-PHOTOS = "astronaut,grace_hopper,turned_30,grace_turned,dark,grey,low_contrast,open_mouth,small,bearded,sepia_open"
+PHOTOS = ("astronaut,grace_hopper,turned_30,grace_turned,dark,grey,low_contrast,open_mouth,small,bearded,sepia_open,"
+          "long_lashes")
 
 
 def count(name: str, picture: np.ndarray, seconds: int, folder: Path) -> tuple[int, int, int]:

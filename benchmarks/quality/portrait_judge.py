@@ -4,9 +4,10 @@ Photos (``portraits()``), made from the real portraits that ship offline (skimag
 Hopper): as they are (the astronaut smiles with her teeth showing; Grace Hopper wears glasses), turned (a cylinder
 yaw warp of the head: the face mesh puts the nose tip 0.64 and 0.81 of the way between the face's sides, where a
 real face turned ~25-35 degrees reads 0.75-0.84), darkened, in grey, low in contrast, her mouth opened, small in a
-half-body picture, with a painted beard, as a sepia print taken mid-word, a stylised 3-D cartoon (a synthetic face
-grinning open, shaded as a lit sphere), and cut by the picture's edge (must be refused: exit 2, one line); and the cartoon
-``examples/avatar_1.png`` for comparison. Each is rendered with ``--seconds`` of espeak-ng speech no model has heard
+half-body picture, with a painted beard, as a sepia print taken mid-word, with long dark upper lashes (the
+astronaut at twice her size), a stylised 3-D cartoon (a synthetic face grinning open, shaded as a lit sphere), and
+cut by the picture's edge (must be refused: exit 2, one line); and the cartoon ``examples/avatar_1.png`` for
+comparison. Each is rendered with ``--seconds`` of espeak-ng speech no model has heard
 (pauses included; without espeak-ng, ``--audio examples/speech_1.flac``, held out from training), head motion off and blinks on (``--blinks`` a minute: blinks leave the mouth alone).
 
 Measured on every frame with dlib's 68-point landmarks (the face box found on the reference: the head does not move):
@@ -61,8 +62,8 @@ from avatargen.eval.video import iter_frames, probe_video  # noqa: E402
 from avatargen.face.detector import face_model_folder  # noqa: E402
 from avatargen.io.image import save_png  # noqa: E402
 from tests.eval.clips import astronaut, grace_hopper  # noqa: E402
-from tests.face.photos import (ASTRONAUT_FACE, bearded, half_body, opened_mouth, sepia, stylised_3d,  # noqa: E402
-                               yawed)
+from tests.face.photos import (ASTRONAUT_FACE, bearded, half_body, long_lashes, opened_mouth, sepia,  # noqa: E402
+                               stylised_3d, yawed)
 
 SPEECH_SEED = 48_048  # speech no model has heard
 FPS, SAMPLE_RATE = 25, 16000
@@ -91,6 +92,7 @@ def portraits() -> dict[str, np.ndarray]:
         "small": half_body(0.5),
         "bearded": bearded(),  # Grace Hopper with a painted full beard
         "sepia_open": sepia(opened_mouth(grace, 14.0)),  # a sepia print taken mid-word
+        "long_lashes": long_lashes(),  # the astronaut at twice her size with long mascara'd upper lashes drawn on
         "stylised": stylised_3d(),  # a synthetic face grinning open, shaded as a lit 3-D sphere
         "edge_cut": edge,
         "cartoon": np.asarray(Image.open(ROOT / "examples/avatar_1.png").convert("RGB")),

@@ -133,6 +133,27 @@ def test_the_skin_stretched_between_a_shut_lid_and_a_rim_shows_no_streaks(grey: 
                                                                                  across_over_along(_grey(photo)))
 
 
+def test_long_lashes_follow_the_shutting_lid_without_a_comb_of_streaks() -> None:
+    """Long dark lashes stand above the lid's sliding band: the dark lashes read as a rim in front, and the thin strip
+    of skin and lash roots between them and the band stretched six-fold into a comb of streaks over the shut lid (its
+    detail along the stretch 0.17-0.35 of the picture's); they now stretch to follow the lid (0.99-1.12)."""
+    from tests.face.photos import long_lashes
+
+    photo = long_lashes()
+    layout = FaceLayout.from_face(shared_detector().find(photo))
+    motion = IdleMotion(layout, photo.shape[:2], FPS, SEED, IdleMotionSettings(head_motion=False), textured_lids=True)
+    shut = _grey(motion.warp(photo, max(range(FPS * 10), key=motion.eye_closure)))
+    for corners in (layout.points[0:2], layout.points[2:4]):
+        (x, y), width = corners.mean(axis=0), float(np.linalg.norm(corners[0] - corners[1]))
+        rows = slice(int(y - 0.35 * width), int(y - 0.1 * width))  # over the shut lid, below where the lashes stood
+        cols = slice(int(x - 0.4 * width), int(x + 0.4 * width))
+
+        def along(image: np.ndarray) -> float:  # detail down the columns: a streak has none
+            return float(np.abs(np.diff(image[rows, cols], axis=0)).mean())
+
+        assert along(shut) > 0.6 * along(_grey(photo)), (along(shut), along(_grey(photo)))
+
+
 def _grey(rgb: np.ndarray) -> np.ndarray:
     return rgb.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
 

@@ -168,6 +168,53 @@ def sepia(picture: np.ndarray, tint: tuple[float, float, float] = (1.12, 0.97, 0
     return np.clip(grey[..., None] * np.array(tint), 0, 255).astype(np.uint8)
 
 
+def long_lashes(seed: int = 0) -> np.ndarray:
+    """(512, 512, 3): the astronaut's face at twice her size (her eyes 34 px wide) wearing long mascara'd upper
+    lashes: along each upper lid (dlib's 68 landmarks), ~56 thin dark strokes that taper and curl upward, fanning
+    out towards the outer corner, up to half an eye width past the lid, over a dark lash line."""
+    import dlib
+
+    from avatargen.face.detector import face_model_folder
+
+    x, y = ASTRONAUT_FACE
+    picture = Image.fromarray(astronaut()).crop((x - 128, y - 128, x + 128, y + 128))
+    picture = np.asarray(picture.resize((512, 512), Image.Resampling.LANCZOS))
+    predictor = dlib.shape_predictor(str(face_model_folder() / "shape_predictor_68_face_landmarks.dat"))
+    box = dlib.get_frontal_face_detector()(picture, 1)[0]
+    points = np.array([(p.x, p.y) for p in predictor(picture, box).parts()], np.float64)  # (68, 2)
+    scale = 4  # strokes drawn at 4x, then shrunk: sub-pixel tips
+    mask = Image.new("L", (512 * scale, 512 * scale), 0)
+    draw = ImageDraw.Draw(mask)
+    rng = np.random.default_rng(seed)
+    for lid in (points[[36, 37, 38, 39]], points[[45, 44, 43, 42]]):  # outer corner first
+        width = float(np.linalg.norm(lid[-1] - lid[0]))
+        # The lid's margin: a smooth curve through its four points (outer corner at p = 0, inner at p = 1).
+        knots = np.r_[0.0, np.cumsum(np.linalg.norm(np.diff(lid, axis=0), axis=1))] / width
+        fit = [np.polyfit(knots, lid[:, k], 2) for k in (0, 1)]
+        margin = lambda p: np.array([np.polyval(fit[0], p), np.polyval(fit[1], p)])  # noqa: E731
+        ends = knots[-1]
+        along = (lid[0] - lid[-1]) / width  # towards the outer corner
+        normal = np.array([along[1], -along[0]]) * (1.0 if along[0] > 0 else -1.0)  # up the face, square to the eye
+        line = [tuple(scale * margin(p)) for p in np.linspace(0.0, ends, 40)]
+        draw.line(line, fill=235, width=round(0.05 * width * scale), joint="curve")  # the dark lash line
+        for p in np.sort(rng.uniform(0.02, 0.97, 56)) * ends:
+            base = margin(p)
+            share = 1.0 - p / ends  # 1 at the outer corner
+            lean = np.radians(-5.0 + 60.0 * share + rng.normal(0.0, 6.0))  # fanning out to the outer corner
+            length = width * (0.22 + 0.26 * np.sin(np.pi * min(1.0, 0.1 + 0.75 * share)) + rng.normal(0.0, 0.04))
+            curl = np.radians(25.0 + rng.normal(0.0, 6.0))  # the tip turns further up and out
+            steps = np.linspace(0.0, 1.0, 12)
+            angle = lean + curl * steps**1.5
+            heading = np.cos(angle)[:, None] * normal + np.sin(angle)[:, None] * along  # (12, 2)
+            path = base + np.cumsum(heading, axis=0) * (length / len(steps))
+            for k in range(len(steps) - 1):
+                thick = max(1, round(scale * 0.032 * width * (1.0 - steps[k]) ** 0.7))
+                draw.line([tuple(scale * path[k]), tuple(scale * path[k + 1])], fill=255, width=thick)
+    alpha = np.asarray(mask.resize((512, 512), Image.Resampling.BOX), np.float64)[..., None] / 255.0 * 0.92
+    lash = np.array([22.0, 14.0, 12.0])
+    return np.clip(picture * (1.0 - alpha) + lash * alpha, 0, 255).astype(np.uint8)
+
+
 # The pictures the compositor must handle, by name (benchmarks/quality/lip_contours.py renders each).
 TEST_PHOTOS = {
     "astronaut": astronaut,
