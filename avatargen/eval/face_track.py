@@ -10,10 +10,13 @@ pose, scale or framing. In that chip (fractions of its side, measured on real an
   generator's ground truth it follows the true opening with correlation 0.98 (avatars 1 and 3) and 0.54 (avatar 2,
   dark lips on dark skin).
 - eyes: ``EYE_BOXES``; openness the same spread (iris, white, lashes vs. a closed lid of skin); and the *eyes'
-  dark*: the 10th percentile of gray levels in the middle of each eye (``EYE_MIDDLES``), as a share of the way
+  dark*: the 10th percentile of gray levels in the middle of the eyes (``EYE_MIDDLES``), as a share of the way
   between the chip's 1st and 99th percentiles: the pupil and iris, which a shut lid covers (it rises by 0.14-0.21
   of that range in a photograph's blink, where the spread of an eye behind glasses, its rims and wrinkles kept,
-  drops by 3-8 %); and in the same boxes a little higher (``EYE_UPPER_MIDDLES``), where a turned face's are.
+  drops by 3-8 %). It is read in ``DARK_BANDS``: both eyes' middles together (the least noise: a hazy print's
+  rise is faint), and the same a little higher (``EYE_UPPER_MIDDLES``), where the chip puts a turned face's eyes;
+  and each eye's middle alone, raised 0, 0.03 and 0.06, where the other eye's band holds a dark that no lid covers
+  (the far eye of a face turned behind glasses: the rim's black), which sets the pair's percentile.
 - sharpness: variance of the Laplacian of the gray chip (gray levels^2): fine detail, scale-free because every
   face is resampled to the same chip.
 
@@ -35,6 +38,11 @@ EYE_MIDDLES = ((0.22, 0.28, 0.36, 0.37), (0.64, 0.28, 0.78, 0.37))  # the middle
 # ... and the same a little higher: where the chip puts the eyes of a face turned ~30 degrees (its five landmarks
 # align it less well), whose shut lid's lash line lies across the middle band
 EYE_UPPER_MIDDLES = tuple((x0, y0 - 0.06, x1, y1 - 0.06) for x0, y0, x1, y1 in EYE_MIDDLES)
+# Where the eyes' dark is read: each entry a band of boxes whose pixels make one 10th percentile (module docstring).
+# Each eye alone at three heights: as the head sways, a turned face's near pupil moves between the two above (at
+# those two alone, 8 of the turned Grace Hopper's 9 blinks over 20 s were counted; with the one between, 9).
+DARK_BANDS = (EYE_MIDDLES, EYE_UPPER_MIDDLES) + tuple(((x0, y0 - raised, x1, y1 - raised),)
+                                                      for raised in (0.0, 0.03, 0.06) for x0, y0, x1, y1 in EYE_MIDDLES)
 _GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 
 
@@ -48,22 +56,23 @@ class FaceTrack:
     spread: list[float] = field(default_factory=list)  # ``Face.spread``, video pixels
     mouth: list[float] = field(default_factory=list)
     eyes: list[float] = field(default_factory=list)
-    eye_dark: list[tuple[float, float]] = field(default_factory=list)
+    eye_dark: list[tuple[float, ...]] = field(default_factory=list)  # one per ``DARK_BANDS``
     sharpness: list[float] = field(default_factory=list)
     mouth_box: list[tuple[float, float, float, float]] = field(default_factory=list)  # in video pixels
     embeddings: dict[int, np.ndarray] = field(default_factory=dict)  # frame index -> (128,), every few frames
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The per-frame lists as arrays: centre and eye_dark (T, 2), the rest (T,)."""
+        """The per-frame lists as arrays: centre (T, 2), eye_dark (T, len(DARK_BANDS)), the rest (T,)."""
         return {"detected": np.asarray(self.detected, bool), "centre": np.asarray(self.centre, float).reshape(-1, 2),
                 "width": np.asarray(self.width, float), "spread": np.asarray(self.spread, float),
                 "mouth": np.asarray(self.mouth, float), "eyes": np.asarray(self.eyes, float),
-                "eye_dark": np.asarray(self.eye_dark, float).reshape(-1, 2), "sharpness": np.asarray(self.sharpness, float)}
+                "eye_dark": np.asarray(self.eye_dark, float).reshape(-1, len(DARK_BANDS)),
+                "sharpness": np.asarray(self.sharpness, float)}
 
 
-def chip_measures(chip: np.ndarray) -> tuple[float, float, float, tuple[float, float]]:
-    """(mouth opening, eye openness, sharpness, eyes' dark in ``EYE_MIDDLES`` and ``EYE_UPPER_MIDDLES``) of one
-    (S, S, 3) uint8 face chip (module docstring)."""
+def chip_measures(chip: np.ndarray) -> tuple[float, float, float, tuple[float, ...]]:
+    """(mouth opening, eye openness, sharpness, eyes' dark in each of ``DARK_BANDS``) of one (S, S, 3) uint8 face
+    chip (module docstring)."""
     gray = chip.astype(np.float32) @ _GRAY  # (S, S)
     level = float(np.median(gray)) + 1.0
     mouth = float(_region(gray, MOUTH_BOX).std()) / level
@@ -71,7 +80,7 @@ def chip_measures(chip: np.ndarray) -> tuple[float, float, float, tuple[float, f
     laplacian = gray[1:-1, :-2] + gray[1:-1, 2:] + gray[:-2, 1:-1] + gray[2:, 1:-1] - 4.0 * gray[1:-1, 1:-1]
     low, high = np.percentile(gray, [1, 99])  # the chip's range: a hazy, low-contrast face's blink rises as much
     dark = tuple((float(np.percentile(np.concatenate([_region(gray, box).ravel() for box in boxes]), 10)) - low)
-                 / max(float(high - low), 1.0) for boxes in (EYE_MIDDLES, EYE_UPPER_MIDDLES))
+                 / max(float(high - low), 1.0) for boxes in DARK_BANDS)
     return mouth, eyes, float(laplacian.var()), dark
 
 
@@ -83,7 +92,7 @@ class TrackedFace:
     mouth: float
     eyes: float
     sharpness: float
-    eye_dark: tuple[float, float]
+    eye_dark: tuple[float, ...]  # one per ``DARK_BANDS``
 
     @property
     def mouth_box(self) -> tuple[float, float, float, float]:
@@ -123,7 +132,7 @@ class FaceTracker:
             t.centre.append((np.nan, np.nan))
             for values in (t.width, t.spread, t.mouth, t.eyes, t.sharpness):
                 values.append(np.nan)
-            t.eye_dark.append((np.nan, np.nan))
+            t.eye_dark.append((np.nan,) * len(DARK_BANDS))
             t.mouth_box.append((np.nan,) * 4)
             return None
         face = tracked.face
