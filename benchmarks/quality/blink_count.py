@@ -1,13 +1,14 @@
 """Are a photograph's blinks counted? ``avatargen eval``'s blink measure (avatargen/eval/blinks.py) over the blinks
 the idle motion draws, on the portrait judge's photos (benchmarks/quality/portrait_judge.py's ``portraits``).
 
-    python benchmarks/quality/blink_count.py [--tree OLD] [--photos low_contrast,astronaut] [--seconds 20]
+    python benchmarks/quality/blink_count.py [--photos low_contrast,astronaut] [--seconds 20]
 
 Each photo is composited for ``--seconds`` with the default idle motion (head swaying) at 30 blinks a minute, its
 mouth shut (the compositor without the model: no audio), and every frame goes through the eval's face tracker, as
 ``avatargen eval`` reads a video (without its encoding). Prints per photo the blinks drawn (runs of frames whose
 lids are more than half shut), those counted, and those counted from the eye openness alone (no eyes' dark).
-About a minute a photo on the 2-core machine.
+About a minute a photo on the 2-core machine. It measures the checkout it lives in (the portrait judge's photos
+import it): to compare another, run that checkout's copy of this script.
 """
 
 from __future__ import annotations
@@ -52,18 +53,16 @@ def count(name: str, picture: np.ndarray, seconds: int, folder: Path) -> tuple[i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[2])
     parser.add_argument("--photos", default=PHOTOS, help="comma-separated names from portrait_judge.portraits()")
     parser.add_argument("--seconds", type=int, default=20)
     args = parser.parse_args()
-    sys.path.insert(0, str(args.tree))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
     from portrait_judge import portraits
 
     torch.set_num_threads(1)
     photos = portraits()
-    print(f"# {args.tree} {args.seconds} s a photo, 30 blinks a minute, head swaying\n")
+    print(f"# {Path(__file__).resolve().parents[2]} {args.seconds} s a photo, 30 blinks a minute, head swaying\n")
     print("| photo | drawn | counted | openness alone |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
