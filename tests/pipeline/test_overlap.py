@@ -3,6 +3,10 @@ generate, and a user sees the same video, the same errors and the same resume po
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -21,7 +25,7 @@ from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.overlap import EmitThread, split_threads
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import checkpoint_grid
-from tests.conftest import FrameList, REPO
+from tests.conftest import FrameList, REPO, write_face_png, write_speechlike_wav
 
 CPU = torch.device("cpu")
 
@@ -111,3 +115,45 @@ def test_a_sink_failing_on_the_emitting_thread_stops_the_render_with_its_error(s
     assert len(sink.threads) == 3  # nothing reached the sink after the failing batch
     assert not [t for t in threading.enumerate() if t.name == "avatargen-emit"]
     assert torch.get_num_threads() == 2
+
+
+def test_a_render_keeps_its_threads_and_overlap_while_its_models_load_on_a_worker(tmp_path) -> None:
+    """The models load on a worker thread beside the main thread's work on the picture; the worker's probes set torch's
+    threads to 1 while they time a core, and a thread's first read of its count is torch's process-wide one. A main
+    thread that first read it in that window rendered on one thread with no overlapped emission (RTF 0.50 against
+    0.30 on a cartoon). Here the worker sets 1 and keeps it, and the main thread reads only after it did: a fresh
+    process, as the CLI starts one."""
+    write_face_png(tmp_path / "face.png")
+    write_speechlike_wav(tmp_path / "speech.wav", 1.0)
+    script = f"""
+import json, threading, torch
+from pathlib import Path
+found = []  # torch's own count for this process, read on a thread of its own: this one has not read it yet
+reader = threading.Thread(target=lambda: found.append(torch.get_num_threads()))
+reader.start(), reader.join()
+threads = found[0]
+import avatargen.render.session as session
+from avatargen.config.loader import load_config
+from avatargen.render import RenderRequest, render
+
+loaded, early, read = threading.Event(), session.load_models_early, session.open_picture
+def load_models_early(*args):
+    torch.set_num_threads(1)  # as a probe does, held
+    loaded.set()
+    early(*args)
+def open_picture(*args, **kwargs):
+    loaded.wait(60)
+    return read(*args, **kwargs)
+session.load_models_early, session.open_picture = load_models_early, open_picture
+folder = Path({str(tmp_path)!r})
+stats = render(RenderRequest(image=folder / "face.png", audio=folder / "speech.wav", output=folder / "out.mp4"),
+               load_config(["model.weights=random"]), warn=lambda m: None)
+print(json.dumps({{"overlap": stats["overlap"], "kept": torch.get_num_threads() == threads, "threads": threads}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if report["threads"] < 2:
+        pytest.skip("overlapped emission needs torch on two threads or more")
+    assert report["overlap"] and report["kept"], report
