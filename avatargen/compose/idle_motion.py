@@ -408,16 +408,14 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
     than the ``skin`` (a brow, a glasses rim), which stays in front, or at the tips of ``lashes`` (``_lash_tops``),
     which stretch to follow the lid (a pure function of the frame's pixels)."""
     s = np.linspace(-1.0, 1.0, _CEILING_BINS)
-    band_top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND  # (bins,) as in ``_eyelids``
+    band_top = _band_top(s)  # (bins,)
     reach, up = band_top - _LID_REACH, _LID_REACH
     if lashes is not None:  # lashed columns: skin up to _LASH_HEADROOM above the tips stretches with the lashes
         tops = lashes.numpy().astype(np.float64)
         lashed = tops < band_top - _MIN_STRETCH
         reach, up = np.where(lashed, np.minimum(reach, tops - _LASH_HEADROOM), reach), _LID_REACH + _LASH_MAX
     t = band_top[None] - np.arange(_CEILING_START, up, _CEILING_STEP)[:, None]  # (steps, bins) going up
-    s = np.broadcast_to(s * _EYE_HALF_SPAN, t.shape)  # eye widths
-    grey = np.array([0.299, 0.587, 0.114])
-    dark = _pixels_at(frame, eye, origin, s, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
+    dark = _darker_than_skin(frame, eye, origin, np.broadcast_to(s * _EYE_HALF_SPAN, t.shape), t, skin)
     if lashes is not None:  # the lashes slide with the lid; dark above them stays in front
         dark &= t < lashes.numpy()[None]
     first = dark.argmax(axis=0)  # (bins,) the first dark step going up (0 where there is none: masked next)
@@ -438,12 +436,10 @@ def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tens
     column has any (a pure function of the frame's pixels)."""
     fine = 8  # samples per bin across the eye
     s = np.linspace(-1.0, 1.0, _CEILING_BINS * fine)
-    band_top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND  # (samples,) as in ``_eyelids``
+    band_top = _band_top(s)  # (samples,)
     rise = np.arange(-0.5 * _LID_BAND, _LASH_MAX + _CEILING_STEP / 2, _CEILING_STEP / 2)  # going up from band_top
     t = band_top[None] - rise[:, None]  # (rows, samples)
-    grey = np.array([0.299, 0.587, 0.114])
-    s_eye = np.broadcast_to(s * _EYE_HALF_SPAN, t.shape)
-    dark = _pixels_at(frame, eye, origin, s_eye, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
+    dark = _darker_than_skin(frame, eye, origin, np.broadcast_to(s * _EYE_HALF_SPAN, t.shape), t, skin)
     wide = max(1, int(round(_LASH_WIDE / (2.0 * _EYE_HALF_SPAN / (s.size - 1)))))  # samples across the window
     kernel = np.ones(wide) / wide
     share = np.stack([np.convolve(row, kernel, mode="same") for row in dark.astype(np.float64)])  # (rows, samples)
@@ -459,9 +455,22 @@ def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tens
         return None
     height = np.where(rooted & (length > 0), length + _CEILING_GAP, 0.0)
     height = np.lib.stride_tricks.sliding_window_view(np.pad(height, 1, mode="edge"), 3).max(axis=1)  # no notches
-    s = np.linspace(-1.0, 1.0, _CEILING_BINS)
-    top = -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND - height  # (bins,)
+    top = _band_top(np.linspace(-1.0, 1.0, _CEILING_BINS)) - height  # (bins,)
     return torch.from_numpy(top.astype(np.float32))
+
+
+def _band_top(s: np.ndarray) -> np.ndarray:
+    """The top of a photograph's sliding lid band (t, eye widths, down positive) at ``s`` across the eye, as in
+    ``_eyelids``."""
+    return -_PHOTO_LIDS[0] * np.cos(0.5 * np.pi * s) ** 0.5 - _LID_BAND
+
+
+def _darker_than_skin(frame: np.ndarray, eye: Eye, origin: np.ndarray, s: np.ndarray, t: np.ndarray,
+                      skin: torch.Tensor) -> np.ndarray:  # fmt: skip
+    """Whether ``frame``'s pixels at ``s`` (eye widths along) and ``t`` (across) are darker than ``_DARK`` of the
+    ``skin``'s grey (a brow, a rim, lashes)."""
+    grey = np.array([0.299, 0.587, 0.114])
+    return _pixels_at(frame, eye, origin, s, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
 
 
 def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:

@@ -157,7 +157,7 @@ def load_models_early(config: Config, family: FamilyEngine) -> None:
         parallel = solo_parallel(config, family.splittable_work(config))
         if parallel is None:
             return
-        if config.runtime.threads:  # as start_runtime sets them: the precision probes time with these
+        if config.runtime.threads:  # as run() set them on its thread: the precision probes time with these
             torch.set_num_threads(config.runtime.threads)
         place_models(config, family, resolve_device(config), parallel)
     except Exception:  # noqa: BLE001 - raised again, in order, when build_pipeline builds them
@@ -277,15 +277,14 @@ class RenderSession:
         self.opened = OpenedInputs(opened.reference, compositor, audio, inputs, speech if fed else None)
 
     def start_runtime(self) -> None:
-        """Threads, the device, and this process's place among torchrun's ranks (alone, or one rank of a render)."""
+        """The device, and this process's place among torchrun's ranks (alone, or one rank of a render); the threads
+        were set at the start of ``run``."""
         config = self.config
         if config.model.weights == WeightsSource.random:
             self.warn(Note(RANDOM_WEIGHTS, "note: model.weights=random: untrained weights, the video is noise (for tests "
                            "and benchmarks only)"))  # fmt: skip
         else:
             self.weights = str(resolve_checkpoint(config, self.family.shipped_checkpoints))
-        if config.runtime.threads:
-            torch.set_num_threads(config.runtime.threads)
         self.device = resolve_device(config)
         self.parallel = start_parallel(config, self.device, self.family.splittable_work(config))
         if self.streamed_audio and self.parallel.world.world_size > 1:

@@ -149,8 +149,12 @@ def mouth_box(points: np.ndarray, shape: tuple[int, int]) -> tuple[int, int, int
 def dark_area(rgb: np.ndarray, box: tuple[int, int, int, int], threshold: float) -> float:
     """The share of ``box``'s pixels whose grey is under ``threshold``."""
     y0, y1, x0, x1 = box
-    grey = rgb[y0:y1, x0:x1].astype(np.float64) @ np.array([0.299, 0.587, 0.114])
-    return float(np.mean(grey < threshold))
+    return float(np.mean(grey(rgb[y0:y1, x0:x1]) < threshold))
+
+
+def grey(rgb: np.ndarray) -> np.ndarray:
+    """(H, W) float64 luma of (H, W, 3) pixels."""
+    return rgb.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
 
 
 def eye_boxes(points: np.ndarray, shape: tuple[int, int]) -> list[tuple[int, int, int, int]]:
@@ -169,8 +173,8 @@ def texture(rgb: np.ndarray, boxes) -> float:
     """Laplacian variance of the grey eye regions, summed over both eyes."""
     from scipy.ndimage import laplace
 
-    grey = rgb.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
-    return float(sum(laplace(grey[y0:y1, x0:x1]).var() for y0, y1, x0, x1 in boxes))
+    luma = grey(rgb)
+    return float(sum(laplace(luma[y0:y1, x0:x1]).var() for y0, y1, x0, x1 in boxes))
 
 
 def loudness(audio: np.ndarray, frames: int) -> np.ndarray:
@@ -211,7 +215,7 @@ def judge_video(judge: Judge, reference: np.ndarray, video: Path, audio: np.ndar
     ref_descriptor = judge.descriptor(ref, ref_shape)
     lips = mouth_box(ref_points, ref.shape[:2])
     y0, y1, x0, x1 = lips
-    dark_below = 0.5 * float(np.median(ref[y0:y1, x0:x1].astype(np.float64) @ np.array([0.299, 0.587, 0.114])))
+    dark_below = 0.5 * float(np.median(grey(ref[y0:y1, x0:x1])))
     openings, eyes, distances, chins, gaps, darks = [], [], [], [], [], []
     down = ref_points[8] - ref_points[27]  # the face's vertical: from the nose bridge to the chin
     down /= max(np.linalg.norm(down), 1e-6)
