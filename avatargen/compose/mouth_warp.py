@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -310,15 +310,24 @@ class MouthWarp:
     def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
         """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
         reference, each) and return them; ``first``: the absolute index of the first (for the ``drive``)."""
+        for _ in self.pasting(generated, frames, first):
+            pass
+        return frames
+
+    def pasting(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> Iterator[int]:
+        """``paste`` a frame at a time: yields each frame's index once its mouth is written (the speech is asked
+        once for all of them)."""
         if self.box is None:
-            return frames
+            yield from range(len(frames))
+            return
         top, bottom, left, right = self.box
         openings, reading, rounds = self._shapes(generated, first)
-        for i in np.nonzero(openings >= MIN_OPENING_PX)[0]:
-            levels = (float(reading.skin[i]), float(reading.cavity[i]))
-            frames[i, top:bottom, left:right] = self._open_mouth(generated[i], float(openings[i]), reading.centre[i],
-                                                                 levels, float(rounds[i]))  # fmt: skip
-        return frames
+        for i in range(len(frames)):
+            if openings[i] >= MIN_OPENING_PX:
+                levels = (float(reading.skin[i]), float(reading.cavity[i]))
+                opened = self._open_mouth(generated[i], float(openings[i]), reading.centre[i], levels, float(rounds[i]))
+                frames[i, top:bottom, left:right] = opened
+            yield i
 
     def _open_mouth(self, generated: np.ndarray, opening: float, cavity_centre: np.ndarray,
                     levels: tuple[float, float], roundness: float = 0.0) -> np.ndarray:  # fmt: skip

@@ -98,7 +98,7 @@ def blank_pipeline(config: Config, engine: FamilyEngine, side: int, device: torc
     else:
         schedule = ChunkSchedule(p.n_chunk_frames, 0, False, p.seam_frames, p.anchor_frames)
     steps = BlankSteps(schedule, side, device)
-    # Overlapped as the family would be: the compositing then runs on one intra-op thread, beside this one reading the
-    # audio (on 2 cores under load, 2 threads for its small ops cost 1.5x the CPU seconds: docs/performance.md).
+    # Overlapped as the family would be where the render runs on several threads (runtime.threads=N; by default it
+    # runs on one, not overlapped: RenderSession.build): the compositing then runs on one intra-op thread.
     overlap = engine.overlap and overlaps(config, device, world_size)
     return Pipeline(steps, NoModels(config, device), config.model.sample_rate, config.model.fps, overlap=overlap)

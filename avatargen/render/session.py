@@ -195,7 +195,14 @@ class RenderSession:
         # This thread's torch threads, fixed before the models load on a worker: a thread's first read of its count is
         # torch's process-wide one, which that worker's probes set to 1 while they time a core. Read in that window,
         # the render ran on one thread without overlapped emission (a cartoon: RTF 0.50 against 0.30).
-        torch.set_num_threads(self.config.runtime.threads or torch.get_num_threads())
+        threads = self.config.runtime.threads or torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return self._steps()
+        finally:
+            torch.set_num_threads(threads)  # a render with no model ran on one (build); the next one here does not
+
+    def _steps(self) -> dict[str, Any]:
         self.open_inputs()
         try:
             self.start_runtime()
@@ -341,6 +348,10 @@ class RenderSession:
         reads none of the model's frames, no model: the engine over blank steps (avatargen/pipeline/blank.py)."""
         compositor = self.opened.compositor
         if compositor is not None and not compositor.reads_model():
+            if not self.config.runtime.threads:
+                # The compositing is then the render's only torch work, small ops on one thread (not overlapped); a
+                # second thread only took CPU from ffmpeg beside it (docs/speed-measures.md, "the compositing's cost")
+                torch.set_num_threads(1)
             world_size = self.parallel.world.world_size
             self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size, self.device, world_size)
             return

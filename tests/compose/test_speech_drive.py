@@ -218,3 +218,38 @@ def test_a_photo_driven_by_the_speech_gives_the_same_frames_however_they_are_bat
     np.testing.assert_array_equal(whole, parts)
     changed = np.abs(whole.astype(int) - compositor.background).max(axis=(1, 2, 3))  # (12,)
     assert changed[:3].max() == 0 and changed[4:].min() > 40  # shut in the silence, open from the burst's frame
+
+
+def test_the_compositing_sink_hands_each_frame_on_as_it_is_drawn_and_draws_what_compose_draws(tmp_path):
+    """The encoder (another process) takes frame i while frame i + 1 is drawn; a batch at a time, they took turns."""
+    import soundfile as sf
+
+    from avatargen.compose.composite import CompositingSink
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.io.image import load_reference, save_png
+    from avatargen.render import compositor_for
+
+    wave, _ = _bursts()
+    sf.write(tmp_path / "speech.wav", wave, RATE)
+    save_png(tmp_path / "astronaut.png", photos.astronaut())
+    config = to_config(load_config(["pipeline.idle_motion.blinks_per_minute=60"]))  # head motion and blinks on
+    loaded = load_reference(tmp_path / "astronaut.png", 256, "face", lambda line: None)
+    compositor = compositor_for(loaded, config, warn=lambda line: None, speech=tmp_path / "speech.wav")
+    generated = np.repeat(loaded.square[None], 12, axis=0)
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[np.ndarray] = []
+
+        def write(self, frames: np.ndarray) -> None:
+            self.writes.append(frames.copy())
+
+    recorder = Recorder()
+    sink = CompositingSink(compositor, [recorder], first_frame=6)
+    sink.write(generated[:5])
+    sink.write(generated[5:])
+    assert [len(frames) for frames in recorder.writes] == [1] * 12
+    handed = np.concatenate(recorder.writes)
+    np.testing.assert_array_equal(handed, compositor.compose(generated, 6))
+    moved = np.abs(handed.astype(int) - compositor.background).max(axis=(1, 2, 3))
+    assert moved.min() > 0  # the head moves in every frame: the warp ran on each

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.config.loader import load_config
@@ -48,6 +49,24 @@ def test_a_photo_with_its_audio_file_builds_and_runs_no_model_and_shows_the_same
     with_models, model_frames = _render(photo, speech, tmp_path / "models.mp4")
     assert MODEL_STAGES <= set(with_models["stages_run"])
     np.testing.assert_array_equal(frames, model_frames)  # bit for bit: nothing of the model's frames was shown
+
+
+def test_a_photo_composites_on_one_thread_and_the_next_render_in_the_process_gets_them_all(tmp_path, speech):
+    """With no model, the compositing is all the torch work: a second thread only took CPU from the encoder beside it.
+    A batch worker's next render (a cartoon) runs on the process's threads again."""
+    photo = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
+    threads = ["model.weights=random"]  # runtime.threads left to the render
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        report = render(RenderRequest(photo, speech, tmp_path / "photo.mp4"), load_config(threads),
+                        warn=lambda line: None)  # fmt: skip
+        assert report["overlap"] is False and torch.get_num_threads() == 2
+        cartoon = render(RenderRequest(REPO / "examples" / "avatar_1.png", speech, tmp_path / "cartoon.mp4"),
+                         load_config(threads), warn=lambda line: None)  # fmt: skip
+        assert cartoon["overlap"] is True  # two threads: the emission overlapped with the generation
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_a_cartoon_still_runs_the_models(tmp_path, speech):
