@@ -39,18 +39,18 @@ Warp = Callable[[np.ndarray, int], np.ndarray]  # frame (H', W', 3) uint8, absol
 class MouthPaste(Protocol):
     """What puts the mouth in instead of the blend (``MouthWarp``)."""
 
-    def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
-        """(t, S, S, 3) model frames, (t, H', W', 3) reference frames -> those frames with the mouth written in;
-        ``first``: the absolute index of the first frame (None: unknown)."""
+    def pasting(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> Iterator[int]:
+        """(t, S, S, 3) model frames, (t, H', W', 3) reference frames: writes the mouth into each of those frames,
+        yielding its index once written; ``first``: the absolute index of the first frame (None: unknown)."""
         ...
 
     def model_box(self, side: int) -> tuple[int, int, int, int]:
-        """(y0, y1, x0, x1), end exclusive: all ``paste`` reads of a (side, side) model frame."""
+        """(y0, y1, x0, x1), end exclusive: all ``pasting`` reads of a (side, side) model frame."""
         ...
 
     @property
     def reads_model(self) -> bool:
-        """Whether ``paste`` reads the model frames at all (False: a render runs no model)."""
+        """Whether ``pasting`` reads the model frames at all (False: a render runs no model)."""
         ...
 
 

@@ -205,8 +205,8 @@ class MouthWarp:
     (``MouthCue.colour`` for a photograph); ``still`` the model's input square (the reference with its mouth shut),
     whose own teeth reading the dark cue takes off each frame's (``shut_mouth``).
 
-    ``paste(generated, frames)`` writes into the (t, H', W', 3) ``frames`` (the reference) the mouth of each
-    (t, S, S, 3) generated frame. Nothing is carried between calls.
+    ``pasting(generated, frames)`` writes into the (t, H', W', 3) ``frames`` (the reference) the mouth of each
+    (t, S, S, 3) generated frame, one at a time. Nothing is carried between calls.
     """
 
     def __init__(self, background: np.ndarray, lips: Lips, to_model: ModelMapping,
@@ -283,7 +283,7 @@ class MouthWarp:
 
     @property
     def reads_model(self) -> bool:
-        """Whether ``paste`` reads the model's frames: not where nothing moves (no ``box``), nor on a photograph
+        """Whether ``pasting`` reads the model's frames: not where nothing moves (no ``box``), nor on a photograph
         driven by its speech (the opening from the ``drive``, the interior drawn: the render then runs no model)."""
         return self.box is not None and not (self.drive is not None and self._anatomy is not None)
 
@@ -307,16 +307,10 @@ class MouthWarp:
             linear = reading.opening * OPENING_GAIN[self.cue.value] * self._output_per_model
         return self._max_opening * np.tanh(linear / self._max_opening), reading, rounds
 
-    def paste(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> np.ndarray:
-        """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
-        reference, each) and return them; ``first``: the absolute index of the first (for the ``drive``)."""
-        for _ in self.pasting(generated, frames, first):
-            pass
-        return frames
-
     def pasting(self, generated: np.ndarray, frames: np.ndarray, first: int | None = None) -> Iterator[int]:
-        """``paste`` a frame at a time: yields each frame's index once its mouth is written (the speech is asked
-        once for all of them)."""
+        """Write the mouth of each of the (t, S, S, 3) ``generated`` frames into the (t, H', W', 3) ``frames`` (the
+        reference, each), a frame at a time: yields each frame's index once its mouth is written (the speech is asked
+        once for all of them); ``first``: the absolute index of the first (for the ``drive``)."""
         if self.box is None:
             yield from range(len(frames))
             return
@@ -398,7 +392,7 @@ class MouthWarp:
 
     @staticmethod
     def model_box(side: int) -> tuple[int, int, int, int]:
-        """(y0, y1, x0, x1), end exclusive: every pixel of a (side, side) model frame ``paste`` reads."""
+        """(y0, y1, x0, x1), end exclusive: every pixel of a (side, side) model frame ``pasting`` reads."""
         x0, y0, x1, y1 = MODEL_READ_BOX
         return int(y0 * side), int(math.ceil(y1 * side)), int(x0 * side), int(math.ceil(x1 * side))
 
