@@ -350,7 +350,7 @@ class RenderSession:
         if compositor is not None and not compositor.reads_model():
             if not self.config.runtime.threads:
                 # The compositing is then the render's only torch work, small ops on one thread (not overlapped); a
-                # second thread only took CPU from ffmpeg beside it (docs/speed-measures.md, "the compositing's cost")
+                # second thread only took CPU from ffmpeg (docs/speed-measures.md, "Photographs: the compositing's cost")
                 torch.set_num_threads(1)
             world_size = self.parallel.world.world_size
             self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size, self.device, world_size)
