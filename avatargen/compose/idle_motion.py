@@ -12,9 +12,11 @@ falling smoothly to zero towards the neck, the shoulders and the background, whi
 
 Blinks: per eye, from its two corner landmarks, the strip of skin above the eye is stretched down over it, its lower
 edge (the lash line) sliding down to meet the lower lid, which rises a little; the eye between them is covered, not
-squashed; what they hide takes the cheek's colour where the stretched pixels are not skin. On a photograph the lid
-slides down with its own texture instead, and what is much darker than the skin above it (a brow, the rim of a pair
-of glasses, in front of the lid) stays where it is. Both fields are
+squashed. On a drawn face the lids close over the eye's opening as drawn (measured on the frame: drawn eyes sit off
+the detector's corners and reach past them), the strip starts below whatever is drawn above the eye (a brow, a
+crease, a glasses rim: it stays in front), and what the lids cover takes the cheek's colour where it is not skin. On
+a photograph the lid slides down with its own texture instead, and what is much darker than the skin above it (a
+brow, the rim of a pair of glasses) stays where it is. Both fields are
 composed into one sampling grid (head motion of the eyelid-warped reference) and applied with one bicubic
 ``grid_sample`` inside the head's bounding box (bilinear would soften the reference's detail).
 """
@@ -87,7 +89,17 @@ _LASH_ROOT, _LASH_TIP, _LASH_WIDE, _LASH_MAX, _LASH_HEADROOM = 0.25, 0.06, 0.12,
 _LASH_MIN, _LASH_MIDDLE, _LASH_RUN = 0.18, 0.7, 4
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
-_SKIN_TOLERANCE = 16.0  # grey levels from it a lid's pixel may differ in full; twice that: the cheek's colour
+# Levels (any channel) from it a drawn lid's pixel may differ in full; twice that: the cheek's colour (drawn skin is
+# flat, the crease lines stretched over the lid differ from it by 12-60).
+_SKIN_TOLERANCE = 3.0
+_DRAWN_UNLIKE = 24.0  # levels (any channel) from the cheek at which what is drawn above a drawn eye stays in front
+# A drawn eye's opening, measured (drawn eyes sit off the detector's corners and reach past them): what differs from
+# the cheek by more than _DRAWN_EYE levels (its outline, white and iris) connected to its middle, sampled every
+# _OPENING_STEP eye widths within _OPENING_ALONG of the corners' centre and _OPENING_ACROSS down. Its columns' top and
+# bottom, the highest and lowest of _OPENING_SPAN neighbours (an iris too like the skin leaves no notch), are the lids'
+# edges, its ends the span they close over. Where it reaches the sampled box's edge (a rim, hair), the lids keep their
+# drawn shape (_UPPER_LID, _LOWER_LID).
+_DRAWN_EYE, _OPENING_STEP, _OPENING_ALONG, _OPENING_ACROSS, _OPENING_SPAN = 40.0, 0.04, 1.3, (-0.7, 0.6), 5
 _SKIN_FADE = 0.08  # eye widths over which a lid's own pixels give way to that colour
 _MEET = 0.70  # where the lids meet when shut: this fraction of the way from the upper lid to the lower one
 
@@ -118,6 +130,16 @@ class Lid:
     skin: torch.Tensor
     smooth: torch.Tensor | None = None
     span: int = 1
+
+
+class Opening(NamedTuple):
+    """A drawn eye's opening as measured on the frame (``_drawn_opening``): ``eye`` re-centred on it along the eye
+    line, its width such that s = -1 and 1 are the opening's ends; per column across it (``_CEILING_BINS``, s from -1
+    to 1) the opening's top ``upper`` and bottom ``lower`` (t, eye widths of ``eye``, down positive)."""
+
+    eye: Eye
+    upper: torch.Tensor
+    lower: torch.Tensor
 
 
 class IdleMotion:
@@ -327,12 +349,17 @@ class IdleMotion:
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
                 skin = _cheek_colour(frame, eye, self._origin.numpy())
-                lashes = stretch_top = None
+                lashes = stretch_top = drawn_top = opening = None
                 if self.textured_lids:
                     lashes = _lash_tops(frame, eye, self._origin.numpy(), skin)
                     stretch_top = _stretch_top(frame, eye, self._origin.numpy(), skin, lashes)
+                else:
+                    opening = _drawn_opening(frame, eye, self._origin.numpy(), skin)
+                    if opening is not None:  # the lids of the opening measured, over its own window
+                        eye, (rows, cols) = opening.eye, self._eye_window(opening.eye)
+                    drawn_top = _drawn_stretch_top(frame, eye, self._origin.numpy(), skin, opening)
                 points[rows, cols], covered, lash, smooth = _eyelids(points[rows, cols], eye, closure, stretch_top,
-                                                                     lashes)  # fmt: skip
+                                                                     lashes, drawn_top, opening)  # fmt: skip
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
                     span = 2 * int(round(0.5 * _SMOOTH_SPAN * eye.width)) + 1  # odd: centred
                     lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3),
@@ -343,7 +370,8 @@ class IdleMotion:
 
 
 def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.Tensor | None = None,
-             lashes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+             lashes: torch.Tensor | None = None, drawn_top: torch.Tensor | None = None,
+             opening: Opening | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
     lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); the darkening (h, w) of the lash
     line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none);
@@ -352,7 +380,12 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     ``stretch_top`` (a photograph; see ``_stretch_top``): the upper lid, ``_LID_BAND`` above its edge, slides down
     whole (its creases, lashes and skin keep their detail, where stretching the thin band of skin above the eye over it
     left a smooth patch), and the skin above it, from ``stretch_top``, stretches to follow. ``lashes`` (see
-    ``_lash_tops``; None: none): where long lashes stand above the band, not averaged across the eye."""
+    ``_lash_tops``; None: none): where long lashes stand above the band, not averaged across the eye.
+
+    Otherwise (a drawn eye) the lids close over its measured ``opening`` (None: their drawn shape, ``_UPPER_LID``),
+    the skin above the eye, from ``drawn_top`` (see ``_drawn_stretch_top``; None: ``_SKIN_ABOVE``), stretches down
+    over it, and all of it may give way to the cheek's colour (``covered``): the creases and lines drawn there would
+    stretch into streaks."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
@@ -361,15 +394,17 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     textured = stretch_top is not None
     upper_lid, lower_lid = _PHOTO_LIDS if textured else (_UPPER_LID, _LOWER_LID)
     upper, lower = -upper_lid * shape, lower_lid * shape
+    if opening is not None:
+        upper, lower = _across_bins(opening.upper, s), _across_bins(opening.lower, s)
     meet = upper + _MEET * (lower - upper)
     upper_now = upper + closure * (meet - upper)  # where the upper lid's edge is drawn
     lower_now = lower + closure * (meet - lower)
     top, bottom = -_SKIN_ABOVE, _SKIN_BELOW
     source = t.clone()
     smooth = torch.zeros_like(t)
+    column = ((s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (_CEILING_BINS - 1))).round().long()  # (h, w) ceiling bins
     if textured:
         band_top = upper - _LID_BAND  # the lid's band, now from band_top + (upper_now - upper) to upper_now
-        column = ((s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (_CEILING_BINS - 1))).round().long()  # (h, w) its bins
         top = stretch_top[column].minimum(band_top - _MIN_STRETCH)
         moved_top = band_top + (upper_now - upper)
         lid = (t > moved_top) & (t <= upper_now)
@@ -382,6 +417,8 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
         if lashes is not None:  # lashes stretched under 2x stay strokes: averaged, they smeared
             smooth = smooth * (lashes[column] >= band_top - _MIN_STRETCH)
     else:
+        if drawn_top is not None:
+            top = drawn_top[column].minimum(upper - _MIN_STRETCH)
         above = (t >= top) & (t <= upper_now)  # skin stretched down over the eye
         source = torch.where(above, top + (t - top) * (upper - top) / (upper_now - top), source)
     below = (t >= lower_now) & (t <= bottom)  # the lower lid pushed up
@@ -392,7 +429,7 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     edge = (t - upper_now) * width / thickness  # (h, w) lash thicknesses below the upper lid's edge
     lash = _LASH_DARKNESS * closure * shape * torch.exp(-edge * edge) * inside  # (h, w)
     # Within the part of the opening a lid now hides, fading in over _SKIN_FADE from its edges (no seam in a photo).
-    under_upper = torch.minimum(t - upper, upper_now - t)  # (h, w) eye widths inside the band, < 0 outside
+    under_upper = torch.minimum(t - (upper if textured else top), upper_now - t)  # (h, w) eye widths inside, < 0 out
     under_lower = torch.minimum(t - lower_now, lower - t)
     depth = torch.maximum(under_upper, under_lower).clamp(0.0, _SKIN_FADE) / _SKIN_FADE
     side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
@@ -418,16 +455,92 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
     dark = _darker_than_skin(frame, eye, origin, np.broadcast_to(s * _EYE_HALF_SPAN, t.shape), t, skin)
     if lashes is not None:  # the lashes slide with the lid; dark above them stays in front
         dark &= t < lashes.numpy()[None]
+    smooth = _below_dark(dark, t, reach)
+    if lashes is not None:  # long lashes stretch to follow the lid (1.5-2x), at least from their tips
+        smooth = np.where(lashed, np.minimum(smooth, tops), smooth)
+    return torch.from_numpy(smooth.astype(np.float32))
+
+
+def _drawn_stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor,
+                       opening: Opening | None = None) -> torch.Tensor:  # fmt: skip
+    """(_CEILING_BINS,) per column across a drawn eye (s from -1 to 1), where the skin stretched over the closing lid
+    starts (t, eye widths, down positive): ``_SKIN_ABOVE`` above the eye, or lower, below anything from just above
+    there down to the lid's edge (``opening``'s top, or the drawn one's) unlike the ``skin`` (a brow, a crease, a
+    glasses rim), which stays in front (a pure function of the frame's pixels)."""
+    s = np.linspace(-1.0, 1.0, _CEILING_BINS)
+    lid = -_UPPER_LID * np.cos(0.5 * np.pi * s).clip(0.0, None) ** 0.5  # (bins,) the drawn upper lid's edge
+    if opening is not None:
+        lid = opening.upper.numpy().astype(np.float64)
+    up = _SKIN_ABOVE + _CEILING_GAP  # what is dark just above the stretch's reach blurs into it
+    t = lid[None] - np.arange(_CEILING_START, up, _CEILING_STEP)[:, None]  # (steps, bins) going up
+    pixels = _pixels_at(frame, eye, origin, np.broadcast_to(s * _EYE_HALF_SPAN, t.shape), t)  # (steps, bins, 3)
+    dark = (np.abs(pixels - skin.numpy()).max(axis=-1) > _DRAWN_UNLIKE) & (t >= -up)
+    return torch.from_numpy(_below_dark(dark, t, np.full(_CEILING_BINS, -_SKIN_ABOVE)).astype(np.float32))
+
+
+def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> Opening | None:
+    """A drawn eye's opening measured on ``frame`` (see ``_DRAWN_EYE``): what is unlike the ``skin`` and connected to
+    the middle of the eye whose corners ``eye`` has; None where there is nothing there or it reaches the sampled box's
+    edge (a pure function of the frame's pixels)."""
+    u = np.arange(-_OPENING_ALONG, _OPENING_ALONG + 1e-9, _OPENING_STEP)  # (nu,) eye widths along
+    t = np.arange(_OPENING_ACROSS[0], _OPENING_ACROSS[1] + 1e-9, _OPENING_STEP)  # (nt,) eye widths down
+    grid_u, grid_t = np.meshgrid(u, t)  # (nt, nu) each
+    unlike = np.abs(_pixels_at(frame, eye, origin, grid_u, grid_t) - skin.numpy()).max(axis=-1) > _DRAWN_EYE
+    opening = _connected(unlike, unlike & (np.abs(grid_u) < 0.2) & (np.abs(grid_t) < 0.15))  # (nt, nu)
+    if not opening.any() or opening[[0, -1]].any() or opening[:, [0, -1]].any():
+        return None
+    columns = np.flatnonzero(opening.any(axis=0))
+    first, last = u[columns[0]] - 0.5 * _OPENING_STEP, u[columns[-1]] + 0.5 * _OPENING_STEP  # its ends, eye widths
+    centre, along, down, width = eye
+    fitted = Eye(centre + along * float(0.5 * (first + last) * width), along, down,
+                 float(0.5 * (last - first) / _EYE_HALF_SPAN * width))  # s = -1 and 1 at its ends  # fmt: skip
+    present = opening[:, columns[0] : columns[-1] + 1]  # (nt, its columns)
+    known = present.any(axis=0)
+    top = np.where(known, t[present.argmax(axis=0)] - 0.5 * _OPENING_STEP, np.inf)  # eye widths of ``eye``
+    bottom = np.where(known, t[len(t) - 1 - present[::-1].argmax(axis=0)] + 0.5 * _OPENING_STEP, -np.inf)
+    half = _OPENING_SPAN // 2
+    top = np.lib.stride_tricks.sliding_window_view(np.pad(top, half, mode="edge"), _OPENING_SPAN).min(axis=1)
+    bottom = np.lib.stride_tricks.sliding_window_view(np.pad(bottom, half, mode="edge"), _OPENING_SPAN).max(axis=1)
+    top, bottom, middle = top[known], bottom[known], u[columns[0] : columns[-1] + 1][known]
+    at = np.linspace(first, last, _CEILING_BINS)  # (bins,) eye widths along
+    scale = width / fitted.width  # eye widths of ``eye`` -> of ``fitted``
+    upper, lower = np.interp(at, middle, top) * scale, np.interp(at, middle, bottom) * scale
+    return Opening(fitted, torch.from_numpy(upper.astype(np.float32)), torch.from_numpy(lower.astype(np.float32)))
+
+
+def _connected(mask: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """What of ``mask`` (h, w) connects to ``seed`` (h, w), through its four neighbours."""
+    reached = seed & mask
+    while True:
+        grown = reached.copy()
+        grown[1:] |= reached[:-1]
+        grown[:-1] |= reached[1:]
+        grown[:, 1:] |= reached[:, :-1]
+        grown[:, :-1] |= reached[:, 1:]
+        grown &= mask
+        if np.array_equal(grown, reached):
+            return reached
+        reached = grown
+
+
+def _across_bins(table: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``table`` (bins,) given at s = -1 .. 1 across an eye, linearly between its bins, at ``s`` (h, w)."""
+    x = (s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (table.numel() - 1))
+    low = x.floor().long().clamp(max=table.numel() - 2)
+    return torch.lerp(table[low], table[low + 1], x - low)
+
+
+def _below_dark(dark: np.ndarray, t: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """(_CEILING_BINS,) per column, ``_CEILING_GAP`` below the first ``dark`` (steps, bins) step of ``t`` going up,
+    ``reach`` where there is none, the lowest of ``_CEILING_SPAN`` neighbouring columns smoothed across them (a rim
+    seen in one column holds its neighbours too; no seams)."""
     first = dark.argmax(axis=0)  # (bins,) the first dark step going up (0 where there is none: masked next)
     top = np.where(dark.any(axis=0), np.maximum(reach, t[first, np.arange(_CEILING_BINS)] + _CEILING_GAP), reach)
     half = _CEILING_SPAN // 2
     padded = np.pad(top, half, mode="edge")
     windows = np.lib.stride_tricks.sliding_window_view(padded, _CEILING_SPAN)  # (bins, span)
-    lowest = np.pad(windows.max(axis=1), half, mode="edge")  # a rim seen in one column holds its neighbours too
-    smooth = np.lib.stride_tricks.sliding_window_view(lowest, _CEILING_SPAN).mean(axis=1)
-    if lashes is not None:  # long lashes stretch to follow the lid (1.5-2x), at least from their tips
-        smooth = np.where(lashed, np.minimum(smooth, tops), smooth)
-    return torch.from_numpy(smooth.astype(np.float32))
+    lowest = np.pad(windows.max(axis=1), half, mode="edge")
+    return np.lib.stride_tricks.sliding_window_view(lowest, _CEILING_SPAN).mean(axis=1)
 
 
 def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> torch.Tensor | None:
