@@ -100,8 +100,18 @@ _DRAWN_UNLIKE = 24.0  # levels (any channel) from the cheek at which what is dra
 # edges, its ends the span they close over. Where it reaches the sampled box's edge (a rim, hair), the lids keep their
 # drawn shape (_UPPER_LID, _LOWER_LID).
 _DRAWN_EYE, _OPENING_STEP, _OPENING_ALONG, _OPENING_ACROSS, _OPENING_SPAN = 40.0, 0.04, 1.3, (-0.7, 0.6), 5
+# The drawn outline along the opening's top (darker than _OUTLINE_DARK of the cheek's grey; per column no thicker than
+# its median over the columns nor _OUTLINE_MAX eye widths: an iris under the lid is not outline) slides down with the
+# upper lid, its edge: a closing cartoon eye keeps its dark lid line, and a shut one shows it.
+_OUTLINE_DARK, _OUTLINE_MAX = 0.5, 0.15
 _SKIN_FADE = 0.08  # eye widths over which a lid's own pixels give way to that colour
 _MEET = 0.70  # where the lids meet when shut: this fraction of the way from the upper lid to the lower one
+
+_GREY = np.array([0.299, 0.587, 0.114])  # luma weights
+# The rectangle around an eye that holds every pixel its lids' shapes are read from, in eye widths along it and above
+# and below its centre (the drawn opening's ends reach 1.3 along, the skin above its fitted eye 1.7 up, the cheek
+# 0.8 down; the mouth, which changes from frame to frame, lies further down).
+_LID_READS = (1.4, 1.8, 0.9)
 
 # A blink's closure over its duration: closing, shut, opening (fractions of the duration).
 _CLOSING, _SHUT = 0.30, 0.15
@@ -135,18 +145,22 @@ class Lid:
 class Opening(NamedTuple):
     """A drawn eye's opening as measured on the frame (``_drawn_opening``): ``eye`` re-centred on it along the eye
     line, its width such that s = -1 and 1 are the opening's ends; per column across it (``_CEILING_BINS``, s from -1
-    to 1) the opening's top ``upper`` and bottom ``lower`` (t, eye widths of ``eye``, down positive)."""
+    to 1) the opening's top ``upper`` and bottom ``lower`` (t, eye widths of ``eye``, down positive) and the thickness
+    ``band`` of the outline drawn along its top (``_OUTLINE_DARK``)."""
 
     eye: Eye
     upper: torch.Tensor
     lower: torch.Tensor
+    band: torch.Tensor
 
 
 class IdleMotion:
     """Head sway and blinks for frames of ``frame_size`` (H, W) at ``fps`` whose face is at ``layout``.
 
     ``warp(frame, frame_index)`` is the compositor's hook. Nothing is carried between calls except a memo of the
-    seeded blink onsets (the same list whatever order frames are asked in).
+    seeded blink onsets (the same list whatever order frames are asked in) and one of each eye's lid shapes with the
+    pixels around the eye they were read from (the same for the same pixels: a composited frame keeps the reference's
+    eyes).
     """
 
     def __init__(self, layout: FaceLayout, frame_size: tuple[int, int], fps: int, seed: int,
@@ -167,6 +181,7 @@ class IdleMotion:
         self._amplitude = settings.head_amplitude * width / 100.0 if settings.head_motion else 0.0
         self._sway = _sway_terms(self.seed)  # (4, 3, 3) per degree, per term: weight, angular frequency, phase
         self._onsets = np.zeros(0)
+        self._lid_memo: dict[tuple[float, float], tuple[np.ndarray, tuple]] = {}  # per eye (``_lid_shape``)
         self._box = self.moving_box()
         # One thread: the set-up's ~40 ops each take microseconds on the head box's coarse grid (about 130x130x2
         # values, just past torch's grain for splitting an op); on two threads under load they took 0.3 s of the time
@@ -348,16 +363,9 @@ class IdleMotion:
         lids = []
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
-                skin = _cheek_colour(frame, eye, self._origin.numpy())
-                lashes = stretch_top = drawn_top = opening = None
-                if self.textured_lids:
-                    lashes = _lash_tops(frame, eye, self._origin.numpy(), skin)
-                    stretch_top = _stretch_top(frame, eye, self._origin.numpy(), skin, lashes)
-                else:
-                    opening = _drawn_opening(frame, eye, self._origin.numpy(), skin)
-                    if opening is not None:  # the lids of the opening measured, over its own window
-                        eye, (rows, cols) = opening.eye, self._eye_window(opening.eye)
-                    drawn_top = _drawn_stretch_top(frame, eye, self._origin.numpy(), skin, opening)
+                skin, lashes, stretch_top, drawn_top, opening = self._lid_shape(frame, eye)
+                if opening is not None:  # the lids of the drawn opening measured, over its own window
+                    eye, (rows, cols) = opening.eye, self._eye_window(opening.eye)
                 points[rows, cols], covered, lash, smooth = _eyelids(points[rows, cols], eye, closure, stretch_top,
                                                                      lashes, drawn_top, opening)  # fmt: skip
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
@@ -367,6 +375,40 @@ class IdleMotion:
                 else:
                     lids.append((rows, cols, Lid(covered, lash, skin)))
         return points, lids
+
+
+    def _lid_shape(self, frame: np.ndarray, eye: Eye) -> tuple:
+        """(skin, lashes, stretch_top, drawn_top, opening) of ``eye`` on ``frame`` for ``_eyelids`` (the cheek's colour
+        and what a photograph's or a drawn face's lids are shaped from): pure functions of the pixels around the eye
+        (``_LID_READS``), remembered with them and computed again where they differ."""
+        origin = self._origin.numpy()
+        reads = frame[self._read_box(eye)]
+        key = (float(eye.centre[0]), float(eye.centre[1]))
+        remembered = self._lid_memo.get(key)
+        if remembered is not None and np.array_equal(remembered[0], reads):
+            return remembered[1]
+        skin = _cheek_colour(frame, eye, origin)
+        lashes = stretch_top = drawn_top = opening = None
+        if self.textured_lids:
+            lashes = _lash_tops(frame, eye, origin, skin)
+            stretch_top = _stretch_top(frame, eye, origin, skin, lashes)
+        else:
+            opening = _drawn_opening(frame, eye, origin, skin)
+            drawn_top = _drawn_stretch_top(frame, opening.eye if opening is not None else eye, origin, skin, opening)
+        shape = (skin, lashes, stretch_top, drawn_top, opening)
+        self._lid_memo[key] = (reads.copy(), shape)
+        return shape
+
+
+    def _read_box(self, eye: Eye) -> tuple[slice, slice]:
+        """The frame's rows and columns that hold every pixel ``eye``'s lid shapes are read from (``_LID_READS``)."""
+        along, above, below = _LID_READS
+        centre, unit_along, unit_down = (part.numpy().astype(np.float64) for part in eye[:3])
+        corners = np.array([centre + self._origin.numpy() + (a * unit_along + b * unit_down) * eye.width
+                            for a in (-along, along) for b in (-above, below)])  # (4, 2) x, y  # fmt: skip
+        (left, top), (right, bottom) = np.floor(corners.min(axis=0)) - 1, np.ceil(corners.max(axis=0)) + 2
+        height, width = self.frame_size
+        return slice(max(0, int(top)), min(height, int(bottom))), slice(max(0, int(left)), min(width, int(right)))
 
 
 def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.Tensor | None = None,
@@ -383,9 +425,9 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     ``_lash_tops``; None: none): where long lashes stand above the band, not averaged across the eye.
 
     Otherwise (a drawn eye) the lids close over its measured ``opening`` (None: their drawn shape, ``_UPPER_LID``),
-    the skin above the eye, from ``drawn_top`` (see ``_drawn_stretch_top``; None: ``_SKIN_ABOVE``), stretches down
-    over it, and all of it may give way to the cheek's colour (``covered``): the creases and lines drawn there would
-    stretch into streaks."""
+    the outline drawn along its top sliding down as the upper lid's edge; the skin above the eye, from ``drawn_top``
+    (see ``_drawn_stretch_top``; None: ``_SKIN_ABOVE``), stretches down to follow, and all of it may give way to the
+    cheek's colour (``covered``): the creases and lines drawn there would stretch into streaks."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
@@ -394,8 +436,11 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     textured = stretch_top is not None
     upper_lid, lower_lid = _PHOTO_LIDS if textured else (_UPPER_LID, _LOWER_LID)
     upper, lower = -upper_lid * shape, lower_lid * shape
+    band = 0.0  # a drawn lid's outline band below its top (``Opening.band``), sliding down with its edge
     if opening is not None:
         upper, lower = _across_bins(opening.upper, s), _across_bins(opening.lower, s)
+        band = _across_bins(opening.band, s).minimum(0.5 * (lower - upper)).clamp_min(0.0)  # (h, w): its corners
+        upper = upper + band
     meet = upper + _MEET * (lower - upper)
     upper_now = upper + closure * (meet - upper)  # where the upper lid's edge is drawn
     lower_now = lower + closure * (meet - lower)
@@ -417,10 +462,14 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
         if lashes is not None:  # lashes stretched under 2x stay strokes: averaged, they smeared
             smooth = smooth * (lashes[column] >= band_top - _MIN_STRETCH)
     else:
+        band_top = upper - band  # the outline, now from moved_top to upper_now (none: the skin's own edge)
         if drawn_top is not None:
-            top = drawn_top[column].minimum(upper - _MIN_STRETCH)
-        above = (t >= top) & (t <= upper_now)  # skin stretched down over the eye
-        source = torch.where(above, top + (t - top) * (upper - top) / (upper_now - top), source)
+            top = drawn_top[column].minimum(band_top - _MIN_STRETCH)
+        moved_top = band_top + (upper_now - upper)
+        lid = (t > moved_top) & (t <= upper_now)
+        source = torch.where(lid, t - (upper_now - upper), source)
+        above = (t >= top) & (t <= moved_top)  # skin stretched down over the eye
+        source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
     below = (t >= lower_now) & (t <= bottom)  # the lower lid pushed up
     source = torch.where(below, bottom - (bottom - t) * (bottom - lower) / (bottom - lower_now), source)
     inside = s.abs() < 1.0
@@ -429,7 +478,8 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     edge = (t - upper_now) * width / thickness  # (h, w) lash thicknesses below the upper lid's edge
     lash = _LASH_DARKNESS * closure * shape * torch.exp(-edge * edge) * inside  # (h, w)
     # Within the part of the opening a lid now hides, fading in over _SKIN_FADE from its edges (no seam in a photo).
-    under_upper = torch.minimum(t - (upper if textured else top), upper_now - t)  # (h, w) eye widths inside, < 0 out
+    # (h, w) eye widths inside, < 0 outside: a photograph's lid band, a drawn lid's stretched skin
+    under_upper = torch.minimum(t - upper, upper_now - t) if textured else torch.minimum(t - top, moved_top - t)
     under_lower = torch.minimum(t - lower_now, lower - t)
     depth = torch.maximum(under_upper, under_lower).clamp(0.0, _SKIN_FADE) / _SKIN_FADE
     side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
@@ -485,7 +535,8 @@ def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.
     u = np.arange(-_OPENING_ALONG, _OPENING_ALONG + 1e-9, _OPENING_STEP)  # (nu,) eye widths along
     t = np.arange(_OPENING_ACROSS[0], _OPENING_ACROSS[1] + 1e-9, _OPENING_STEP)  # (nt,) eye widths down
     grid_u, grid_t = np.meshgrid(u, t)  # (nt, nu) each
-    unlike = np.abs(_pixels_at(frame, eye, origin, grid_u, grid_t) - skin.numpy()).max(axis=-1) > _DRAWN_EYE
+    pixels = _pixels_at(frame, eye, origin, grid_u, grid_t)  # (nt, nu, 3)
+    unlike = np.abs(pixels - skin.numpy()).max(axis=-1) > _DRAWN_EYE
     opening = _connected(unlike, unlike & (np.abs(grid_u) < 0.2) & (np.abs(grid_t) < 0.15))  # (nt, nu)
     if not opening.any() or opening[[0, -1]].any() or opening[:, [0, -1]].any():
         return None
@@ -496,6 +547,14 @@ def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.
                  float(0.5 * (last - first) / _EYE_HALF_SPAN * width))  # s = -1 and 1 at its ends  # fmt: skip
     present = opening[:, columns[0] : columns[-1] + 1]  # (nt, its columns)
     known = present.any(axis=0)
+    outline = _OUTLINE_DARK * float(skin.numpy().astype(np.float64) @ _GREY)
+    dark = pixels[:, columns[0] : columns[-1] + 1] @ _GREY < outline  # (nt, its columns)
+    reach = int(np.ceil(_OUTLINE_MAX / _OPENING_STEP))  # samples from each column's top
+    below = np.minimum(np.arange(reach)[:, None] + present.argmax(axis=0)[None], len(t) - 1)  # (reach, cols)
+    from_top = np.take_along_axis(dark, below, axis=0)  # (reach, cols): the outline, after its soft top edge
+    ended = (np.cumsum(from_top, axis=0) > 0) & ~from_top  # past the first dark run
+    run = np.where(ended.any(axis=0), ended.argmax(axis=0), np.where(from_top.any(axis=0), reach, 0))  # (cols,)
+    band = np.minimum(run[known], np.median(run[known])) * _OPENING_STEP  # (known columns,) eye widths
     top = np.where(known, t[present.argmax(axis=0)] - 0.5 * _OPENING_STEP, np.inf)  # eye widths of ``eye``
     bottom = np.where(known, t[len(t) - 1 - present[::-1].argmax(axis=0)] + 0.5 * _OPENING_STEP, -np.inf)
     half = _OPENING_SPAN // 2
@@ -504,8 +563,8 @@ def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.
     top, bottom, middle = top[known], bottom[known], u[columns[0] : columns[-1] + 1][known]
     at = np.linspace(first, last, _CEILING_BINS)  # (bins,) eye widths along
     scale = width / fitted.width  # eye widths of ``eye`` -> of ``fitted``
-    upper, lower = np.interp(at, middle, top) * scale, np.interp(at, middle, bottom) * scale
-    return Opening(fitted, torch.from_numpy(upper.astype(np.float32)), torch.from_numpy(lower.astype(np.float32)))
+    tables = (np.interp(at, middle, values) * scale for values in (top, bottom, band))
+    return Opening(fitted, *(torch.from_numpy(table.astype(np.float32)) for table in tables))
 
 
 def _connected(mask: np.ndarray, seed: np.ndarray) -> np.ndarray:
@@ -582,8 +641,7 @@ def _darker_than_skin(frame: np.ndarray, eye: Eye, origin: np.ndarray, s: np.nda
                       skin: torch.Tensor) -> np.ndarray:  # fmt: skip
     """Whether ``frame``'s pixels at ``s`` (eye widths along) and ``t`` (across) are darker than ``_DARK`` of the
     ``skin``'s grey (a brow, a rim, lashes)."""
-    grey = np.array([0.299, 0.587, 0.114])
-    return _pixels_at(frame, eye, origin, s, t) @ grey < _DARK * float(skin.numpy().astype(np.float64) @ grey)
+    return _pixels_at(frame, eye, origin, s, t) @ _GREY < _DARK * float(skin.numpy().astype(np.float64) @ _GREY)
 
 
 def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:
