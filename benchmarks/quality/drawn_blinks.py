@@ -6,8 +6,8 @@ region moved (levels) and the eye's white pixels still white.
 
     python benchmarks/quality/drawn_blinks.py [--sheet docs/images/drawn_blinks.jpg]
 
-The frames are the compositor's with the picture as the generated frame (no model, no speech), head motion off.
-A few seconds on the 2-core machine.
+The frames are the idle motion's warp (``IdleMotion``, drawn lids) of the picture itself: no model, no speech, head
+motion off. A few seconds on the 2-core machine.
 """
 
 from __future__ import annotations
