@@ -363,11 +363,11 @@ class IdleMotion:
         lids = []
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
-                skin, lashes, stretch_top, drawn_top, opening = self._lid_shape(frame, eye)
+                skin, lashes, stretch_top, opening = self._lid_shape(frame, eye)
                 if opening is not None:  # the lids of the drawn opening measured, over its own window
                     eye, (rows, cols) = opening.eye, self._eye_window(opening.eye)
                 points[rows, cols], covered, lash, smooth = _eyelids(points[rows, cols], eye, closure, stretch_top,
-                                                                     lashes, drawn_top, opening)  # fmt: skip
+                                                                     self.textured_lids, lashes, opening)  # fmt: skip
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
                     span = 2 * int(round(0.5 * _SMOOTH_SPAN * eye.width)) + 1  # odd: centred
                     lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3),
@@ -378,8 +378,8 @@ class IdleMotion:
 
 
     def _lid_shape(self, frame: np.ndarray, eye: Eye) -> tuple:
-        """(skin, lashes, stretch_top, drawn_top, opening) of ``eye`` on ``frame`` for ``_eyelids`` (the cheek's colour
-        and what a photograph's or a drawn face's lids are shaped from): pure functions of the pixels around the eye
+        """(skin, lashes, stretch_top, opening) of ``eye`` on ``frame`` for ``_eyelids`` (the cheek's colour and what
+        a photograph's or a drawn face's lids are shaped from): pure functions of the pixels around the eye
         (``_LID_READS``), remembered with them and computed again where they differ."""
         origin = self._origin.numpy()
         reads = frame[self._read_box(eye)]
@@ -388,14 +388,14 @@ class IdleMotion:
         if remembered is not None and np.array_equal(remembered[0], reads):
             return remembered[1]
         skin = _cheek_colour(frame, eye, origin)
-        lashes = stretch_top = drawn_top = opening = None
+        lashes = opening = None
         if self.textured_lids:
             lashes = _lash_tops(frame, eye, origin, skin)
             stretch_top = _stretch_top(frame, eye, origin, skin, lashes)
         else:
             opening = _drawn_opening(frame, eye, origin, skin)
-            drawn_top = _drawn_stretch_top(frame, opening.eye if opening is not None else eye, origin, skin, opening)
-        shape = (skin, lashes, stretch_top, drawn_top, opening)
+            stretch_top = _drawn_stretch_top(frame, opening.eye if opening is not None else eye, origin, skin, opening)
+        shape = (skin, lashes, stretch_top, opening)
         self._lid_memo[key] = (reads.copy(), shape)
         return shape
 
@@ -411,29 +411,29 @@ class IdleMotion:
         return slice(max(0, int(top)), min(height, int(bottom))), slice(max(0, int(left)), min(width, int(right)))
 
 
-def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.Tensor | None = None,
-             lashes: torch.Tensor | None = None, drawn_top: torch.Tensor | None = None,
+def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.Tensor, textured: bool,
+             lashes: torch.Tensor | None = None,
              opening: Opening | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
     lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); the darkening (h, w) of the lash
     line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none);
-    and how far (h, w) each pixel is smoothed across the eye (``Lid.smooth``; zeros without ``stretch_top``).
+    and how far (h, w) each pixel is smoothed across the eye (``Lid.smooth``; zeros on a drawn eye).
 
-    ``stretch_top`` (a photograph; see ``_stretch_top``): the upper lid, ``_LID_BAND`` above its edge, slides down
-    whole (its creases, lashes and skin keep their detail, where stretching the thin band of skin above the eye over it
-    left a smooth patch), and the skin above it, from ``stretch_top``, stretches to follow. ``lashes`` (see
-    ``_lash_tops``; None: none): where long lashes stand above the band, not averaged across the eye.
+    The upper lid's band slides down whole and the skin above it, from ``stretch_top`` (per ceiling bin across the
+    eye), stretches to follow. ``textured`` (a photograph; ``stretch_top`` from ``_stretch_top``): the band is the
+    lid's own, ``_LID_BAND`` above its edge (its creases, lashes and skin keep their detail, where stretching the thin
+    band of skin above the eye over it left a smooth patch); ``lashes`` (see ``_lash_tops``; None: none): where long
+    lashes stand above it, not averaged across the eye.
 
-    Otherwise (a drawn eye) the lids close over its measured ``opening`` (None: their drawn shape, ``_UPPER_LID``),
-    the outline drawn along its top sliding down as the upper lid's edge; the skin above the eye, from ``drawn_top``
-    (see ``_drawn_stretch_top``; None: ``_SKIN_ABOVE``), stretches down to follow, and all of it may give way to the
-    cheek's colour (``covered``): the creases and lines drawn there would stretch into streaks."""
+    Otherwise (a drawn eye; ``stretch_top`` from ``_drawn_stretch_top``) the lids close over its measured ``opening``
+    (None: their drawn shape, ``_UPPER_LID``), the band is the outline drawn along its top (none without it), and the
+    stretched skin may give way to the cheek's colour (``covered``): the creases and lines drawn there would stretch
+    into streaks."""
     centre, along, down, width = eye
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
     t = (offset @ down) / width  # (h, w) eye widths, down positive
     shape = torch.cos(0.5 * math.pi * s.clamp(-1.0, 1.0)).clamp_min(0.0) ** 0.5  # (h, w): 0 at and past the corners
-    textured = stretch_top is not None
     upper_lid, lower_lid = _PHOTO_LIDS if textured else (_UPPER_LID, _LOWER_LID)
     upper, lower = -upper_lid * shape, lower_lid * shape
     band = 0.0  # a drawn lid's outline band below its top (``Opening.band``), sliding down with its edge
@@ -444,32 +444,22 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     meet = upper + _MEET * (lower - upper)
     upper_now = upper + closure * (meet - upper)  # where the upper lid's edge is drawn
     lower_now = lower + closure * (meet - lower)
-    top, bottom = -_SKIN_ABOVE, _SKIN_BELOW
-    source = t.clone()
+    bottom = _SKIN_BELOW
     smooth = torch.zeros_like(t)
     column = ((s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (_CEILING_BINS - 1))).round().long()  # (h, w) ceiling bins
+    band_top = upper - (_LID_BAND if textured else band)  # the lid's band, now from moved_top to upper_now
+    top = stretch_top[column].minimum(band_top - _MIN_STRETCH)
+    moved_top = band_top + (upper_now - upper)
+    lid = (t > moved_top) & (t <= upper_now)
+    source = torch.where(lid, t - (upper_now - upper), t)
+    above = (t >= top) & (t <= moved_top)  # the skin above, stretched to follow
+    source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
     if textured:
-        band_top = upper - _LID_BAND  # the lid's band, now from band_top + (upper_now - upper) to upper_now
-        top = stretch_top[column].minimum(band_top - _MIN_STRETCH)
-        moved_top = band_top + (upper_now - upper)
-        lid = (t > moved_top) & (t <= upper_now)
-        source = torch.where(lid, t - (upper_now - upper), source)
-        above = (t >= top) & (t <= moved_top)  # the skin above, stretched to follow
-        source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
         stretch = (moved_top - top) / (band_top - top).clamp_min(1e-6)  # (h, w) output per source length
         ends = smoothstep((t - top) / _SMOOTH_EDGE) * smoothstep((moved_top - t) / _SMOOTH_EDGE)
         smooth = above * ends * ((stretch - _SMOOTH_FROM) / (_SMOOTH_FULL - _SMOOTH_FROM)).clamp(0.0, 1.0)
         if lashes is not None:  # lashes stretched under 2x stay strokes: averaged, they smeared
             smooth = smooth * (lashes[column] >= band_top - _MIN_STRETCH)
-    else:
-        band_top = upper - band  # the outline, now from moved_top to upper_now (none: the skin's own edge)
-        if drawn_top is not None:
-            top = drawn_top[column].minimum(band_top - _MIN_STRETCH)
-        moved_top = band_top + (upper_now - upper)
-        lid = (t > moved_top) & (t <= upper_now)
-        source = torch.where(lid, t - (upper_now - upper), source)
-        above = (t >= top) & (t <= moved_top)  # skin stretched down over the eye
-        source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
     below = (t >= lower_now) & (t <= bottom)  # the lower lid pushed up
     source = torch.where(below, bottom - (bottom - t) * (bottom - lower) / (bottom - lower_now), source)
     inside = s.abs() < 1.0
