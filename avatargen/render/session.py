@@ -414,7 +414,16 @@ class RenderSession:
         hold = tuple(lock.fileno() for lock in locks)  # the locks live while ffmpeg does
         self.outputs = RenderOutputs(plan, self.grid, self.start_frame, compositor, config, self.warn, hold)
 
+    def _nothing_to_resume(self) -> bool:
+        """Stopped before its first checkpoint: a resume would render from the start."""
+        store = self.store
+        return store is not None and not store.parts and store.choose(self.outputs.frames_written) is None
+
     def _resume_hint(self) -> str:
+        if self._nothing_to_resume():
+            every = self.grid.period / self.config.model.fps
+            return (f"it stopped before its first checkpoint (one every {every:.2f} s of video), so there is nothing "
+                    "to resume: run the command again to start over")  # fmt: skip
         return f"resume with: {self.options.resume_command or '--resume'}"
 
     def _kept_so_far(self) -> str:
@@ -528,8 +537,11 @@ class RenderSession:
         if store is None:
             kept = f"the video is in '{partial}'" if partial else "the live outputs end here"
             raise RenderInterrupted(f"{done}; {kept}", stop.exit_code)
+        hint = self._resume_hint()
+        if self._nothing_to_resume():
+            store.remove()  # no checkpoint in it: a batch must not count the job as resumable
         where = f"'{partial}'" + (f" (earlier parts in '{store.folder}')" if store.parts else "")
-        raise RenderInterrupted(f"{done}; the video of this run is in {where}; {self._resume_hint()}", stop.exit_code)
+        raise RenderInterrupted(f"{done}; the video of this run is in {where}; {hint}", stop.exit_code)
 
     def report(self, stats: RenderStats, finishing: float) -> dict[str, Any]:
         """What ``--json`` prints: counts, times, memory, where the work ran and what each output did."""

@@ -272,3 +272,31 @@ def test_sigterm_on_a_batch_job_with_hours_of_audio_exits_143_and_the_job_is_not
     assert not (out_dir / "x.failed.json").exists()
     status = json.loads(run_cli("batch", "status", str(out_dir), "--json").stdout)
     assert status["pending"] == 1 and status["jobs"][0]["resumable"], status
+
+
+def test_a_render_stopped_before_its_first_checkpoint_does_not_offer_a_resume_that_would_start_over(tmp_path):
+    """With no checkpoint saved yet, ``--resume`` renders from the start: the stop says so instead of printing a
+    resume command, and keeps the frames it made."""
+    from contextlib import contextmanager
+
+    from avatargen.config.loader import load_config
+    from avatargen.errors import RenderInterrupted
+    from avatargen.render import RenderRequest, render
+    from avatargen.resume import StopRequests
+
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 4.0)
+    out, stop = tmp_path / "o.mp4", StopRequests()
+
+    @contextmanager
+    def stop_after_the_first_segment(fps, estimate):
+        yield type("Bar", (), {"update": lambda self, progress: stop.request()})()
+
+    cfg = load_config([*FAST, "output.gop_seconds=60"])  # the first checkpoint 60 s in: after this 4-s render's end
+    with pytest.raises(RenderInterrupted) as stopped:
+        render(RenderRequest(image=face, audio=audio, output=out), cfg, progress_factory=stop_after_the_first_segment,
+               warn=lambda message: None, resume=True, resume_command="avatargen render ... --resume", stop=stop)  # fmt: skip
+    message = str(stopped.value)
+    assert stopped.value.exit_code == 130 and "--resume" not in message, message
+    assert "before its first checkpoint" in message and "run the command again" in message, message
+    assert probe(out.with_name("o.partial.mp4"))["frames"] > 0  # the frames made are kept
+    assert not (tmp_path / "o.resume").exists()  # nothing in it to resume from
