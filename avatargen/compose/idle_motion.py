@@ -88,6 +88,15 @@ _SMOOTH_FROM, _SMOOTH_FULL, _SMOOTH_SPAN, _SMOOTH_EDGE = 1.5, 3.0, 0.12, 0.03
 _LASH_ROOT, _LASH_TIP, _LASH_WIDE, _LASH_MAX, _LASH_HEADROOM = 0.25, 0.06, 0.12, 0.25, 0.15
 _LASH_MIN, _LASH_MIDDLE, _LASH_RUN = 0.18, 0.7, 4
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
+# Long lashes turn with the lid (``_hanging_lashes``; a shut lid's lashes point down): over _LASH_TURN of its closure
+# those standing over it give way to the skin between them (its mean over boxes of _LASH_SPAN eye widths, with the
+# detail of the skin under the eye), fading in over _LASH_EDGE eye widths (from the eye's corners, from their tips);
+# seen end on (half shut) they are a fringe of _LASH_FRINGE of their length along its edge, and shut they hang below
+# it, _LASH_HANG of their length, fading over _LASH_FADE of it towards the tips. A pixel is lash as far as it is
+# darker than _LASH_DARK of the skin's grey (none at the first, all at the second): a hanging lash shows its own
+# pixels over the lid, the skin between lashes leaves the lid's.
+_LASH_TURN, _LASH_FRINGE, _LASH_HANG, _LASH_FADE = (0.25, 0.6), 0.3, 0.8, 0.3
+_LASH_DARK, _LASH_SPAN, _LASH_EDGE = (0.9, 0.7), 0.6, (0.25, 0.1)
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
 # Levels (any channel) from it a drawn lid's pixel may differ in full; twice that: the cheek's colour (drawn skin is
 # flat, the crease lines stretched over the lid differ from it by 12-60).
@@ -108,6 +117,7 @@ _SKIN_FADE = 0.08  # eye widths over which a lid's own pixels give way to that c
 _MEET = 0.70  # where the lids meet when shut: this fraction of the way from the upper lid to the lower one
 
 _GREY = np.array([0.299, 0.587, 0.114])  # luma weights
+_GREY_T = torch.tensor(_GREY, dtype=torch.float32)  # the same, for the warp's float32 pixels
 # The rectangle around an eye that holds every pixel its lids' shapes are read from, in eye widths along it and above
 # and below its centre (the drawn opening's ends reach 1.3 along, the skin above its fitted eye 1.7 up, the cheek
 # 0.8 down; the mouth, which changes from frame to frame, lies further down).
@@ -140,6 +150,19 @@ class Lid:
     skin: torch.Tensor
     smooth: torch.Tensor | None = None
     span: int = 1
+    hang: "HangingLashes | None" = None
+
+
+class HangingLashes(NamedTuple):
+    """Long lashes turning with a shutting lid (``_hanging_lashes``): ``weight`` (eh, ew) in [0, 1], how far a pixel
+    below its edge takes the hanging lash pixel it shows, read at ``points`` (eh, ew, 2) x, y crop pixels where the
+    lash stood; ``erase``, how far a pixel over the lid gives way to the skin between the lashes, with the detail of
+    the skin read at ``texture``."""
+
+    weight: torch.Tensor | None  # None: none hang
+    points: torch.Tensor
+    erase: torch.Tensor | None  # (eh, ew) in [0, 1]: how far the lashes standing over the lid give way to the skin
+    texture: torch.Tensor  # (eh, ew, 2) x, y crop pixels of the skin whose detail that skin takes
 
 
 class Opening(NamedTuple):
@@ -223,11 +246,17 @@ class IdleMotion:
             # brow sitting close above), it takes the cheek's colour.
             unlike_skin = ((window - lid.skin[:, None, None]).abs().amax(dim=0) - _SKIN_TOLERANCE) / _SKIN_TOLERANCE
             window += (unlike_skin.clamp_(0.0, 1.0) * lid.covered) * (lid.skin[:, None, None] - window)
+            if lid.hang is not None and lid.hang.erase is not None:  # standing lashes give way to the skin between
+                lashes = _lash_share(window, lid.skin)  # (eh, ew)
+                texture = _sampled_at(image, lid.hang.texture, w, h)  # (3, eh, ew)
+                detail = texture - _box_mean(texture, lid.span // 2 | 1)  # (3, eh, ew) boxes half as wide, odd
+                fill = _skin_between(window, 1.0 - lashes, lid) + detail
+                window += lid.hang.erase * (fill - window)
             if lid.smooth is not None:  # streaks of a stretched strip: averaged across the eye (image rows)
-                pad = lid.span // 2
-                padded = F.pad(window[None], (pad, pad, 0, 0), mode="replicate")[0]  # (3, eh, ew + 2 pad)
-                across = F.avg_pool1d(padded.reshape(-1, padded.shape[-1])[:, None], lid.span, stride=1)[:, 0]
-                window += lid.smooth * (across.reshape(window.shape) - window)
+                window += lid.smooth * (_across(window, lid.span) - window)
+            if lid.hang is not None and lid.hang.weight is not None:  # ... hanging: their pixels, as far as dark
+                lashes = _sampled_at(image, lid.hang.points, w, h)  # (3, eh, ew)
+                window += (lid.hang.weight * _lash_share(lashes, lid.skin)) * (lashes - window)
             window *= 1.0 - lid.lash
         if out is None:
             out = frame.copy()
@@ -366,12 +395,15 @@ class IdleMotion:
                 skin, lashes, stretch_top, opening = self._lid_shape(frame, eye)
                 if opening is not None:  # the lids of the drawn opening measured, over its own window
                     eye, (rows, cols) = opening.eye, self._eye_window(opening.eye)
-                points[rows, cols], covered, lash, smooth = _eyelids(points[rows, cols], eye, closure, stretch_top,
-                                                                     self.textured_lids, lashes, opening)  # fmt: skip
+                moved, covered, lash, smooth, hang = _eyelids(points[rows, cols], eye, closure, stretch_top,
+                                                              self.textured_lids, lashes, opening)  # fmt: skip
+                points[rows, cols] = moved
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
                     span = 2 * int(round(0.5 * _SMOOTH_SPAN * eye.width)) + 1  # odd: centred
-                    lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, torch.zeros(3),
-                                                 smooth if bool((smooth > 0).any()) else None, span)))  # fmt: skip
+                    if hang is not None:  # wider: the skin between dense lashes
+                        span = 2 * int(round(0.5 * _LASH_SPAN * eye.width)) + 1
+                    lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, skin,
+                                                 smooth if bool((smooth > 0).any()) else None, span, hang)))  # fmt: skip
                 else:
                     lids.append((rows, cols, Lid(covered, lash, skin)))
         return points, lids
@@ -413,17 +445,20 @@ class IdleMotion:
 
 def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.Tensor, textured: bool,
              lashes: torch.Tensor | None = None,
-             opening: Opening | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+             opening: Opening | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                      HangingLashes | None]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
     lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); the darkening (h, w) of the lash
     line drawn along the closing upper lid's edge (a shut eye shows its lashes; the skin pulled over it has none);
-    and how far (h, w) each pixel is smoothed across the eye (``Lid.smooth``; zeros on a drawn eye).
+    how far (h, w) each pixel is smoothed across the eye (``Lid.smooth``; zeros on a drawn eye); and the long
+    ``lashes`` hanging below the lid's edge (None: none hang).
 
     The upper lid's band slides down whole and the skin above it, from ``stretch_top`` (per ceiling bin across the
     eye), stretches to follow. ``textured`` (a photograph; ``stretch_top`` from ``_stretch_top``): the band is the
     lid's own, ``_LID_BAND`` above its edge (its creases, lashes and skin keep their detail, where stretching the thin
     band of skin above the eye over it left a smooth patch); ``lashes`` (see ``_lash_tops``; None: none): where long
-    lashes stand above it, not averaged across the eye.
+    lashes stand above it, they stretch with the skin above to follow it (not averaged across the eye) and turn as it
+    closes (``_hanging_lashes``).
 
     Otherwise (a drawn eye; ``stretch_top`` from ``_drawn_stretch_top``) the lids close over its measured ``opening``
     (None: their drawn shape, ``_UPPER_LID``), the band is the outline drawn along its top (none without it), and the
@@ -454,12 +489,14 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     source = torch.where(lid, t - (upper_now - upper), t)
     above = (t >= top) & (t <= moved_top)  # the skin above, stretched to follow
     source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
+    hang = None
     if textured:
         stretch = (moved_top - top) / (band_top - top).clamp_min(1e-6)  # (h, w) output per source length
         ends = smoothstep((t - top) / _SMOOTH_EDGE) * smoothstep((moved_top - t) / _SMOOTH_EDGE)
         smooth = above * ends * ((stretch - _SMOOTH_FROM) / (_SMOOTH_FULL - _SMOOTH_FROM)).clamp(0.0, 1.0)
         if lashes is not None:  # lashes stretched under 2x stay strokes: averaged, they smeared
             smooth = smooth * (lashes[column] >= band_top - _MIN_STRETCH)
+            hang = _hanging_lashes(points, t, s, eye, lashes, stretch_top, upper, upper_now, lower, closure)
     below = (t >= lower_now) & (t <= bottom)  # the lower lid pushed up
     source = torch.where(below, bottom - (bottom - t) * (bottom - lower) / (bottom - lower_now), source)
     inside = s.abs() < 1.0
@@ -475,7 +512,71 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
     covered = depth * side * closure**2  # (h, w): a lid barely moved keeps its own pixels, a shut one is skin
     smooth = smooth * inside * ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)  # nothing past the eye's corners
-    return points + shift[..., None] * down, covered, lash, smooth
+    return points + shift[..., None] * down, covered, lash, smooth, hang
+
+
+def _hanging_lashes(points: torch.Tensor, t: torch.Tensor, s: torch.Tensor, eye: Eye, lashes: torch.Tensor,
+                    stretch_top: torch.Tensor, upper: torch.Tensor, upper_now: torch.Tensor,
+                    lower: torch.Tensor, closure: float) -> HangingLashes:  # fmt: skip
+    """The long lashes of one eye (``lashes``: their tips per column, see ``_lash_tops``) turned by ``closure``: those
+    standing over the lid, from the stretch's ``stretch_top`` down to its edge ``upper_now`` (t, eye widths, per
+    pixel), give way to the skin between them as it closes, are a fringe along that edge seen end on, then hang below
+    it, mirrored about the lid's edge at rest ``upper`` and shortened (``_LASH_HANG``). ``points`` (h, w, 2) are where
+    each pixel (at ``s``, ``t``) of the unmoved face is. Per column, linearly between the bins: no steps."""
+    _, _, down, width = eye
+    bins = torch.from_numpy(_band_top(np.linspace(-1.0, 1.0, _CEILING_BINS)).astype(np.float32))  # (bins,)
+    lashed = _across_bins((lashes < bins - _MIN_STRETCH).float(), s)  # (h, w) in [0, 1]
+    tips, top = _across_bins(lashes, s), _across_bins(stretch_top.minimum(bins - _MIN_STRETCH), s)  # (h, w)
+    side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0) * lashed  # (h, w)
+    turned = float(smoothstep(np.float64((closure - _LASH_TURN[0]) / (_LASH_TURN[1] - _LASH_TURN[0]))))
+    length = (upper - tips).clamp_min(1e-6)  # (h, w) eye widths
+    fringe = _LASH_FRINGE * turned * math.sin(math.pi * closure)  # seen end on: a fringe along the edge
+    stand = max(math.cos(math.pi * closure), fringe)  # the lashes' height left standing, per their length
+    erase = lashed * smoothstep((1.0 - s.abs()) / _LASH_EDGE[0]) * smoothstep((t - top) / _LASH_EDGE[1]) * turned
+    erase = erase * smoothstep((upper_now - stand * length - t) / _LASH_EDGE[1])  # (h, w)
+    drop = max(-math.cos(math.pi * closure), fringe) * _LASH_HANG  # hanging length per standing length
+    below = t - upper_now  # (h, w) eye widths under the lid's edge
+    stood = upper - below / max(drop, 1e-6)  # (h, w) where that part of the lash stood
+    along = (upper - stood) / length  # 0 at the root .. 1 at the tip
+    hanging = (below > 0.0) & (along <= 1.0) & (drop > 0.0)
+    weight = torch.where(hanging, ((1.0 - along) / _LASH_FADE).clamp(0.0, 1.0) * side, 0.0)
+    mirrored = 2.0 * lower - t  # (h, w) the skin under the eye, mirrored about its lower lid
+    return HangingLashes(weight if bool((weight > 0.0).any()) else None,
+                         points + ((stood - t) * width)[..., None] * down,
+                         erase if bool((erase > 0.0).any()) else None,
+                         points + ((mirrored - t) * width)[..., None] * down)  # fmt: skip
+
+
+def _skin_between(window: torch.Tensor, skin: torch.Tensor, lid: Lid) -> torch.Tensor:
+    """(3, eh, ew) the mean of ``window``'s pixels weighted by ``skin`` (eh, ew) in [0, 1] over a box of ``lid.span``
+    pixels around each pixel, and of ``lid.skin`` with the weight of a tenth of the box (the box all lashes)."""
+    sums = _box_mean(torch.cat([window * skin, skin[None]]), lid.span)  # (4, eh, ew)
+    return (sums[:3] + 0.1 * lid.skin[:, None, None]) / (sums[3:] + 0.1)
+
+
+def _box_mean(window: torch.Tensor, span: int) -> torch.Tensor:
+    """(c, eh, ew) ``window`` averaged over boxes of ``span`` (odd) pixels, edges replicated: across, then down."""
+    return _across(_across(window, span).transpose(1, 2), span).transpose(1, 2)
+
+
+def _across(window: torch.Tensor, span: int) -> torch.Tensor:
+    """(c, eh, ew) ``window`` averaged across ``span`` (odd) pixels along its rows, edges replicated."""
+    pad = span // 2
+    padded = F.pad(window[None], (pad, pad, 0, 0), mode="replicate")[0]  # (c, eh, ew + 2 pad)
+    return F.avg_pool1d(padded.reshape(-1, padded.shape[-1])[:, None], span, stride=1)[:, 0].reshape(window.shape)
+
+
+def _lash_share(rgb: torch.Tensor, skin: torch.Tensor) -> torch.Tensor:
+    """(eh, ew) in [0, 1] how much each pixel of ``rgb`` (3, eh, ew) is lash: darker than the ``skin``'s grey by
+    ``_LASH_DARK`` (none at the first share of it, all at the second)."""
+    grey = (_GREY_T @ rgb.flatten(1)).view(rgb.shape[1:]) / max(float(_GREY_T @ skin), 1.0)
+    return ((_LASH_DARK[0] - grey) / (_LASH_DARK[0] - _LASH_DARK[1])).clamp_(0.0, 1.0)
+
+
+def _sampled_at(image: torch.Tensor, points: torch.Tensor, w: int, h: int) -> torch.Tensor:
+    """(3, eh, ew) ``image`` (1, 3, h, w) read at ``points`` (eh, ew, 2) x, y pixels, as the warp reads it."""
+    grid = points * torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)]) - 1.0
+    return F.grid_sample(image, grid[None], mode="bicubic", padding_mode="border", align_corners=True)[0]
 
 
 def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor,

@@ -4,10 +4,11 @@ A held-out training-style avatar is drawn at 256x256, its face found once, and t
 each size (the head fills the same share of the frame, as a portrait would). ``IdleMotion.warp`` is then timed on
 ``--frames`` consecutive frames with the default settings: frames without a blink (head sway only) and frames
 inside a blink (sway and both eyelids) are reported apart, mean and 95th percentile, in milliseconds, one torch
-thread (what a render with ``runtime.threads=1`` gives it). Usage::
+thread (what a render with ``runtime.threads=1`` gives it). ``--long-lashes``: a photograph's lids instead, on
+tests/face/photos.py's ``long_lashes`` (512x512, its lashes turning with the lid). Usage::
 
     python benchmarks/quality/idle_motion.py                # ~20 s on the 2-core machine
-    python benchmarks/quality/idle_motion.py --frames 100
+    python benchmarks/quality/idle_motion.py --frames 100 [--long-lashes]
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ SIZES = (256, 512, 1024)
 FPS = 25
 
 
-def time_warp(frame: np.ndarray, layout: FaceLayout, frames: int) -> dict[str, tuple[float, float]]:
-    """{"sway": (mean ms, p95 ms), "blink": (...)} over ``frames`` frames of each kind."""
-    motion = IdleMotion(layout, frame.shape[:2], FPS, seed=0, settings=IdleMotionSettings())
+def time_warp(frame: np.ndarray, layout: FaceLayout, frames: int,
+              photo: bool = False) -> dict[str, tuple[float, float]]:  # fmt: skip
+    """{"sway": (mean ms, p95 ms), "blink": (...)} over ``frames`` frames of each kind (``photo``: a photograph's
+    lids)."""
+    motion = IdleMotion(layout, frame.shape[:2], FPS, seed=0, settings=IdleMotionSettings(), textured_lids=photo)
     motion.warp(frame, 0)  # first call: torch's one-off setup
     blinking = [i for i in range(FPS * 600) if motion.eye_closure(i) > 0][:frames]
     still = [i for i in range(FPS * 600) if motion.eye_closure(i) == 0][:frames]
@@ -55,14 +58,23 @@ def time_warp(frame: np.ndarray, layout: FaceLayout, frames: int) -> dict[str, t
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=200, help="frames timed per size and kind")
+    parser.add_argument("--long-lashes", action="store_true", help="a photograph with long lashes, 512x512")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    print("| frame | sway ms (mean / p95) | blink ms (mean / p95) |")
+    print("|---|---|---|")
+    if args.long_lashes:
+        from tests.face.photos import long_lashes
+
+        photo = long_lashes()
+        cost = time_warp(photo, FaceLayout.from_face(shared_detector().find(photo)), args.frames, photo=True)
+        print(f"| long_lashes 512x512 | {cost['sway'][0]:.2f} / {cost['sway'][1]:.2f} "
+              f"| {cost['blink'][0]:.2f} / {cost['blink'][1]:.2f} |")  # fmt: skip
+        return
     base = FaceRenderer(identity_from_seed(HELDOUT_SEEDS_START + 1), 256).render()[0]
     face = shared_detector().find(base)
     if face is None:
         raise SystemExit("the benchmark avatar's face was not found")
-    print("| frame | sway ms (mean / p95) | blink ms (mean / p95) |")
-    print("|---|---|---|")
     for size in SIZES:
         frame = np.asarray(Image.fromarray(base).resize((size, size), Image.Resampling.BICUBIC))
         layout = FaceLayout.from_face(face).moved(size / 256, (0.0, 0.0))
