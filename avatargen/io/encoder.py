@@ -170,7 +170,7 @@ class Encoder:
         # bound (``_send``); the lock keeps a closing thread from closing it under a writing one.
         self._stdin_fd: int | None = self._proc.stdin.fileno()
         os.set_blocking(self._stdin_fd, False)
-        _widen_pipe(self._stdin_fd)
+        widen_pipe(self._stdin_fd)
         self._stdin_lock = threading.Lock()
 
     @property
@@ -617,7 +617,7 @@ def _x264_threads() -> list[str]:
     return ["-threads", "1"] if cores <= _X264_ONE_THREAD_CORES else []
 
 
-def _widen_pipe(fd: int) -> None:
+def widen_pipe(fd: int) -> None:
     """Give the pipe at ``fd`` ``FRAME_PIPE_BYTES`` where the system allows (Linux): with the default 64 KiB a
     512x512 frame went over in 12 writes and as many wake-ups of ffmpeg, a 1280x1280 one in 75. Elsewhere, or past
     the user's pipe quota, the pipe stays as it is."""

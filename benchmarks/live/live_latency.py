@@ -21,7 +21,6 @@ from the first sample written to the first playable output of each.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import platform
@@ -39,11 +38,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from avatargen.io.encoder import widen_pipe  # noqa: E402
 from tests.live.harness import RtmpIngest  # noqa: E402
 from tests.live.speech_feed import PIECE, RATE, mouth_box, mouth_motion, session_audio, wav_header  # noqa: E402
 
 FPS = 25
-F_SETPIPE_SZ = 1031
 
 
 def feed(stdin, samples: np.ndarray, launched: float, starts: list[float], written: dict[int, float],
@@ -195,7 +194,7 @@ def main() -> None:
             launched = time.monotonic()
             render = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-            fcntl.fcntl(render.stdin.fileno(), F_SETPIPE_SZ, 1 << 20)  # a producer's writes never wait on the render
+            widen_pipe(render.stdin.fileno())  # 1 MiB: a producer's writes never wait on the render
             written: dict[int, float] = {}
             arrivals: list[float] = []
             crops: list[np.ndarray] = []
