@@ -421,9 +421,8 @@ class RenderSession:
 
     def _resume_hint(self) -> str:
         if self._nothing_to_resume():
-            every = self.grid.period / self.config.model.fps
-            return (f"it stopped before its first checkpoint (one every {every:.2f} s of video), so there is nothing "
-                    "to resume: run the command again to start over")  # fmt: skip
+            return ("it stopped before its first checkpoint was saved, so there is nothing to resume: run the command "
+                    "again to start over")  # fmt: skip
         return f"resume with: {self.options.resume_command or '--resume'}"
 
     def _kept_so_far(self) -> str:
