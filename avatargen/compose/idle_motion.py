@@ -138,21 +138,6 @@ class Eye(NamedTuple):
     width: float
 
 
-@dataclass(frozen=True)
-class Lid:
-    """One eye's lids in one frame, over its window of the head box: ``covered`` (eh, ew) in [0, 1], how far a
-    pixel the lids now hide may give way to ``skin`` (3,), the cheek's colour below the eye; ``lash`` (eh, ew) the
-    lash line's darkening; ``smooth`` (eh, ew) in [0, 1] (None: nowhere), how far a pixel gives way to its values
-    averaged across ``span`` pixels (skin stretched into streaks: ``_SMOOTH_FROM``)."""
-
-    covered: torch.Tensor
-    lash: torch.Tensor
-    skin: torch.Tensor
-    smooth: torch.Tensor | None = None
-    span: int = 1
-    hang: "HangingLashes | None" = None
-
-
 class HangingLashes(NamedTuple):
     """Long lashes turning with a shutting lid (``_hanging_lashes``): ``weight`` (eh, ew) in [0, 1], how far a pixel
     below its edge takes the hanging lash pixel it shows, read at ``points`` (eh, ew, 2) x, y crop pixels where the
@@ -163,6 +148,22 @@ class HangingLashes(NamedTuple):
     points: torch.Tensor
     erase: torch.Tensor | None  # (eh, ew) in [0, 1]: how far the lashes standing over the lid give way to the skin
     texture: torch.Tensor  # (eh, ew, 2) x, y crop pixels of the skin whose detail that skin takes
+
+
+@dataclass(frozen=True)
+class Lid:
+    """One eye's lids in one frame, over its window of the head box: ``covered`` (eh, ew) in [0, 1], how far a
+    pixel the lids now hide may give way to ``skin`` (3,), the cheek's colour below the eye; ``lash`` (eh, ew) the
+    lash line's darkening; ``smooth`` (eh, ew) in [0, 1] (None: nowhere), how far a pixel gives way to its values
+    averaged across ``span`` pixels (skin stretched into streaks: ``_SMOOTH_FROM``); ``hang`` a photograph's long
+    lashes turning with the lid (None: none)."""
+
+    covered: torch.Tensor
+    lash: torch.Tensor
+    skin: torch.Tensor
+    smooth: torch.Tensor | None = None
+    span: int = 1
+    hang: HangingLashes | None = None
 
 
 class Opening(NamedTuple):

@@ -278,6 +278,7 @@ def test_a_render_stopped_before_its_first_checkpoint_does_not_offer_a_resume_th
     """With no checkpoint saved yet, ``--resume`` renders from the start: the stop says so instead of printing a
     resume command, and keeps the frames it made."""
     from contextlib import contextmanager
+    from types import SimpleNamespace
 
     from avatargen.config.loader import load_config
     from avatargen.errors import RenderInterrupted
@@ -289,12 +290,12 @@ def test_a_render_stopped_before_its_first_checkpoint_does_not_offer_a_resume_th
 
     @contextmanager
     def stop_after_the_first_segment(fps, estimate):
-        yield type("Bar", (), {"update": lambda self, progress: stop.request()})()
+        yield SimpleNamespace(update=lambda progress: stop.request())
 
     cfg = load_config([*FAST, "output.gop_seconds=60"])  # the first checkpoint 60 s in: after this 4-s render's end
     with pytest.raises(RenderInterrupted) as stopped:
         render(RenderRequest(image=face, audio=audio, output=out), cfg, progress_factory=stop_after_the_first_segment,
-               warn=lambda message: None, resume=True, resume_command="avatargen render ... --resume", stop=stop)  # fmt: skip
+               warn=lambda message: None, resume_command="avatargen render ... --resume", stop=stop)  # fmt: skip
     message = str(stopped.value)
     assert stopped.value.exit_code == 130 and "--resume" not in message, message
     assert "before its first checkpoint" in message and "run the command again" in message, message
