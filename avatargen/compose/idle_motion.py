@@ -90,11 +90,11 @@ _LASH_MIN, _LASH_MIDDLE, _LASH_RUN = 0.18, 0.7, 4
 _LASH_THICKNESS, _LASH_DARKNESS = 0.035, 0.3  # the lash line along the shutting lid: eye widths, share of black
 # Long lashes turn with the lid (``_hanging_lashes``; a shut lid's lashes point down): over _LASH_TURN of its closure
 # those standing over it give way to the skin between them (its mean over boxes of _LASH_SPAN eye widths, with the
-# detail of the skin under the eye), fading in over _LASH_EDGE eye widths (from the eye's corners, from their tips);
-# seen end on (half shut) they are a fringe of _LASH_FRINGE of their length along its edge, and shut they hang below
-# it, _LASH_HANG of their length, fading over _LASH_FADE of it towards the tips. A pixel is lash as far as it is
-# darker than _LASH_DARK of the skin's grey (none at the first, all at the second): a hanging lash shows its own
-# pixels over the lid, the skin between lashes leaves the lid's.
+# detail of the skin under the eye), fading in over _LASH_EDGE (of its half span from the eye's corners, eye widths
+# from their tips); seen end on (half shut) they are a fringe along its edge, _LASH_FRINGE of their length above it
+# and _LASH_HANG of that below; shut, they hang below it, _LASH_HANG of their length, fading over _LASH_FADE of it
+# towards the tips. A pixel is lash as far as it is darker than _LASH_DARK of the skin's grey (none at the first, all
+# at the second): a hanging lash shows its own pixels over the lid, the skin between lashes leaves the lid's.
 _LASH_TURN, _LASH_FRINGE, _LASH_HANG, _LASH_FADE = (0.25, 0.6), 0.3, 0.8, 0.3
 _LASH_DARK, _LASH_SPAN, _LASH_EDGE = (0.9, 0.7), 0.6, (0.25, 0.1)
 _CHEEK_BAND = (0.55, 0.80)  # eye widths below the eye centre: the skin whose colour a lid takes
