@@ -256,8 +256,8 @@ class IdleMotion:
             if lid.smooth is not None:  # streaks of a stretched strip: averaged across the eye (image rows)
                 window += lid.smooth * (_across(window, lid.span) - window)
             if lid.hang is not None and lid.hang.weight is not None:  # ... hanging: their pixels, as far as dark
-                lashes = _sampled_at(image, lid.hang.points, w, h)  # (3, eh, ew)
-                window += (lid.hang.weight * _lash_share(lashes, lid.skin)) * (lashes - window)
+                hanging = _sampled_at(image, lid.hang.points, w, h)  # (3, eh, ew) the lash pixels they show
+                window += (lid.hang.weight * _lash_share(hanging, lid.skin)) * (hanging - window)
             window *= 1.0 - lid.lash
         if out is None:
             out = frame.copy()
@@ -401,7 +401,7 @@ class IdleMotion:
                 points[rows, cols] = moved
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
                     span = 2 * int(round(0.5 * _SMOOTH_SPAN * eye.width)) + 1  # odd: centred
-                    if hang is not None:  # wider: the skin between dense lashes
+                    if lashes is not None:  # wider: the skin between dense lashes
                         span = 2 * int(round(0.5 * _LASH_SPAN * eye.width)) + 1
                     lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, skin,
                                                  smooth if bool((smooth > 0).any()) else None, span, hang)))  # fmt: skip
