@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G, B in a pixel's grey (luma)
+
 
 def column_median(values: np.ndarray) -> np.ndarray:
     """``np.median(values, axis=0)`` of an (N, C) array, bit for bit (float input keeps its dtype, integer input

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from avatargen.compose.idle_settings import IdleMotionSettings
 from avatargen.compose.layout import FaceLayout
-from avatargen.numeric import SeededUniform, column_median, nearest_pixels, smoothstep
+from avatargen.numeric import LUMA, SeededUniform, column_median, nearest_pixels, smoothstep
 from avatargen.threads import torch_threads
 
 # The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
@@ -116,7 +116,7 @@ _OUTLINE_DARK, _OUTLINE_MAX = 0.5, 0.15
 _SKIN_FADE = 0.08  # eye widths over which a lid's own pixels give way to that colour
 _MEET = 0.70  # where the lids meet when shut: this fraction of the way from the upper lid to the lower one
 
-_GREY = np.array([0.299, 0.587, 0.114])  # luma weights
+_GREY = np.array(LUMA)
 _GREY_T = torch.tensor(_GREY, dtype=torch.float32)  # the same, for the warp's float32 pixels
 # The rectangle around an eye that holds every pixel its lids' shapes are read from, in eye widths along it and above
 # and below its centre (the drawn opening's ends reach 1.3 along, the skin above its fitted eye 1.7 up, the cheek

@@ -18,9 +18,9 @@ import torch
 from PIL import Image, ImageDraw
 
 from avatargen.face.lips import Lips
-from avatargen.numeric import column_median, nearest_pixels, smoothstep
+from avatargen.numeric import LUMA, column_median, nearest_pixels, smoothstep
 
-_GREY = np.array([0.299, 0.587, 0.114])
+_GREY = np.array(LUMA)
 
 # The upper teeth show this share of the gap under the upper lip, at most this many mouth half-widths (an incisor
 # is about a fifth of the mouth's width tall); darker towards the corners (the cheeks' shadow) by up to

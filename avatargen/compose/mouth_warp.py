@@ -45,7 +45,7 @@ from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_interior import MouthInterior, estimated_teeth, own_teeth
 from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.face.lips import Lips
-from avatargen.numeric import column_median, nearest_pixels, smoothstep
+from avatargen.numeric import LUMA, column_median, nearest_pixels, smoothstep
 
 # The model's mouth box in its own frame (fractions of the side; the framing of the training frames puts every mouth
 # there: composite.MOUTH_REGION spans x 0.37-0.63, y 0.51-0.70) and the skin bands just above and below it.
@@ -119,7 +119,7 @@ MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the ref
 # ROUND_REACH half-widths along it and ROUND_HEIGHT half-widths (plus half the opening) above and below the gap
 # (at roundness 1 the mouth is a quarter narrower; the cheeks, the nose and the chin stay).
 ROUND_NARROWING, ROUND_REACH, ROUND_HEIGHT = 0.35, 2.2, 1.1
-_GREY = torch.tensor([0.299, 0.587, 0.114])
+_GREY = torch.tensor(LUMA)
 
 
 class MouthCue(Enum):

@@ -12,8 +12,9 @@ from avatargen.eval.sync import frame_rms
 from avatargen.eval.video import VideoInfo
 from avatargen.face.detector import Face, FaceDetector
 from avatargen.io.image import Reference
+from avatargen.numeric import LUMA
 
-_GRAY = np.array([0.299, 0.587, 0.114], np.float32)
+_GRAY = np.array(LUMA, np.float32)
 
 
 def coarse_gray(frame: np.ndarray, side: int) -> np.ndarray:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from avatargen.face.detector import Face, FaceDetector
+from avatargen.numeric import LUMA
 
 MOUTH_BOX = (0.30, 0.64, 0.70, 0.86)  # (x0, y0, x1, y1), fractions of the chip
 EYE_BOXES = ((0.14, 0.24, 0.44, 0.40), (0.56, 0.24, 0.86, 0.40))
@@ -43,7 +44,7 @@ EYE_UPPER_MIDDLES = tuple((x0, y0 - 0.06, x1, y1 - 0.06) for x0, y0, x1, y1 in E
 # those two alone, 8 of the turned Grace Hopper's 9 blinks over 20 s were counted; with the one between, 9).
 DARK_BANDS = (EYE_MIDDLES, EYE_UPPER_MIDDLES) + tuple(((x0, y0 - raised, x1, y1 - raised),)
                                                       for raised in (0.0, 0.03, 0.06) for x0, y0, x1, y1 in EYE_MIDDLES)
-_GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+_GRAY = np.array(LUMA, dtype=np.float32)
 
 
 @dataclass

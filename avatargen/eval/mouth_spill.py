@@ -30,6 +30,7 @@ from avatargen.eval.metric import Metric
 from avatargen.face.choice import shared_lip_finder
 from avatargen.face.detector import INSTALL_HINT, Face
 from avatargen.face.lips import Lips, lips_installed
+from avatargen.numeric import LUMA
 
 DARKER_BY = 40.0  # grey levels
 SLACK_PX = 2  # frame pixels
@@ -37,7 +38,7 @@ REACH = 1.0 / 3.0  # mouth widths outside the outer lip contour
 REGION = ((-1.5, 1.5), (-0.75, 1.6))  # (along, down) in mouth widths from the corners' midpoint
 MIN_DARKENED = 0.01  # of the mouth width squared
 SPILL_SHARE = 0.15
-_GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+_GRAY = np.array(LUMA, dtype=np.float32)
 
 
 def similarity(source: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from avatargen.numeric import LUMA
+
 if TYPE_CHECKING:
     from avatargen.face.detector import Face
 
@@ -27,7 +29,7 @@ FLAT_VARIANCE = 2.0
 def flat_pixel_share(chip: np.ndarray) -> float:
     """Share of an (S, S, 3) uint8 face chip's pixels in flat fills: grey levels stretched to 0-255 between their
     1st and 99th percentiles, 3x3 neighbourhoods varying by less than ``FLAT_VARIANCE``."""
-    return flat_grey_share(chip.astype(np.float64) @ np.array([0.299, 0.587, 0.114]))
+    return flat_grey_share(chip.astype(np.float64) @ np.array(LUMA))
 
 
 def flat_grey_share(grey: np.ndarray) -> float:

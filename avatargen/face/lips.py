@@ -37,7 +37,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from avatargen.face.detector import INSTALL_HINT, Face
-from avatargen.numeric import column_median
+from avatargen.numeric import LUMA, column_median
 
 # Mesh indices of the contours, each from the mouth corner on the image's left along the lower lip to the other
 # corner, then back along the upper lip: points 0 and 10 are the corners, 0-10 the lower lip, 10-19 + 0 the upper.
@@ -276,7 +276,7 @@ def lip_contrast(rgb: np.ndarray, lips: Lips) -> float:
         return 0.0
     skin = column_median(ring)
     # a dark or underexposed face has every difference scaled down with its light: judged as if lit normally
-    exposure = max(1.0, LIT_SKIN_GREY / max(float(skin @ np.array([0.299, 0.587, 0.114])), 1.0))
+    exposure = max(1.0, LIT_SKIN_GREY / max(float(skin @ np.array(LUMA)), 1.0))
     return float(np.linalg.norm(band.mean(axis=0) - skin)) * exposure
 
 
