@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from avatargen.compose.mouth_close import OPEN_GAP, close_mouth, inner_gap
-from avatargen.compose.speech_drive import SpeechDrive, frame_levels, frame_shapes
+from avatargen.compose.speech_drive import AJAR_LEVEL, SpeechDrive, frame_levels, frame_shapes
 from avatargen.face.choice import reference_lips
 from avatargen.face.detector import shared_detector
 from tests.face import photos
@@ -68,16 +68,17 @@ def test_the_lips_meet_on_a_hum_as_loud_as_the_vowels_around_it():
     assert levels[11:14].max() == 0.0  # ... shut on the hum, from its second frame to its last but one
 
 
-def _hiss_between_vowels(under_db: float) -> np.ndarray:
-    """0.4 s of a bright vowel, 0.2 s of hiss over 4 kHz ``under_db`` under it, the vowel again (frames 10-14: s)."""
-    t = np.arange(int(0.4 * RATE)) / RATE
+def _hiss_between_vowels(under_db: float, lead: int = 0) -> np.ndarray:
+    """0.4 s of a bright vowel, 0.2 s of hiss over 4 kHz ``under_db`` under it, the vowel again (frames 10-14: s);
+    ``lead`` samples more of the vowel first (half a frame: the hiss starts in the middle of frame 10)."""
+    t = np.arange(int(0.4 * RATE) + lead) / RATE
     harmonics = np.arange(1, 4000 // 180 + 1)[:, None]
     vowel = (np.sin(2 * np.pi * 180 * harmonics * t) / np.sqrt(harmonics)).sum(axis=0)  # 3 dB an octave: formants
     spectrum = np.fft.rfft(np.random.default_rng(0).normal(size=int(0.2 * RATE)))
     spectrum[np.fft.rfftfreq(int(0.2 * RATE), 1 / RATE) < 4000] = 0.0
     hiss = np.fft.irfft(spectrum)
     hiss *= np.sqrt(np.mean(vowel**2) / np.mean(hiss**2)) * 10 ** (-under_db / 20)
-    return (np.concatenate([vowel, hiss, vowel]) / np.abs(vowel).max()).astype(np.float32)
+    return (np.concatenate([vowel, hiss, vowel[lead:]]) / np.abs(vowel).max()).astype(np.float32)
 
 
 def test_a_faint_hiss_keeps_the_mouth_open():
@@ -98,6 +99,17 @@ def test_a_weak_consonant_after_a_vowel_leaves_the_mouth_ajar_however_the_frames
     drive.feed(wave)
     drive.end()
     np.testing.assert_allclose(np.concatenate([drive.levels(k, 1) for k in range(len(levels))]), levels, atol=1e-9)
+
+
+def test_a_frame_half_vowel_half_faint_fricative_opens_for_the_vowel():
+    """A faint fricative (noise over 4 kHz, 33 dB under the vowels: a weak th or f) holds the lips just apart, but
+    a frame whose first half is still the vowel opens halfway from there to the vowel's level (it was held at
+    AJAR_LEVEL: 7 % of espeak-ng's vowels, 30-60 ms long beside a th, never opened), and the frame after the
+    fricative, half vowel again, alike."""
+    levels = frame_levels([_hiss_between_vowels(33.0, lead=HOP // 2)], RATE, FPS)  # the hiss: frames 10.5-15.5
+    assert levels[11:15].max() <= AJAR_LEVEL, levels[9:17]
+    assert levels[10] >= 0.3 and levels[15] >= 0.3, levels[9:17]  # 0.15 when either half frame held the lips
+    assert levels[10] < 0.75 * levels[9] and levels[15] < 0.75 * levels[16]  # not the whole vowel's opening
 
 
 def test_silence_keeps_the_mouth_shut():
