@@ -103,9 +103,8 @@ def test_a_weak_consonant_after_a_vowel_leaves_the_mouth_ajar_however_the_frames
 
 def test_a_frame_half_vowel_half_faint_fricative_opens_for_the_vowel():
     """A faint fricative (noise over 4 kHz, 33 dB under the vowels: a weak th or f) holds the lips just apart, but
-    a frame whose first half is still the vowel opens halfway from there to the vowel's level (it was held at
-    AJAR_LEVEL: 7 % of espeak-ng's vowels, 30-60 ms long beside a th, never opened), and the frame after the
-    fricative, half vowel again, alike."""
+    a frame whose first half is still the vowel opens halfway from there to the vowel's level, and the frame after
+    the fricative, half vowel again, alike (held at AJAR_LEVEL, a 30-60 ms vowel beside a th never opened)."""
     levels = frame_levels([_hiss_between_vowels(33.0, lead=HOP // 2)], RATE, FPS)  # the hiss: frames 10.5-15.5
     assert levels[11:15].max() <= AJAR_LEVEL, levels[9:17]
     assert levels[10] >= 0.3 and levels[15] >= 0.3, levels[9:17]  # 0.15 when either half frame held the lips
