@@ -155,12 +155,9 @@ def render(
     audio: list = []
 
     def render_action() -> None:
-        from avatargen.config.loader import load_config
-        from avatargen.bulk.remote_render import render_anywhere
-        from avatargen.progress import RenderProgress
-        from avatargen.render import RenderRequest
-
+        from avatargen.config.loader import load_config, to_config
         from avatargen.io.audio_stream import RawPcm
+        from avatargen.render.request import RenderRequest, check_before_reading, parse_box
 
         cfg = load_config(overrides or [], live=realtime and str(audio[0]) == "-")  # docs/live.md
         if publish:
@@ -174,8 +171,6 @@ def render(
         if audio_channels is not None and audio_rate is None:
             raise BadInputError("--audio-channels describes raw PCM on stdin: give --audio-rate with it")
         raw = RawPcm(audio_rate, audio_channels if audio_channels is not None else 1) if audio_rate is not None else None
-        from avatargen.render.inputs import parse_box
-
         boxes = tuple(parse_box(box) for box in person_box or [])
         request = RenderRequest(image=image, audio=audio[0], output=output, prompt=prompt, raw_audio=raw, video=video,
                                 extra_audio=tuple(audio[1:]), person_boxes=boxes, audio_type=audio_type)  # fmt: skip
@@ -193,6 +188,11 @@ def render(
         if str(output) == "-" and _STDOUT_CLOSED:
             raise PublishError("--output - writes MPEG-TS to stdout, but stdout is closed; pipe it into a program "
                                "(| ffplay -) or give --output OUT.mp4")  # fmt: skip
+        if not any(isinstance(x, ObjectUrl) for x in (image, video, output, *audio)):
+            # said now, before torch is imported (~2 s); the render checks again, with its model family's engine
+            check_before_reading(request, to_config(cfg), None, resume, overwrite)
+        from avatargen.bulk.remote_render import render_anywhere
+        from avatargen.progress import RenderProgress
 
         def progress(fps: int, total: int | None) -> RenderProgress:
             # Only on a terminal: in logs and bulk scripts a bar is noise, and an error must stay one line.

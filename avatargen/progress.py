@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from avatargen.pipeline.pipeline import Progress
+if TYPE_CHECKING:  # a type only: the CLI imports this before torch
+    from avatargen.pipeline.pipeline import Progress
 
 
 class RenderProgress:

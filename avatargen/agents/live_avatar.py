@@ -30,7 +30,7 @@ from avatargen.config.loader import load_config
 from avatargen.io.audio_stream import RawPcm
 from avatargen.io.sink import SinkContext, SinkPlugin, register_sink
 from avatargen.render import RenderRequest, render
-from avatargen.render.inputs import STREAM
+from avatargen.render.request import STREAM
 
 _log = logging.getLogger("avatargen.agents")
 SCHEME = "avatargen-agent"

@@ -24,8 +24,8 @@ from avatargen.bulk.outdir import FAILED_SUFFIX, failed_name, failure_record, is
 from avatargen.bulk.status import MANIFEST_NAME, JobState, bad_row_label
 from avatargen.errors import BadInputError
 from avatargen.io.output_lock import OutputLock, is_locked, lock_path_for, read_holder
-from avatargen.io.owned_names import OVERWRITE_FIX, foreign_reason, is_avatargen_resume_folder, remove_name
-from avatargen.io.resume_store import resume_folder_for
+from avatargen.io.owned_names import (OVERWRITE_FIX, foreign_reason, is_avatargen_resume_folder, remove_name,
+                                      resume_folder_for)
 
 
 def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:

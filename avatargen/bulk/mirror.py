@@ -34,8 +34,7 @@ from typing import Callable
 from avatargen.bulk.locations import ObjectUrl
 from avatargen.bulk.s3 import Store
 from avatargen.errors import AvatarGenError
-from avatargen.io.owned_names import RESUME_MARKER
-from avatargen.io.resume_store import resume_folder_for
+from avatargen.io.owned_names import RESUME_MARKER, resume_folder_for
 from avatargen.render.request import partial_path_for
 
 INDEX, PARTIAL_INDEX = "resume.json", "partial.json"

@@ -12,8 +12,8 @@ import numpy as np
 
 from avatargen.errors import AudioDecoderStopped, BadInputError
 from avatargen.io.ffmpeg import StderrTail, ffmpeg_reason, local_file, read_checked_input, start_ffmpeg
+from avatargen.io.input_files import AUDIO_FIX
 
-_FIX = "give a wav/flac/mp3/ogg/m4a file"
 _BYTES_PER_SAMPLE = 4  # f32le
 
 
@@ -46,7 +46,7 @@ class AudioFileSource:
         self._blocks: Iterator[np.ndarray] | None = None
         self._started: subprocess.Popen | None = None  # a decoder started ahead of the next iteration
 
-        info = read_checked_input(self.path, "audio", "Audio", _FIX, failed="decoded")
+        info = read_checked_input(self.path, "audio", "Audio", AUDIO_FIX, failed="decoded")
         self.duration_hint: float | None = info.duration_s
         # A container's duration is its longest stream's: it says how long the audio is only when audio is all it holds
         self._audio_duration = info.duration_s if set(info.stream_kinds) == {"Audio"} else None
@@ -86,7 +86,7 @@ class AudioFileSource:
         self.damage = None
         try:
             decoded = yield from read_blocks(proc, self.block_samples, self.sample_rate, f"audio file '{self.path}'",
-                                             f"re-encode it or {_FIX}", min_samples=self.min_samples)  # fmt: skip
+                                             f"re-encode it or {AUDIO_FIX}", min_samples=self.min_samples)  # fmt: skip
             self.damage = decoded.damage
             seconds = decoded.samples / self.sample_rate
             if self.damage is None and self._audio_duration is not None and seconds < self._audio_duration - 0.1:

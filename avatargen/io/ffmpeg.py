@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from avatargen.errors import AvatarGenError, BadInputError
+from avatargen.io.input_files import check_input_file
 
 STDERR_TAIL_LINES = 50
 ANSWER_TIMEOUT_S = 15.0  # reading a file's header takes ffmpeg milliseconds; past this it is not going to answer
@@ -250,12 +251,7 @@ def read_checked_input(path: Path, kind: str, stream: str, fix: str, failed: str
     ``BadInputError`` naming the fix: ``path`` exists, is a file, is readable, ffmpeg opens it (the message says it
     could not be ``failed`` by ffmpeg) and it holds a ``stream`` stream ("Audio", "Video"). ``kind`` names the input
     in the messages ("audio", "video")."""
-    if not path.exists():
-        raise BadInputError(f"{kind} file '{path}' does not exist; check the path")
-    if not path.is_file():
-        raise BadInputError(f"{kind} path '{path}' is not a file; {fix}")
-    if not os.access(path, os.R_OK):
-        raise BadInputError(f"{kind} file '{path}' is not readable; fix its permissions")
+    check_input_file(path, kind, fix)
     info = read_input_info(path)
     if info.error is not None:
         raise BadInputError(f"{kind} file '{path}' could not be {failed} by ffmpeg ({info.error}); {fix}")

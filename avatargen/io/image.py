@@ -15,6 +15,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from avatargen.errors import BadInputError
 from avatargen.face.framing import centre_crop, centre_square, frame_face
+from avatargen.io.input_files import IMAGE_FIX, check_input_file
 
 if TYPE_CHECKING:
     from avatargen.face.detector import Face
@@ -26,7 +27,6 @@ MAX_PIXELS = 64_000_000
 _BAND_ROWS = 256  # rows converted to RGB at a time: the conversion's temporaries stay a few MB
 MAX_ASPECT = 4.0  # long side / short side: past it there is no portrait to crop or pad
 FITS = ("face", "crop", "pad")
-_FIX = "give a PNG, JPEG or WebP image"
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def read_picture(path: str | Path, fit: str = "crop") -> np.ndarray:
     try:
         return _to_rgb(_open(path, fit), path)
     except ValueError as err:  # a mode Pillow cannot convert to RGB (e.g. LAB without a color profile)
-        raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {_FIX}") from None
+        raise BadInputError(f"image '{path}' has an unsupported color mode ({err}); {IMAGE_FIX}") from None
 
 
 def reference_from_rgb(
@@ -147,10 +147,7 @@ def check_image_bounds(path: Path, width: int, height: int, fit: str) -> None:
 
 def _open(path: Path, fit: str) -> Image.Image:
     """Open and fully decode the first frame, upright; file problems become ``BadInputError``."""
-    if not path.exists():
-        raise BadInputError(f"image file '{path}' does not exist; check the path")
-    if not path.is_file():
-        raise BadInputError(f"image path '{path}' is not a file; {_FIX}")
+    check_input_file(path, "image", IMAGE_FIX)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # a 90+ MP "portrait" is not one
@@ -169,13 +166,13 @@ def _open(path: Path, fit: str) -> Image.Image:
                 img.close()
                 raise
     except UnidentifiedImageError:
-        raise BadInputError(f"file '{path}' is not an image Pillow can read; {_FIX}") from None
+        raise BadInputError(f"file '{path}' is not an image Pillow can read; {IMAGE_FIX}") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise BadInputError(f"image '{path}' is too large to be a reference portrait; downscale it") from None
     except PermissionError:
         raise BadInputError(f"image file '{path}' is not readable; fix its permissions") from None
     except (OSError, SyntaxError, ValueError) as err:  # Pillow raises SyntaxError for some broken PNG chunks
-        raise BadInputError(f"image '{path}' is corrupt or truncated ({err}); re-export it, {_FIX}") from None
+        raise BadInputError(f"image '{path}' is corrupt or truncated ({err}); re-export it, {IMAGE_FIX}") from None
 
 
 def _to_rgb(img: Image.Image, path: Path) -> np.ndarray:
@@ -203,7 +200,7 @@ def _band_converter(img: Image.Image, path: Path) -> Callable[[Image.Image], np.
         values = np.asarray(img)  # 4 bytes a pixel, Pillow's own buffer: read once for the range
         if not np.isfinite(values).all():
             raise BadInputError(f"image '{path}' holds NaN or infinite pixel values; re-export it as 8- or 16-bit, "
-                                f"{_FIX}")  # fmt: skip
+                                f"{IMAGE_FIX}")  # fmt: skip
         scale = 255.0 if float(values.max(initial=0.0)) <= 1.0 else 1.0  # float images come as 0..1 or 0..255
 
         def floating(band: Image.Image) -> np.ndarray:

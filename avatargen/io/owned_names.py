@@ -35,6 +35,11 @@ OVERWRITE_FIX = "move it away, choose another output name, or pass --overwrite t
 _MOOV_LIMIT = 64 << 20  # a header larger than this is no header avatargen wrote
 
 
+def resume_folder_for(output: Path) -> Path:
+    """The resume folder of output ``OUT.mp4``: ``OUT.resume/`` beside it."""
+    return output.with_name(f"{output.stem}.resume")
+
+
 def metadata_args(part_id: str | None = None) -> list[str]:
     """ffmpeg output options that mark an MP4 as avatargen's (``part_id``: as the partial video of that run of a
     render, ``part_id_of``)."""

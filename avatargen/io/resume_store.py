@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from avatargen.errors import BadInputError
-from avatargen.io.owned_names import RESUME_MARKER, is_avatargen_resume_folder, remove_name
+from avatargen.io.owned_names import RESUME_MARKER, is_avatargen_resume_folder, remove_name, resume_folder_for
 
 # The format of resume.json and of the checkpoints it lists. A folder of another version is never read: the render
 # starts over (2: the engine's and the family's parts of a checkpoint stored apart; 3: the current run's part id and
@@ -60,11 +60,6 @@ def file_digest(path: Path) -> str:
 
 def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def resume_folder_for(output: Path) -> Path:
-    """The resume folder of output ``OUT.mp4``: ``OUT.resume/`` beside it."""
-    return output.with_name(f"{output.stem}.resume")
 
 
 def _plain_name(name: object) -> str:

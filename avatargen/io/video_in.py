@@ -19,8 +19,8 @@ from PIL import Image
 
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import StderrTail, local_file, read_checked_input, start_ffmpeg
+from avatargen.io.input_files import VIDEO_FIX
 
-_FIX = "give a video file (mp4, mov, mkv, webm) with a picture"
 
 
 class VideoFrames:
@@ -31,7 +31,7 @@ class VideoFrames:
 
     def __init__(self, path: str | Path, fps: int) -> None:
         self.path, self.fps = Path(path), fps
-        info = read_checked_input(self.path, "video", "Video", _FIX)
+        info = read_checked_input(self.path, "video", "Video", VIDEO_FIX)
         self.duration_hint = info.duration_s
         self.size = self._first_frame_size()  # (height, width), upright
         self._proc: subprocess.Popen | None = None
@@ -48,7 +48,7 @@ class VideoFrames:
         )  # fmt: skip
         if proc.returncode != 0 or not proc.stdout:
             reason = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()
-            raise BadInputError(f"video '{self.path}' has no decodable frame ({reason[-1] if reason else 'empty'}); {_FIX}")
+            raise BadInputError(f"video '{self.path}' has no decodable frame ({reason[-1] if reason else 'empty'}); {VIDEO_FIX}")
         with Image.open(io.BytesIO(proc.stdout)) as image:
             return image.height, image.width
 
@@ -89,7 +89,7 @@ class VideoFrames:
         proc.stdout.close()
         stderr.join()
         if self._current is None:
-            raise BadInputError(f"video '{self.path}' gave no frame ({stderr.reason() if returncode else 'empty'}); {_FIX}")
+            raise BadInputError(f"video '{self.path}' gave no frame ({stderr.reason() if returncode else 'empty'}); {VIDEO_FIX}")
 
     def close(self) -> None:
         """Stop the decoder, if it runs."""

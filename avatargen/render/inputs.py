@@ -21,68 +21,11 @@ from avatargen.face.speakers import speaker_boxes
 from avatargen.io import image_prefetch as prefetch
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_mix import AudioMix
-from avatargen.io.audio_tracks import ARRANGEMENTS, AudioTracksSource, track_statistics
+from avatargen.io.audio_tracks import AudioTracksSource, track_statistics
 from avatargen.io.image import Reference, load_reference, read_picture, reference_from_rgb
 from avatargen.io.video_in import VideoFrames
 from avatargen.pipeline.inputs import Box, Framing, RenderInputs
-
-STREAM = Path("-")  # --audio - reads stdin; --output - writes MPEG-TS to stdout
-
-
-def parse_box(text: str) -> Box:
-    """``X0,Y0,X1,Y1`` (pixels of the picture, x to the right, y down) -> a box; BadInputError naming the format."""
-    try:
-        x0, y0, x1, y1 = (float(part) for part in text.split(","))
-    except ValueError:
-        raise BadInputError(f"--person-box '{text}' must be X0,Y0,X1,Y1 in pixels of the picture, e.g. 40,60,300,460") from None
-    if not (x1 > x0 and y1 > y0):
-        raise BadInputError(f"--person-box '{text}' is empty: X1 must be right of X0 and Y1 below Y0")
-    return x0, y0, x1, y1
-
-
-def _check_face_number(face: int | None, video: Path | None, audio: list[Path], fit: str) -> None:
-    """``--face N`` where it chooses nothing is refused, never ignored: N below 1, a dubbed video, two speakers, a
-    picture framed without a face (``pipeline.image_fit=crop|pad``). A number past the faces is refused once the
-    faces are found (face/choice.py)."""
-    if face is None:
-        return
-    if face < 1:
-        raise BadInputError(f"--face {face}: faces are numbered from 1, left to right; give --face 1 or more")
-    unused = ("--video follows the dubbed video's own face" if video is not None
-              else "two speakers are placed by --person-box (or found in the picture)" if len(audio) > 1
-              else f"pipeline.image_fit={fit} frames the picture without choosing a face" if fit != "face" else None)  # fmt: skip
-    if unused is not None:
-        raise BadInputError(f"--face {face} chooses the face an image is framed around, but {unused}; leave out --face")
-
-
-def check_request_inputs(image: Path | None, video: Path | None, audio: list[Path], boxes: list[Box],
-                         audio_type: str, config: Config, family: FamilyEngine) -> None:  # fmt: skip
-    """Refuse, before anything is opened, what the request cannot mean or the model (``family``) cannot do."""
-    if (image is None) == (video is None):
-        raise BadInputError("give the picture to animate: --image PICTURE, or --video SOURCE to dub a video (not both)")
-    if video is not None and not family.follows_video:
-        raise BadInputError(f"--video (dubbing) needs a model that follows a source video; model={config.model.name} "
-                            "renders from an image: see docs/models.md (model=infinitetalk)")  # fmt: skip
-    _check_face_number(config.pipeline.face, video, audio, config.pipeline.image_fit.value)
-    if len(audio) > 1 and STREAM in audio:
-        raise BadInputError("-a - (stdin) carries one speaker; give two files for two speakers")
-    if len(audio) > family.speakers:
-        raise BadInputError(f"{len(audio)} audio files (-a) but model={config.model.name} renders "
-                            f"{'one speaker' if family.speakers == 1 else f'at most {family.speakers} speakers'}; "
-                            + ("give one -a (two speakers: see docs/wan-rendering.md, model=multitalk)" if family.speakers == 1
-                               else f"give at most {family.speakers} -a, one per speaker"))  # fmt: skip
-    if boxes and len(boxes) != len(audio):
-        raise BadInputError(f"{len(boxes)} --person-box for {len(audio)} audio file(s) (-a); give one box per speaker, "
-                            "in the order of the -a files, or none (found in the picture)")  # fmt: skip
-    if boxes and len(audio) == 1:
-        raise BadInputError("--person-box places two speakers; with one audio file the speaker is the whole picture")
-    if audio_type not in ARRANGEMENTS:
-        raise BadInputError(f"--audio-type '{audio_type}' is not one of {', '.join(ARRANGEMENTS)} (para: at once, "
-                            "add: one after the other)")  # fmt: skip
-    if audio_type != "para" and len(audio) == 1:  # add: the first speaker's file, then the second's
-        raise BadInputError(f"--audio-type {audio_type} arranges two speakers' audio; with one -a leave it out (or give "
-                            "a second -a)")  # fmt: skip
-
+from avatargen.render.request import STREAM
 
 @dataclass
 class OpenedPicture:

@@ -34,11 +34,10 @@ from avatargen.io.audio_stream import AudioStreamSource
 from avatargen.io.console import RANDOM_WEIGHTS, Note, say
 from avatargen.io.encoder import EncoderStalledError
 from avatargen.io.output_lock import OutputLock, lock_path_for
-from avatargen.io.owned_names import (YAML_HEADER, check_owned_names, clear_playlist_names, foreign_reason,
-                                      playlist_names, publish_lock_path, remove_name, write_text_atomic)
-from avatargen.io.outputs import Output, OutputKind, parse_publish_target, stdout_output
+from avatargen.io.owned_names import (YAML_HEADER, clear_playlist_names, foreign_reason, publish_lock_path, remove_name,
+                                      write_text_atomic)
+from avatargen.io.outputs import Output, OutputKind, stdout_output
 from avatargen.io.resume_store import ResumeStore, file_digest
-from avatargen.io.sink import encoder_targets
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.blank import blank_pipeline
 from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
@@ -53,16 +52,8 @@ from avatargen.pipeline.stats import RenderStats
 from avatargen.render.compositing import compositor_for, model_frames_likely_read
 from avatargen.render.outputs import OutputPlan, RenderOutputs
 from avatargen.render.inputs import input_digests, open_audio, open_picture, output_audio, render_inputs
-from avatargen.render.request import (
-    STREAM,
-    RenderRequest,
-    check_output_names,
-    check_outputs_spare_inputs,
-    check_request,
-    config_path_for,
-    make_output_folder,
-    partial_path_for,
-)
+from avatargen.render.request import (STREAM, RenderRequest, check_before_reading, config_path_for, make_output_folder,
+                                      partial_path_for)
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
 from avatargen.runtime.distributed import ParallelContext, note_kept, rank_failures, solo_parallel, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
@@ -222,16 +213,8 @@ class RenderSession:
 
     def check(self) -> None:
         """The request, the config and the outputs, before any input is read: no output may be an input."""
-        config, o = self.config, self.config.output
-        check_request(self.request, config, self.family, self.options.resume)
-        self.live = [parse_publish_target(t, o.gop_seconds, o.hls_window, o.publish_timeout_s)
-                     for t in encoder_targets(config)]  # a sink's own targets (webrtc://) checked by it
-        check_outputs_spare_inputs(self.request, config, self.family, self.live)
-        if self.request.output_file is not None:  # a user's files at the output's names are never replaced unasked
-            check_output_names(self.request.output_file, o.save_config, self.options.overwrite)
-        for output in self.live:  # nor at a playlist's, nor its segments'
-            if output.kind is OutputKind.HLS:
-                check_owned_names(playlist_names(Path(output.target)), self.options.overwrite)
+        self.live = check_before_reading(self.request, self.config, self.family, self.options.resume,
+                                         self.options.overwrite)  # fmt: skip
 
     def open_inputs(self) -> None:
         """The reference as the family reads it, its compositor, the audio source and the ``RenderInputs``; the

@@ -1,9 +1,10 @@
 """Wall time of one short CLI render (start-up dominates it), median of N runs, for one or more source trees.
 
 Each run is a fresh ``python -m avatargen render`` of a 1 s clip with the shipped model, one thread, as a user runs
-it; the runs of the trees are interleaved so that the machine's noise hits them alike.
+it; the runs of the trees are interleaved so that the machine's noise hits them alike. ``--refused`` times instead a
+render refused for a picture that does not exist (exit 2): how long a script's typo takes to be said.
 
-    python benchmarks/speed/startup.py [--runs 3] [--tree PATH ...]   (default tree: this checkout)
+    python benchmarks/speed/startup.py [--runs 3] [--refused] [--tree PATH ...]   (default tree: this checkout)
 """
 
 from __future__ import annotations
@@ -23,18 +24,24 @@ import soundfile as sf
 REPO = Path(__file__).resolve().parents[2]
 
 
-def render_seconds(tree: Path, audio: Path, out: Path) -> float:
-    """Wall seconds of one render with ``tree`` first on the path (fails loudly if the render fails)."""
-    command = [sys.executable, "-m", "avatargen", "render", "-i", str(tree / "examples" / "avatar_1.png"),
-               "-a", str(audio), "-o", str(out), "runtime.threads=1", "--quiet"]  # fmt: skip
+def render_seconds(tree: Path, audio: Path, out: Path, refused: bool = False) -> float:
+    """Wall seconds of one render with ``tree`` first on the path (fails loudly if the render fails, or with
+    ``refused`` -- its picture missing -- unless it exits 2)."""
+    image = out.with_name("missing.png") if refused else tree / "examples" / "avatar_1.png"
+    command = [sys.executable, "-m", "avatargen", "render", "-i", str(image), "-a", str(audio), "-o", str(out),
+               "runtime.threads=1", "--quiet"]  # fmt: skip
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True)
-    return time.perf_counter() - start
+    result = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != (2 if refused else 0):
+        raise SystemExit(f"{tree}: exit {result.returncode}: {result.stderr.decode()[-500:]}")
+    return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--refused", action="store_true", help="time the refusal of a missing picture instead")
     parser.add_argument("--tree", type=Path, action="append", help="source tree to time (repeatable)")
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [REPO])]
@@ -45,7 +52,7 @@ def main() -> None:
         times: dict[Path, list[float]] = {tree: [] for tree in trees}
         for _ in range(args.runs):
             for tree in trees:
-                times[tree].append(render_seconds(tree, audio, Path(tmp) / "out.mp4"))
+                times[tree].append(render_seconds(tree, audio, Path(tmp) / "out.mp4", args.refused))
     for tree, runs in times.items():
         print(f"{tree}: median {statistics.median(runs):.2f} s  runs {' '.join(f'{r:.2f}' for r in runs)}")
 

@@ -14,7 +14,8 @@ from avatargen.config.loader import load_config
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import ffmpeg_exe
 from avatargen.render import RenderRequest, render
-from avatargen.render.inputs import open_audio, parse_box
+from avatargen.render.inputs import open_audio
+from avatargen.render.request import parse_box
 from tests.conftest import FAST, run_cli, write_speechlike_wav
 from tests.ffmpeg_probe import probe
 

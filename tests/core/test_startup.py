@@ -1,5 +1,6 @@
-"""Start-up cost of a CLI run: a render never imports ``torch._dynamo`` (about a second on these machines), and
-validating a Wan config never imports transformers (several seconds).
+"""Start-up cost of a CLI run: a render never imports ``torch._dynamo`` (about a second on these machines), a request
+refused for a bad path or option never imports torch at all (1.5-3 s), and validating a Wan config never imports
+transformers (several seconds).
 
 Building a model on the meta device used to run its initialisers and sin-cos tables through torch's Python meta
 kernels, whose first call imports ``torch._dynamo``; config validation and the placement pass both paid for it on
@@ -14,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, write_speechlike_wav
 
 # Runs the real CLI in-process; as it exits (an atexit handler: the CLI leaves without the interpreter's teardown),
@@ -23,7 +26,7 @@ import atexit, json, runpy, sys
 
 def report():
     loaded = sorted(m for m in sys.modules if m.split(".")[:2] == ["torch", "_dynamo"])
-    print(json.dumps({"dynamo": loaded[:3]}), file=sys.__stderr__, flush=True)
+    print(json.dumps({"dynamo": loaded[:3], "torch": "torch" in sys.modules}), file=sys.__stderr__, flush=True)
 
 atexit.register(report)
 sys.argv = ["avatargen", *sys.argv[1:]]
@@ -40,6 +43,31 @@ def test_a_render_with_the_shipped_model_never_imports_torch_dynamo(tmp_path: Pa
     report = json.loads(result.stderr.strip().splitlines()[-1])
     assert result.returncode == 0 and out.stat().st_size > 0, result.stderr
     assert report["dynamo"] == [], f"a render imported {report['dynamo']} (~1 s of start-up)"
+
+
+@pytest.mark.parametrize("problem, says", [
+    ("image", "image file '{image}' does not exist; check the path"),
+    ("audio", "audio file '{audio}' does not exist; check the path"),
+    ("output", "is a file avatargen did not write; this render would replace it"),
+])  # fmt: skip
+def test_a_bad_path_is_refused_before_torch_is_imported(tmp_path: Path, face_png: Path, problem: str, says: str) -> None:
+    # a shell script's typo is said in half a second, not after importing torch; the same line as the render's own
+    audio, out = write_speechlike_wav(tmp_path / "a.wav", 0.5), tmp_path / "out.mp4"
+    image = face_png
+    if problem == "image":
+        image = tmp_path / "missing.png"
+    elif problem == "audio":
+        audio = tmp_path / "missing.wav"
+    else:
+        out.write_bytes(b"a user's own file")
+    args = ["render", "-i", str(image), "-a", str(audio), "-o", str(out), "--quiet"]
+    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    *lines, report = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and says.format(image=image, audio=audio) in lines[0], result.stderr
+    assert json.loads(report)["torch"] is False, "a refused request imported torch"
+    assert out.read_bytes() == b"a user's own file" if problem == "output" else not out.exists()
 
 
 def test_checking_a_wan_config_does_not_import_transformers() -> None:
