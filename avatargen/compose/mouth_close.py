@@ -5,7 +5,9 @@ Across the mouth (per column along it), the upper lip with the skin up to ``ABOV
 is stretched down, and the lower lip with the chin down to ``BELOW_HALF_WIDTHS`` below its outer edge is drawn up,
 until the inner edges meet ``UPPER_SHARE`` of the way down the gap (the jaw does most of the closing). The map is
 piecewise linear and monotonic across the mouth (nothing folds), the identity outside that band and past the
-corners, where the gap is nil; one bicubic ``grid_sample``. The closed lips' inner contour is the meeting line.
+corners, where the gap is nil; bicubic ``grid_sample``. A pixel the meeting line crosses shows both lips, each by
+the share of the pixel on its side: the line is smooth at any slant, never a stair-step. The closed lips' inner
+contour is the meeting line.
 
 The face mesh's inner contour of a wide-open mouth often lies inside the opening (on a tongue or palate as pink as a
 lip): what it leaves between the inner and the outer contour closed into a swollen lip with a bruise-coloured line.
@@ -70,15 +72,19 @@ def close_mouth(picture: np.ndarray, lips: Lips) -> tuple[np.ndarray, Lips]:
     # above the meeting line: [start, meet] shows [start, ui]; below it: [meet, end] shows [li, end]
     upper = start + (down - start) * (ui - start) / np.maximum(meet - start, 1e-6)
     lower = li + (down - meet) * (end - li) / np.maximum(end - meet, 1e-6)
-    source = np.where(down < meet, upper, lower)
-    source = np.where((gap > 0) & (down > start) & (down < end), source, down)
-    moved = np.stack([gx, gy], axis=-1) + (source - down)[..., None] * v  # (h, w, 2) picture pixels to sample
+    band = (gap > 0) & (down > start) & (down < end)
+    # a pixel the meeting line crosses shows both lips, each by the share of it on its side (no stair-step edge)
+    above = np.where(band, np.clip(meet - down + 0.5, 0.0, 1.0), 1.0)  # (h, w)
+    sources = np.stack([np.where(band, upper, down), np.where(band, lower, down)])  # (2, h, w)
+    moved = np.stack([gx, gy], axis=-1) + (sources - down)[..., None] * v  # (2, h, w, 2) picture pixels to sample
     grid = torch.from_numpy(moved).float()
     grid = grid * torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)]) - 1.0
-    image = torch.from_numpy(np.ascontiguousarray(picture)).float().permute(2, 0, 1)[None]  # (1, 3, H, W)
-    sampled = F.grid_sample(image, grid[None], mode="bicubic", padding_mode="border", align_corners=True)[0]
+    image = torch.from_numpy(np.ascontiguousarray(picture)).float().permute(2, 0, 1)[None].expand(2, -1, -1, -1)
+    sampled = F.grid_sample(image, grid, mode="bicubic", padding_mode="border", align_corners=True)  # (2, 3, h, w)
+    share = torch.from_numpy(above).float()
+    mixed = sampled[0] * share + sampled[1] * (1.0 - share)  # (3, h, w)
     closed = picture.copy()
-    closed[top:bottom, left:right] = sampled.add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+    closed[top:bottom, left:right] = mixed.add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
     # the inner contour onto the meeting line
     inner_along = (lips.inner - centre) @ u / half
     line = np.interp(inner_along, *inner_up) + UPPER_SHARE * np.clip(
