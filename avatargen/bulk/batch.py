@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pathlib import Path
+
+from avatargen.bulk.jobs import check_local_jobs_file
 from avatargen.bulk.locations import Where
-from avatargen.bulk.workers import run_workers
 from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchEngine
 
@@ -25,9 +27,10 @@ def run_batch(
     ``resume_command``: the command that continues a batch stopped mid-job (this one). ``overwrite``: jobs replace
     what is at their outputs' names even when avatargen did not write it (else such a job fails, exit 2)."""
     config = to_config(load_config(overrides))  # a bad base config fails the whole batch at once (exit 2)
-    engine = run_workers
+    if isinstance(jobs_file, Path):
+        check_local_jobs_file(jobs_file)  # a wrong path is said now, not after the engine's imports (torch: ~2 s)
     if config.batch.engine == BatchEngine.ray:
-        from avatargen.bulk.ray_driver import run_on_ray
-
-        engine = run_on_ray
+        from avatargen.bulk.ray_driver import run_on_ray as engine
+    else:
+        from avatargen.bulk.workers import run_workers as engine
     return engine(jobs_file, out_dir, overrides, config, warn, allow_outside, retry_failed, resume_command, overwrite)

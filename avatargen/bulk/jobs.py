@@ -78,6 +78,16 @@ def bad_row_number(claim: Where) -> int | None:
 # -- reading the file ------------------------------------------------------------------------------------------------
 
 
+def check_local_jobs_file(path: Path) -> None:
+    """Refuse, as reading it would, a local jobs file that cannot be opened or is not a regular file (the batch says
+    so before it imports torch)."""
+    lines = _local_lines(path)
+    try:
+        next(lines, None)  # opens and checks it, and reads its first line
+    finally:
+        lines.close()
+
+
 def _local_lines(path: Path) -> Iterator[bytes]:
     """The lines of a regular file, at most ``MAX_LINE_BYTES + 1`` bytes each (a longer line is cut there and its
     rest skipped: the row fails, and memory stays bounded). A FIFO, a device or a folder is refused."""
@@ -87,10 +97,11 @@ def _local_lines(path: Path) -> Iterator[bytes]:
         raise BadInputError(
             f"jobs file '{path}' could not be read ({err.strerror}); give a JSONL or CSV file"
         ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before a file object: a folder's would fail as one
+        os.close(fd)
+        raise BadInputError(f"jobs file '{path}' is not a regular file (a pipe, device or folder); give a JSONL or "
+                            "CSV file")  # fmt: skip
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadInputError(f"jobs file '{path}' is not a regular file (a pipe, device or folder); give a JSONL or "
-                                "CSV file")  # fmt: skip
         os.set_blocking(fd, True)
         while True:
             line = file.readline(MAX_LINE_BYTES + 1)

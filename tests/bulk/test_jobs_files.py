@@ -17,10 +17,13 @@ def _one_line_error(result) -> str:
     return lines[0]
 
 
-def test_a_fifo_or_a_device_as_the_jobs_file_is_refused_at_once_in_one_line(tmp_path):
+def test_a_fifo_a_device_or_a_folder_as_the_jobs_file_is_refused_at_once_in_one_line(tmp_path):
     fifo = tmp_path / "jobs.jsonl"
     os.mkfifo(fifo)
-    for jobs in (fifo, Path("/dev/zero")):  # nobody writes the pipe: opening it plainly would block for ever
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    # nobody writes the pipe: opening it plainly would block for ever; a folder failed as "unexpected IsADirectoryError"
+    for jobs in (fifo, Path("/dev/zero"), folder):
         line = _one_line_error(run_cli("batch", str(jobs), "--out-dir", str(tmp_path / "out"), *FAST, timeout=60))
         assert "is not a regular file" in line and "give a JSONL or CSV file" in line, line
 

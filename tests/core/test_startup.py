@@ -70,6 +70,17 @@ def test_a_bad_path_is_refused_before_torch_is_imported(tmp_path: Path, face_png
     assert out.read_bytes() == b"a user's own file" if problem == "output" else not out.exists()
 
 
+def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    args = ["batch", str(jobs), "--out-dir", str(tmp_path / "out")]
+    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    *lines, report = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines == [f"error: jobs file '{jobs}' could not be read (No such file or "
+                                                "directory); give a JSONL or CSV file"], result.stderr  # fmt: skip
+    assert json.loads(report)["torch"] is False, "a refused batch imported torch"
+
+
 def test_checking_a_wan_config_does_not_import_transformers() -> None:
     # `avatargen config model=...` and each `avatargen batch` job row validate against the Wan specs; transformers
     # (seconds to import) is needed only to build the wav2vec2 audio encoder.
