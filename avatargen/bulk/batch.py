@@ -7,9 +7,8 @@ each job through ``bulk.runner``, so the out-dir, the report and ``avatargen bat
 
 from __future__ import annotations
 
-from typing import Callable
-
 from pathlib import Path
+from typing import Callable
 
 from avatargen.bulk.jobs import check_local_jobs_file
 from avatargen.bulk.locations import Where
