@@ -17,6 +17,7 @@ import numpy as np
 
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import StderrTail, ffmpeg_exe, ffmpeg_reason, local_file, start_ffmpeg
+from avatargen.io.input_files import check_input_file
 
 MAX_ANALYSIS_SIDE = 512  # frames larger than this are scaled down: the face detector needs ~80 px faces, not 4K
 _FIX = "give an MP4/MOV/MKV/WebM video file"
@@ -38,13 +39,11 @@ class VideoInfo:
 def probe_video(path: str | Path) -> VideoInfo:
     """Read width, height and frame rate (the stream's ``tbr``) from ``ffmpeg -i`` stderr.
 
-    Raises ``BadInputError`` for a missing file, a file ffmpeg cannot open, or one without a video stream.
+    Raises ``BadInputError`` for a missing or unreadable file, a file ffmpeg cannot open, or one without a video
+    stream.
     """
     path = Path(path)
-    if not path.exists():
-        raise BadInputError(f"video file '{path}' does not exist; check the path")
-    if not path.is_file():
-        raise BadInputError(f"video path '{path}' is not a file; {_FIX}")
+    check_input_file(path, "video", _FIX)
     proc = subprocess.run(
         [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", local_file(path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,

@@ -1,6 +1,6 @@
 """The first checks every input file a user names gets, before it is opened: it exists, it is a file, it can be
 read. Each failure is one ``BadInputError`` (exit 2) naming the fix. The readers (io/image.py, io/audio.py,
-io/video_in.py) make them as they open a file; a render makes them all before it imports torch
+io/video_in.py, eval/video.py) make them as they open a file; a render makes them all before it imports torch
 (render/request.py, ``check_request``), so that a wrong path is said at once."""
 
 from __future__ import annotations

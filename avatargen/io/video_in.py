@@ -22,7 +22,6 @@ from avatargen.io.ffmpeg import StderrTail, local_file, read_checked_input, star
 from avatargen.io.input_files import VIDEO_FIX
 
 
-
 class VideoFrames:
     """A source video as a ``FrameSource`` (avatargen/pipeline/inputs.py): ``frame(i)`` for nondecreasing ``i``.
 
