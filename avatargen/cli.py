@@ -511,16 +511,17 @@ def check(
     def action() -> None:
         from avatargen.config.families import family_named
         from avatargen.config.loader import load_config, to_config
-        from avatargen.pipeline.family import load_engine
 
         config = to_config(load_config([*(overrides or []), f"model.checkpoint={folder}", "model.weights=checkpoint"]))
+        if not folder.is_dir():  # said before the engine (and torch) is imported: a typo costs half a second
+            raise ConfigError(f"'{folder}' is not a folder; give the weights/ folder (docs/models.md)")
+        from avatargen.pipeline.family import load_engine
+
         family = load_engine(family_named(config.model.family))
         if family.check_weights is None:
             raise ConfigError(f"weights check reads downloaded weights folders; model={config.model.name} loads its "
                               "own checkpoint, checked as it loads: choose the model you downloaded (e.g. "
                               "model=infinitetalk)")  # fmt: skip
-        if not folder.is_dir():
-            raise ConfigError(f"'{folder}' is not a folder; give the weights/ folder (docs/models.md)")
         report = family.check_weights(config, folder)
         result["ok"] = report.ok
         if as_json:

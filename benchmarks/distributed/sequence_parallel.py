@@ -52,7 +52,8 @@ def dit_forward(grid: list[int], device: str, split: str, shard: bool, repeats: 
     import torch
     import torch.distributed as dist
 
-    from avatargen.families.wan.models.dit import WanDiT, dit_params
+    from avatargen.families.wan.models.dit import WanDiT
+    from avatargen.families.wan.models.params import dit_params
     from avatargen.runtime.offload import OffloadMonitor
     from avatargen.runtime.placement import PlacementPlan, RandomInit, build_on_meta, place
     from avatargen.runtime.sequence_parallel import apply_sequence_parallel
@@ -263,8 +264,9 @@ def bench_flops(args: argparse.Namespace) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from avatargen.families.wan.models.dit import WanDiT, dit_params
-    from avatargen.families.wan.models.vae import WanVAE, vae_params
+    from avatargen.families.wan.models.dit import WanDiT
+    from avatargen.families.wan.models.params import dit_params, vae_params
+    from avatargen.families.wan.models.vae import WanVAE
 
     frames, height, width = args.grid
     tokens = frames * (height // 2) * (width // 2)

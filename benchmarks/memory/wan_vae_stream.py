@@ -33,7 +33,8 @@ def measure(which: str, seconds: float, size: int, base_dim: int, chunk: int) ->
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from avatargen.families.wan.models.vae import WanVAE, vae_params
+    from avatargen.families.wan.models.params import vae_params
+    from avatargen.families.wan.models.vae import WanVAE
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

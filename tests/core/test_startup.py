@@ -1,6 +1,6 @@
 """Start-up cost of a CLI run: a render never imports ``torch._dynamo`` (about a second on these machines), a request
-refused for a bad path or option never imports torch at all (1.5-3 s), and validating a Wan config never imports
-transformers (several seconds).
+refused for a bad path or option never imports torch at all (1.5-3 s), and validating a config of any family imports
+neither torch nor transformers (several seconds).
 
 Building a model on the meta device used to run its initialisers and sin-cos tables through torch's Python meta
 kernels, whose first call imports ``torch._dynamo``; config validation and the placement pass both paid for it on
@@ -81,12 +81,24 @@ def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path)
     assert json.loads(report)["torch"] is False, "a refused batch imported torch"
 
 
-def test_checking_a_wan_config_does_not_import_transformers() -> None:
-    # `avatargen config model=...` and each `avatargen batch` job row validate against the Wan specs; transformers
-    # (seconds to import) is needed only to build the wav2vec2 audio encoder.
-    code = ("import sys; from avatargen.config.loader import load_config; "
-            "[load_config([f'model={name}']) for name in ('wan_tiny', 'infinitetalk', 'multitalk')]; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers')[:3])")  # fmt: skip
+def test_a_weights_check_of_a_missing_folder_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    folder = tmp_path / "weights"
+    args = ["weights", "check", str(folder), "model=infinitetalk"]
+    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    *lines, report = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines == [f"error: '{folder}' is not a folder; give the weights/ folder "
+                                                "(docs/models.md)"], result.stderr  # fmt: skip
+    assert json.loads(report)["torch"] is False, "a refused weights check imported torch"
+
+
+def test_checking_a_config_of_any_family_imports_neither_torch_nor_transformers() -> None:
+    # `avatargen config model=...`, `avatargen weights check` and each `avatargen batch` job row validate against the
+    # families' specs (torch-free params.py); torch (1.5 s) and transformers (seconds) come when a model is built.
+    names = ("tiny", "wan_tiny", "infinitetalk", "multitalk", "liveavatar", "liveavatar_tiny")
+    code = ("import sys; from avatargen.config.loader import load_config, to_config; "
+            f"[to_config(load_config([f'model={{name}}'])) for name in {names}]; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))[:3])")  # fmt: skip
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -17,12 +17,14 @@ from torch import Tensor, nn
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import CheckpointError
 from avatargen.families.liveavatar.config import LiveAvatarConfig, LiveAvatarModelConfig
-from avatargen.families.liveavatar.models.dit import LiveAvatarDiT, LiveAvatarParams, dit_params
+from avatargen.families.liveavatar.models.dit import LiveAvatarDiT
 from avatargen.families.liveavatar.models.lora import parse_peft
+from avatargen.families.liveavatar.models.params import LiveAvatarParams, dit_params
 from avatargen.families.wan.build import DTYPES, checkpoint_root, require_wan_extra
+from avatargen.families.wan.models.params import UMT5Params, WanVAEParams, umt5_params, vae_params
 from avatargen.families.wan.models.specs import WAV2VEC2_TINY
-from avatargen.families.wan.models.umt5 import UMT5Encoder, UMT5Params, umt5_params
-from avatargen.families.wan.models.vae import WanVAE, WanVAEParams, vae_params
+from avatargen.families.wan.models.umt5 import UMT5Encoder
+from avatargen.families.wan.models.vae import WanVAE
 from avatargen.families.wan.sources import wav2vec2_names
 from avatargen.families.wan.stages.text import ByteTokenizer, FolderTokenizer, Tokenizer
 from avatargen.modules import Module

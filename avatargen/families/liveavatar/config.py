@@ -60,7 +60,7 @@ class LiveAvatarConfig(ModelConfig):
 
 def validate_liveavatar(config: Config) -> None:
     """Raise ConfigError naming the first bad ``model.*`` key of a LiveAvatar model."""
-    from avatargen.families.liveavatar.models.dit import SPECS
+    from avatargen.families.liveavatar.models.params import SPECS
 
     model = config.model
     assert isinstance(model, LiveAvatarConfig)

@@ -31,7 +31,7 @@ def recorded() -> dict[str, torch.Tensor]:
     return load_file(str(FIXTURE))
 
 
-def _model(norm3_dtype: torch.dtype = torch.float32) -> LiveAvatarDiT:
+def _model(norm3_dtype: str = "float32") -> LiveAvatarDiT:
     """The toy DiT; fp32 before norm3 as the recording ran the reference for the multi-step checks (reference_code)."""
     net = LiveAvatarDiT(replace(toy.PARAMS, norm3_dtype=norm3_dtype)).eval()
     toy.fill(net)
@@ -106,7 +106,7 @@ def test_blocks_through_one_ring_match_the_reference(model, data, recorded) -> N
 @torch.no_grad()
 def test_the_bf16_rounding_before_norm3_is_the_references(data, recorded) -> None:
     """The reference's own default: the residual rounded to bf16 before norm3 (one block, one step)."""
-    net = _model(torch.bfloat16)
+    net = _model("bfloat16")
     cache = _cache(net)
     text = _sink(net, data, cache)
     (offset,) = recorded["bf16.offsets"].tolist()

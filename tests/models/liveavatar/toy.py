@@ -11,7 +11,7 @@ import zlib
 
 import torch
 
-from avatargen.families.liveavatar.models.dit import LiveAvatarParams
+from avatargen.families.liveavatar.models.params import LiveAvatarParams
 
 # the reference's constructor arguments at toy size (Wan2.2-S2V's layout: framepack, adain, zero timestep, pose cond)
 TOY = dict(

@@ -99,7 +99,7 @@ def record_dubbing(root: Path) -> dict[str, object]:
     clips read (``audio_start_idx += frame_num - motion_frame``: 81-frame clips, 9 motion frames)."""
     import torchvision.transforms as transforms
 
-    from avatargen.families.wan.models.vae import vae_params
+    from avatargen.families.wan.models.params import vae_params
 
     resize_and_centercrop = function_from(root / "wan" / "multitalk.py", "resize_and_centercrop", {
         "math": math, "torch": torch, "nn": torch.nn, "Image": Image, "np": np, "transforms": transforms})  # fmt: skip

@@ -191,8 +191,8 @@ def _load_seeded(module: torch.nn.Module, meta: dict[str, Any], seed: int, prefi
 def dit_two_speakers() -> dict[str, float]:
     """Our DiT with the audio adapter against the reference ``WanModel`` (multitalk_model.py): two speakers routed by
     their masks, and one speaker."""
-    from avatargen.families.wan.models.audio_proj import AudioAdapterParams
-    from avatargen.families.wan.models.dit import WanDiT, dit_params
+    from avatargen.families.wan.models.dit import WanDiT
+    from avatargen.families.wan.models.params import AudioAdapterParams, dit_params
 
     tensors, meta = read_fixture("infinitetalk_dit")
     _same("the toy DiT config", TOY_DIT, {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()})
@@ -227,7 +227,8 @@ def dubbing_conditioning() -> dict[str, Any]:
     """A dubbing clip's conditioning: the framed source frame (the reference's ``resize_and_centercrop``, ``/ 255``,
     ``- 0.5``, ``* 2``), its I2V latent through the reference's toy-width VAE, which source frames the clips read."""
     from avatargen.families.wan.framing import cover_crop, pixels_to_unit_range
-    from avatargen.families.wan.models.vae import WanVAE, vae_params
+    from avatargen.families.wan.models.params import vae_params
+    from avatargen.families.wan.models.vae import WanVAE
     from avatargen.pipeline.audio_timeline import AudioTimeline
 
     tensors, meta = read_fixture("infinitetalk_dubbing")

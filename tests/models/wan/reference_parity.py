@@ -30,8 +30,8 @@ def dit_two_speakers(root: Path, frames: int = 3, height: int = 8, width: int = 
     """The DiT forward with the audio adapter: two speakers routed by their masks (MultiTalk's label RoPE), and one
     speaker; ours loads the reference model's state dict strictly."""
     prepare()
-    from avatargen.families.wan.models.audio_proj import AudioAdapterParams
-    from avatargen.families.wan.models.dit import WanDiT, dit_params
+    from avatargen.families.wan.models.dit import WanDiT
+    from avatargen.families.wan.models.params import AudioAdapterParams, dit_params
 
     torch.manual_seed(0)
     reference = multitalk_model(root).WanModel(weight_init=True, **TOY_DIT)
@@ -86,7 +86,8 @@ def dubbing_conditioning(root: Path, source_size: tuple[int, int] = (360, 640)) 
     import torchvision.transforms as transforms
 
     from avatargen.families.wan.framing import cover_crop, pixels_to_unit_range
-    from avatargen.families.wan.models.vae import WanVAE, vae_params
+    from avatargen.families.wan.models.params import vae_params
+    from avatargen.families.wan.models.vae import WanVAE
     from avatargen.pipeline.audio_timeline import AudioTimeline
 
     resize_and_centercrop = function_from(root / "wan" / "multitalk.py", "resize_and_centercrop", {

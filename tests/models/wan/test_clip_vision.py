@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avatargen.families.wan.models.clip_vision import CLIPVisionTower, clip_params, clip_pixels
+from avatargen.families.wan.models.clip_vision import CLIPVisionTower, clip_pixels
+from avatargen.families.wan.models.params import clip_params
 from tests.models.wan.transformers_keys import clip_vision_to_transformers
+
 
 def test_tower_matches_transformers_clip_vision_at_the_block_wan_reads() -> None:
     transformers = pytest.importorskip("transformers")

@@ -36,7 +36,8 @@ def test_whole_file_audio_features_of_a_30_s_clip_are_the_references_recording()
 
 
 def test_weights_rebuilt_otherwise_than_recorded_are_named_not_measured():
-    from avatargen.families.wan.models.vae import WanVAE, vae_params
+    from avatargen.families.wan.models.params import vae_params
+    from avatargen.families.wan.models.vae import WanVAE
 
     _, meta = recorded_parity.read_fixture("infinitetalk_dubbing")
     with pytest.raises(recorded_parity.StaleFixture, match="seeded weights differs from the recording"):

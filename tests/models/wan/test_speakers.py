@@ -8,9 +8,9 @@ import math
 import torch
 
 from avatargen.families.wan.models.attention import AudioCrossAttention
-from avatargen.families.wan.models.audio_proj import AudioAdapterParams
 from avatargen.families.wan.models.conditioning import person_masks
-from avatargen.families.wan.models.dit import WanDiT, dit_params
+from avatargen.families.wan.models.dit import WanDiT
+from avatargen.families.wan.models.params import AudioAdapterParams, dit_params
 from avatargen.families.wan.models.speakers import SpeakerRouting, rope_1d, token_masks
 from avatargen.models.sequence import attention as dense_attention
 

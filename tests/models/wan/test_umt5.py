@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avatargen.families.wan.models.umt5 import UMT5Encoder, umt5_params
+from avatargen.families.wan.models.params import umt5_params
+from avatargen.families.wan.models.umt5 import UMT5Encoder
 from tests.models.wan.transformers_keys import umt5_to_transformers
+
 
 def test_encoder_matches_transformers_umt5() -> None:
     transformers = pytest.importorskip("transformers")

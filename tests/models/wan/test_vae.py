@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from avatargen.families.wan.models.vae import WanVAE, vae_params
+from avatargen.families.wan.models.params import vae_params
+from avatargen.families.wan.models.vae import WanVAE
 from tests.models.wan.diffusers_keys import vae_to_diffusers
 
 TOLERANCE = 1e-4

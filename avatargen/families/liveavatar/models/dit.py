@@ -25,7 +25,7 @@ Block (``blocks.N``), ``e`` the six modulation vectors of each frame::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from avatargen.families.liveavatar.models.audio import CausalAudioEncoder, AudioInjector
 from avatargen.families.liveavatar.models.framepack import FramePacker
 from avatargen.families.liveavatar.models.kv_cache import KVCache
+from avatargen.families.liveavatar.models.params import LiveAvatarParams
 from avatargen.families.liveavatar.models.rope import (
     apply_rope,
     groups_rope,
@@ -48,49 +49,6 @@ from avatargen.models.sequence import attention
 
 MOTION_VIDEO_FRAMES = 73  # the reference's motion_frames: its audio encoder reads this many copies of a block's first
 MOTION_LATENT_FRAMES = 19  # audio frame ahead of the block, and drops this many latent frames of its output
-
-
-@dataclass(frozen=True)
-class LiveAvatarParams:
-    """Hyper-parameters of :class:`LiveAvatarDiT` (the reference's constructor names)."""
-
-    dim: int = 5120
-    ffn_dim: int = 13824
-    num_heads: int = 40
-    num_layers: int = 40
-    freq_dim: int = 256
-    text_dim: int = 4096  # umT5-XXL; not in the saved config.json (the reference's default)
-    text_len: int = 512
-    in_dim: int = 16
-    out_dim: int = 16
-    cond_dim: int = 16
-    audio_dim: int = 1024  # wav2vec2-large
-    num_audio_token: int = 4
-    audio_inject_layers: tuple[int, ...] = (0, 4, 8, 12, 16, 20, 24, 27, 30, 33, 36, 39)
-    patch_size: tuple[int, int, int] = (1, 2, 2)
-    eps: float = 1e-6
-    norm3_dtype: torch.dtype = torch.bfloat16  # the reference rounds x to bf16 before norm3, also in fp32
-
-    @property
-    def head_dim(self) -> int:
-        """Channels per head."""
-        return self.dim // self.num_heads
-
-    def validate(self) -> None:
-        """Raise ValueError naming the bad field."""
-        if self.dim % self.num_heads or self.head_dim % 2:
-            raise ValueError(f"LiveAvatarParams.dim ({self.dim}) / num_heads ({self.num_heads}) must be even")
-        if any(not 0 <= i < self.num_layers for i in self.audio_inject_layers):
-            raise ValueError(f"LiveAvatarParams.audio_inject_layers {self.audio_inject_layers} outside 0..{self.num_layers - 1}")
-
-
-SPECS: dict[str, LiveAvatarParams] = {
-    "liveavatar": LiveAvatarParams(),
-    "liveavatar_tiny": LiveAvatarParams(
-        dim=32, ffn_dim=64, num_heads=2, num_layers=3, freq_dim=16, text_dim=32, text_len=16, audio_dim=16,
-        audio_inject_layers=(0, 2),
-    ),
-}
 
 
 def reference_rollout(first_frame: int, offset: int) -> int:
@@ -136,7 +94,7 @@ class CausalBlock(nn.Module):
 
     def __init__(self, p: LiveAvatarParams) -> None:
         super().__init__()
-        self.norm3_dtype = p.norm3_dtype
+        self.norm3_dtype = getattr(torch, p.norm3_dtype)
         self.norm1 = FP32LayerNorm(p.dim, p.eps, elementwise_affine=False)
         self.self_attn = CausalSelfAttention(p.dim, p.num_heads, p.eps)
         self.norm3 = nn.LayerNorm(p.dim, p.eps, elementwise_affine=True)
@@ -294,10 +252,3 @@ class LiveAvatarDiT(nn.Module):
         glob, local = self.casual_audio_encoder(torch.cat([lead, audio], dim=-1))  # fp32
         dtype = self.patch_embedding.weight.dtype
         return glob[:, MOTION_LATENT_FRAMES:].to(dtype), local[:, MOTION_LATENT_FRAMES:].to(dtype)
-
-
-def dit_params(name: str, **overrides: object) -> LiveAvatarParams:
-    """A named spec, optionally with fields replaced; ValueError naming it if unknown."""
-    if name not in SPECS:
-        raise ValueError(f"unknown LiveAvatar spec {name!r}; known: {', '.join(sorted(SPECS))}")
-    return replace(SPECS[name], **overrides)

@@ -1,13 +1,9 @@
 """The Wan2.1 family as its open checkpoints ship it, with the original tensor names (architecture only): the video
 DiT (T2V / I2V, with the InfiniteTalk/MultiTalk audio adapter), the causal video VAE, the umT5 text encoder, the CLIP
-ViT-H/14 vision tower, and InfiniteTalk's wav2vec2 feature path."""
+ViT-H/14 vision tower, and InfiniteTalk's wav2vec2 feature path. Their hyper-parameters and named specs are in
+params.py, which imports no torch: a config is validated against them before any model is built.
 
-from avatargen.families.wan.models.audio_features import frame_windows, wav2vec2_frame_features
-from avatargen.families.wan.models.audio_proj import AudioAdapterParams, AudioProjModel, latent_frame_windows
-from avatargen.families.wan.models.clip_vision import CLIP_SPECS, CLIPVisionParams, CLIPVisionTower, clip_params, clip_pixels
-from avatargen.families.wan.models.dit import DIT_SPECS, WanDiT, WanDiTParams, dit_params
-from avatargen.families.wan.models.umt5 import UMT5_SPECS, UMT5Encoder, UMT5Params, umt5_params
-from avatargen.families.wan.models.vae import VAE_SPECS, VAEStream, WanVAE, WanVAEParams, vae_params
+Importing this package costs nothing: its names below are imported (with torch) when one is first asked for (PEP 562)."""
 
 __all__ = [
     "CLIP_SPECS",
@@ -34,3 +30,13 @@ __all__ = [
     "vae_params",
     "wav2vec2_frame_features",
 ]
+
+
+def __getattr__(name: str):
+    """One of ``__all__``, from the module that defines it."""
+    if name not in __all__:  # a submodule's name too: the import system then imports it
+        raise AttributeError(f"module 'avatargen.families.wan.models' has no attribute '{name}'")
+    from avatargen.families.wan.models import audio_features, audio_proj, clip_vision, dit, params, umt5, vae
+
+    return next(vars(module)[name] for module in (audio_features, audio_proj, clip_vision, dit, umt5, vae, params)
+                if name in vars(module))  # fmt: skip

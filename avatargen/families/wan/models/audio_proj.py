@@ -9,37 +9,10 @@ centres of the two middle frames (1 + 1) and the second half of the last frame's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
-
-@dataclass(frozen=True)
-class AudioAdapterParams:
-    """Hyper-parameters of the audio adapter (InfiniteTalk's defaults)."""
-
-    audio_window: int = 5  # wav2vec2 frames per video frame window
-    vae_scale: int = 4  # video frames per latent frame after the first
-    layers: int = 12  # wav2vec2 hidden states stacked per feature frame
-    channels: int = 768  # wav2vec2 width
-    intermediate_dim: int = 512
-    output_dim: int = 768  # width of the audio context tokens
-    context_tokens: int = 32  # audio context tokens per latent frame
-    norm_output: bool = True
-
-    @property
-    def later_window(self) -> int:
-        """Feature frames a latent frame after the first sees (8 with the defaults)."""
-        return self.audio_window + self.vae_scale - 1
-
-    def validate(self) -> None:
-        """Raise ValueError naming the bad field."""
-        if self.audio_window < 1 or self.audio_window % 2 == 0:
-            raise ValueError(f"audio_window must be odd and >= 1, got {self.audio_window}")
-        for name in ("vae_scale", "layers", "channels", "intermediate_dim", "output_dim", "context_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"AudioAdapterParams.{name} must be >= 1, got {getattr(self, name)}")
+from avatargen.families.wan.models.params import AudioAdapterParams
 
 
 def latent_frame_windows(audio: Tensor, params: AudioAdapterParams) -> tuple[Tensor, Tensor]:

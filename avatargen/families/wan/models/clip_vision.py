@@ -10,57 +10,16 @@ it loads strictly) but do not run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from avatargen.families.wan.models.layers import FP32LayerNorm
-from avatargen.families.wan.models.named_specs import lookup_spec
+from avatargen.families.wan.models.params import CLIPVisionParams
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-
-
-@dataclass(frozen=True)
-class CLIPVisionParams:
-    """Hyper-parameters of :class:`CLIPVisionTower` (open-clip XLM-RoBERTa-large ViT-H/14 by default)."""
-
-    image_size: int = 224
-    patch_size: int = 14
-    dim: int = 1280
-    mlp_ratio: int = 4
-    num_heads: int = 16
-    num_layers: int = 32
-    out_dim: int = 1024  # the unused contrastive head
-    layers_used: int = 31  # Wan reads the output of block 31 of 32
-    eps: float = 1e-5
-
-    @property
-    def tokens(self) -> int:
-        """Output tokens: one per patch plus the class token (257 at 224 / 14)."""
-        return (self.image_size // self.patch_size) ** 2 + 1
-
-    def validate(self) -> None:
-        """Raise ValueError naming the bad field."""
-        if self.image_size % self.patch_size:
-            raise ValueError(f"CLIPVisionParams.image_size ({self.image_size}) must be a multiple of patch_size")
-        if self.dim % self.num_heads:
-            raise ValueError(f"CLIPVisionParams.dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
-        if not 1 <= self.layers_used <= self.num_layers:
-            raise ValueError(f"CLIPVisionParams.layers_used must be in [1, num_layers], got {self.layers_used}")
-
-
-CLIP_SPECS: dict[str, CLIPVisionParams] = {
-    "clip_vit_h_14": CLIPVisionParams(),
-    "clip_tiny": CLIPVisionParams(image_size=28, dim=32, num_heads=4, num_layers=3, out_dim=16, layers_used=2),
-}
-
-
-def clip_params(name: str, **overrides: object) -> CLIPVisionParams:
-    """A named spec (``CLIP_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    return replace(lookup_spec(CLIP_SPECS, name, "CLIP"), **overrides)
 
 
 class SelfAttention(nn.Module):

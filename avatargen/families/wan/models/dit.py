@@ -29,80 +29,17 @@ Block (``blocks.N``), with ``e`` the six modulation vectors ``modulation + time_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from avatargen.families.wan.models.attention import AudioCrossAttention, CrossAttention, SelfAttention
-from avatargen.families.wan.models.audio_proj import AudioAdapterParams, AudioProjModel
+from avatargen.families.wan.models.audio_proj import AudioProjModel
 from avatargen.families.wan.models.layers import FP32LayerNorm, rope_angles, timestep_sinusoid
-from avatargen.families.wan.models.named_specs import lookup_spec
+from avatargen.families.wan.models.params import CLIP_DIM, WanDiTParams
 from avatargen.families.wan.models.speakers import SPEAKERS, SpeakerRouting, token_masks
 from avatargen.models.sequence import WHOLE, TokenSpan
-
-CLIP_DIM = 1280  # width of the CLIP ViT-H/14 penultimate-layer tokens that I2V conditions on
-
-
-@dataclass(frozen=True)
-class WanDiTParams:
-    """Hyper-parameters of :class:`WanDiT` (names follow the reference's ``config.json``)."""
-
-    dim: int = 5120
-    ffn_dim: int = 13824
-    num_heads: int = 40
-    num_layers: int = 40
-    in_dim: int = 36  # I2V: 16 noise + 4 mask + 16 reference-latent channels
-    out_dim: int = 16
-    text_dim: int = 4096  # umT5-XXL width
-    text_len: int = 512  # text tokens are zero-padded to this length, as in the reference
-    freq_dim: int = 256
-    patch_size: tuple[int, int, int] = (1, 2, 2)
-    eps: float = 1e-6
-    image_to_video: bool = True  # CLIP image tokens (img_emb, k_img/v_img) in every cross-attention
-    clip_dim: int = CLIP_DIM  # width of the CLIP tokens img_emb reads (1280: ViT-H/14; smaller for toy towers)
-    audio: AudioAdapterParams | None = None  # InfiniteTalk/MultiTalk adapter
-
-    @property
-    def head_dim(self) -> int:
-        """Channels per attention head (128 at 14B and 1.3B)."""
-        return self.dim // self.num_heads
-
-    def validate(self) -> None:
-        """Raise ValueError naming the bad field."""
-        for name in ("dim", "ffn_dim", "num_heads", "num_layers", "in_dim", "out_dim", "text_dim", "text_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"WanDiTParams.{name} must be >= 1, got {getattr(self, name)}")
-        if self.dim % self.num_heads or self.head_dim % 2:
-            raise ValueError(f"WanDiTParams.dim ({self.dim}) / num_heads ({self.num_heads}) must be an even integer")
-        if self.freq_dim % 2:
-            raise ValueError(f"WanDiTParams.freq_dim must be even, got {self.freq_dim}")
-        if len(self.patch_size) != 3 or min(self.patch_size) < 1:
-            raise ValueError(f"WanDiTParams.patch_size must be 3 positive ints, got {self.patch_size}")
-        if self.audio is not None:
-            self.audio.validate()
-
-
-INFINITETALK_AUDIO = AudioAdapterParams()
-DIT_SPECS: dict[str, WanDiTParams] = {
-    "wan_i2v_14b": WanDiTParams(),
-    "infinitetalk": WanDiTParams(audio=INFINITETALK_AUDIO),
-    "multitalk": WanDiTParams(audio=INFINITETALK_AUDIO),  # same modules as InfiniteTalk
-    "wan_1_3b": WanDiTParams(
-        dim=1536, ffn_dim=8960, num_heads=12, num_layers=30, in_dim=16, image_to_video=False
-    ),  # Wan2.1-T2V-1.3B
-    "wan_tiny": WanDiTParams(
-        dim=64,
-        ffn_dim=128,
-        num_heads=2,
-        num_layers=2,
-        text_dim=32,
-        text_len=16,
-        freq_dim=32,
-        audio=AudioAdapterParams(layers=2, channels=16, intermediate_dim=32, output_dim=32, context_tokens=4),
-    ),
-}
 
 
 class WanBlock(nn.Module):
@@ -317,8 +254,3 @@ class WanDiT(nn.Module):
         x = x.reshape(b, *grid, pt, ph, pw, p.out_dim)  # (B, F', H', W', pt, ph, pw, C)
         x = x.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, F', pt, H', ph, W', pw)
         return x.reshape(b, p.out_dim, frames, height, width).float()  # (B, C, F, H, W)
-
-
-def dit_params(name: str, **overrides: object) -> WanDiTParams:
-    """A named spec (``DIT_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    return replace(lookup_spec(DIT_SPECS, name, "Wan DiT"), **overrides)

@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from avatargen.families.wan.models.clip_vision import CLIPVisionParams, clip_params
-from avatargen.families.wan.models.dit import WanDiTParams, dit_params
 from avatargen.families.wan.models.named_specs import lookup_spec
-from avatargen.families.wan.models.umt5 import UMT5Params, umt5_params
-from avatargen.families.wan.models.vae import WanVAEParams, vae_params
+from avatargen.families.wan.models.params import (CLIPVisionParams, UMT5Params, WanDiTParams, WanVAEParams,
+                                                  clip_params, dit_params, umt5_params, vae_params)
 
 WAV2VEC2_TINY: dict[str, Any] = dict(
     hidden_size=16,

@@ -8,47 +8,13 @@ and a gated-GELU (tanh) feed-forward. Padded key positions are masked; the DiT t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from avatargen.families.wan.models.layers import RMSNorm
-from avatargen.families.wan.models.named_specs import lookup_spec
-
-
-@dataclass(frozen=True)
-class UMT5Params:
-    """Hyper-parameters of :class:`UMT5Encoder` (umT5-XXL by default)."""
-
-    vocab_size: int = 256384
-    dim: int = 4096
-    dim_attn: int = 4096
-    dim_ffn: int = 10240
-    num_heads: int = 64
-    num_layers: int = 24
-    num_buckets: int = 32
-    max_distance: int = 128
-    eps: float = 1e-6
-
-    def validate(self) -> None:
-        """Raise ValueError naming the bad field."""
-        if self.dim_attn % self.num_heads:
-            raise ValueError(f"UMT5Params.dim_attn ({self.dim_attn}) must be divisible by num_heads ({self.num_heads})")
-        if self.num_buckets < 4 or self.num_buckets % 2:
-            raise ValueError(f"UMT5Params.num_buckets must be even and >= 4, got {self.num_buckets}")
-
-
-UMT5_SPECS: dict[str, UMT5Params] = {
-    "umt5_xxl": UMT5Params(),
-    "umt5_tiny": UMT5Params(vocab_size=100, dim=32, dim_attn=32, dim_ffn=64, num_heads=4, num_layers=2),
-}
-
-
-def umt5_params(name: str, **overrides: object) -> UMT5Params:
-    """A named spec (``UMT5_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    return replace(lookup_spec(UMT5_SPECS, name, "umT5"), **overrides)
+from avatargen.families.wan.models.params import UMT5Params
 
 
 def relative_position_buckets(length: int, num_buckets: int, max_distance: int, device: torch.device) -> Tensor:

@@ -15,63 +15,16 @@ frame straight through; every causal 3x3x3 conv sees two frames of past (zeros b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from avatargen.families.wan.models.named_specs import lookup_spec
+from avatargen.families.wan.models.params import WanVAEParams
 
 Past = Tensor | tuple["Past", ...] | None  # a module's causal state: a tensor, its children's states, or None
-
-LATENT_MEAN = (
-    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
-    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
-)  # fmt: skip
-LATENT_STD = (
-    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
-    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class WanVAEParams:
-    """Hyper-parameters of :class:`WanVAE` (the reference's ``_video_vae`` configuration by default)."""
-
-    base_dim: int = 96
-    z_dim: int = 16
-    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
-    num_res_blocks: int = 2
-    temporal_downsample: tuple[bool, ...] = (False, True, True)
-    latent_mean: tuple[float, ...] = LATENT_MEAN  # per-channel statistics the DiT's latents are normalised by
-    latent_std: tuple[float, ...] = LATENT_STD
-
-    @property
-    def spatial_stride(self) -> int:
-        """Pixels per latent pixel along height and width (8)."""
-        return 2 ** (len(self.dim_mult) - 1)
-
-    @property
-    def temporal_stride(self) -> int:
-        """Video frames per latent frame after the first (4)."""
-        return 2 ** sum(self.temporal_downsample)
-
-    def validate(self) -> None:
-        """Raise ValueError naming the bad field."""
-        if self.base_dim < 1 or self.z_dim < 1 or self.num_res_blocks < 1:
-            raise ValueError("WanVAEParams.base_dim, z_dim and num_res_blocks must be >= 1")
-        if len(self.temporal_downsample) != len(self.dim_mult) - 1:
-            raise ValueError("WanVAEParams.temporal_downsample needs one entry per downsampling (len(dim_mult) - 1)")
-        if len(self.latent_mean) != self.z_dim or len(self.latent_std) != self.z_dim:
-            raise ValueError(f"WanVAEParams.latent_mean / latent_std need z_dim ({self.z_dim}) entries each")
-
-
-VAE_SPECS: dict[str, WanVAEParams] = {
-    "wan2_1": WanVAEParams(),
-    "wan_tiny": WanVAEParams(base_dim=8),
-}
 
 
 class CausalConv3d(nn.Conv3d):
@@ -388,8 +341,3 @@ class WanVAE(nn.Module):
             frames.append(out)
         seen = (0 if stream is None else stream.frames_seen) + z.shape[2]
         return torch.cat(frames, dim=2).clamp(-1.0, 1.0), VAEStream(past=past, frames_seen=seen)
-
-
-def vae_params(name: str, **overrides: object) -> WanVAEParams:
-    """A named spec (``VAE_SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
-    return replace(lookup_spec(VAE_SPECS, name, "Wan VAE"), **overrides)
