@@ -26,9 +26,9 @@ import imageio_ffmpeg
 
 LIVE_DIR = Path(__file__).resolve().parent
 PLAYER_PAGE = LIVE_DIR / "player.html"
-# Installed by tests/live/install.sh (the version is pinned there).
+# Installed by tests/install.sh (the version is pinned there).
 HLS_JS = LIVE_DIR / "node_modules" / "hls.js" / "dist" / "hls.min.js"
-HLS_JS_INSTALL = "bash tests/live/install.sh"
+HLS_JS_INSTALL = "bash tests/install.sh"
 
 _FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
 _TCP_LISTEN = "0A"  # socket state in /proc/net/tcp
