@@ -351,10 +351,12 @@ def train(
     def action() -> None:
         from avatargen.config.families import family_named
         from avatargen.config.loader import load_config
-        from avatargen.pipeline.family import load_engine
 
         name = family or str(load_config([]).model.family)  # the default model's family: the bundled one
-        trainer = load_engine(family_named(name)).train
+        chosen = family_named(name)  # an unknown family is said before the engine (and torch) is imported
+        from avatargen.pipeline.family import load_engine
+
+        trainer = load_engine(chosen).train
         if trainer is None:
             raise ConfigError(f"the '{name}' family has no training recipe here; train the default model's family: "
                               "leave --family out")  # fmt: skip

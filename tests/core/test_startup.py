@@ -81,15 +81,21 @@ def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path)
     assert json.loads(report)["torch"] is False, "a refused batch imported torch"
 
 
-def test_a_weights_check_of_a_missing_folder_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
-    folder = tmp_path / "weights"
-    args = ["weights", "check", str(folder), "model=infinitetalk"]
+@pytest.mark.parametrize("command, says", [
+    (["weights", "check", "{tmp}/weights", "model=infinitetalk"],
+     "error: '{tmp}/weights' is not a folder; give the weights/ folder (docs/models.md)"),
+    (["train", "--out", "{tmp}/trained", "--family", "wan2"],
+     "error: model.family 'wan2' is not a model family; known families: liveavatar, tiny, wan"),
+])  # fmt: skip
+def test_a_weights_check_or_training_run_refused_for_its_arguments_never_imports_torch(
+    tmp_path: Path, command: list[str], says: str
+) -> None:
+    args = [part.format(tmp=tmp_path) for part in command]
     result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     *lines, report = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and lines == [f"error: '{folder}' is not a folder; give the weights/ folder "
-                                                "(docs/models.md)"], result.stderr  # fmt: skip
-    assert json.loads(report)["torch"] is False, "a refused weights check imported torch"
+    assert result.returncode == 2 and lines == [says.format(tmp=tmp_path)], result.stderr
+    assert json.loads(report)["torch"] is False, f"a refused {command[0]} imported torch"
 
 
 def test_checking_a_config_of_any_family_imports_neither_torch_nor_transformers() -> None:
