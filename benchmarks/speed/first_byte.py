@@ -7,7 +7,7 @@ each picture first, so each timed run finds what a picture's first render kept (
 verdict, its reference encoding); ``--new-pictures`` gives every run a cache folder without them (a picture never
 rendered before). The runs of the trees and pictures are interleaved so that the machine's noise hits them alike.
 ``--imports`` also runs each picture once with ``python -X importtime`` and says which heavy modules its render
-imported (torch, transformers, mediapipe, dlib).
+imported (torch, transformers, mediapipe, dlib) and the seconds each import took.
 
     python benchmarks/speed/first_byte.py [--image PATH ...] [--audio PATH] [--runs 5] [--tree PATH ...]
                                           [--new-pictures] [--imports] [KEY=VALUE ...]
@@ -54,12 +54,18 @@ def first_byte_s(tree: Path, cache: Path, command: list[str]) -> float:
 
 
 def imported(tree: Path, cache: Path, image: Path, audio: Path, overrides: list[str]) -> list[str]:
-    """The ``HEAVY`` modules a whole render of ``image`` imports (``python -X importtime``)."""
+    """The ``HEAVY`` modules a whole render of ``image`` imports, each with the seconds its import took, its own
+    imports included (``python -X importtime``, which adds its own bookkeeping: 5-15 % more than a plain import)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "XDG_CACHE_HOME": str(cache)}
     result = subprocess.run(_command(image, audio, overrides, "-X", "importtime"), cwd=tree, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    names = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time")}
-    return [name for name in HEAVY if name in names]
+    seconds: dict[str, float] = {}
+    for line in result.stderr.splitlines():  # "import time: <self us> | <cumulative us> | <indent><name>"
+        if line.startswith("import time") and line.count("|") == 2:
+            _, cumulative, name = line.split("|")
+            if name.strip() in HEAVY and cumulative.strip().isdigit():
+                seconds[name.strip()] = max(seconds.get(name.strip(), 0.0), int(cumulative) / 1e6)
+    return [f"{name} {seconds[name]:.2f} s" for name in HEAVY if name in seconds]
 
 
 def cache_copy(folder: Path, name: str, new_pictures: bool) -> Path:
