@@ -69,33 +69,16 @@ class Module:
         return cls(spec.name, place(build_on_meta(spec.build), weights, plan, monitor, spec.name))
 
     @classmethod
-    def load(
-        cls,
-        spec: ModuleSpec,
-        checkpoint: Path,
-        device: torch.device,
-        offload: str = "none",
-        resident_blocks: int = 2,
-        monitor: OffloadMonitor | None = None,
-        dtype: torch.dtype = torch.float32,
-    ) -> "Module":
-        """The model with its tensors from ``checkpoint`` (strict: names and shapes must match), memory-mapped."""
+    def load(cls, spec: ModuleSpec, checkpoint: Path, plan: PlacementPlan = PlacementPlan()) -> "Module":
+        """The model with its tensors from ``checkpoint`` (strict: names and shapes must match), memory-mapped, placed
+        by ``plan`` (default: whole, on the CPU, float32)."""
         source: TensorSource = open_checkpoint(checkpoint, spec.name)
-        return cls.place(spec, source, PlacementPlan(offload, device, dtype, resident_blocks), monitor)
+        return cls.place(spec, source, plan)
 
     @classmethod
-    def random(
-        cls,
-        spec: ModuleSpec,
-        seed: int,
-        device: torch.device,
-        offload: str = "none",
-        resident_blocks: int = 2,
-        monitor: OffloadMonitor | None = None,
-        dtype: torch.dtype = torch.float32,
-    ) -> "Module":
-        """The model with a seeded random init (no checkpoint), initialised where its weights live."""
-        return cls.place(spec, RandomInit(seed), PlacementPlan(offload, device, dtype, resident_blocks), monitor)
+    def random(cls, spec: ModuleSpec, seed: int, plan: PlacementPlan = PlacementPlan()) -> "Module":
+        """The model with a seeded random init (no checkpoint), initialised where ``plan`` places its weights."""
+        return cls.place(spec, RandomInit(seed), plan)
 
     @classmethod
     def from_state_dict(

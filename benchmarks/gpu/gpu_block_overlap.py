@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from avatargen.families.tiny.models.layers import TransformerBlock  # noqa: E402
-from avatargen.modules import Module, ModuleSpec  # noqa: E402
+from avatargen.modules import Module, ModuleSpec, PlacementPlan  # noqa: E402
 
 
 class BlockStack(nn.Module):
@@ -69,7 +69,7 @@ def main() -> None:
         sys.exit("gpu_block_overlap.py needs a CUDA device")
     cuda = torch.device("cuda")
     spec = ModuleSpec("stack", lambda: BlockStack(args.blocks, args.dim, args.dim // 128))
-    module = Module.random(spec, 0, cuda, offload="block", resident_blocks=2, dtype=torch.bfloat16)
+    module = Module.random(spec, 0, PlacementPlan("block", cuda, torch.bfloat16, resident_blocks=2))
     weights = sum(p.numel() * p.element_size() for p in module.model.parameters())
     x = torch.randn(1, args.tokens, args.dim, device=cuda, dtype=torch.bfloat16)
     with torch.inference_mode():

@@ -70,7 +70,7 @@ def placed_outputs(module: Module) -> list[torch.Tensor]:
 def test_placed_modules_equal_the_eager_build_bit_for_bit(specs, policy):
     for name, spec in specs.items():
         expected = eager_outputs(spec, load_file(str(SHIPPED / f"{name}.safetensors")))
-        module = Module.load(spec, SHIPPED, CPU, offload=policy)
+        module = Module.load(spec, SHIPPED, PlacementPlan(policy, CPU))
         got = placed_outputs(module)
         assert len(got) == len(expected)
         for a, b in zip(expected, got):
@@ -83,7 +83,7 @@ def test_random_weights_on_meta_equal_the_seeded_eager_build(specs):
         torch.manual_seed(11)
         eager = spec.build().state_dict()
         for policy in ("none", "block"):
-            placed = Module.random(spec, 11, CPU, offload=policy).model.state_dict()
+            placed = Module.random(spec, 11, PlacementPlan(policy, CPU)).model.state_dict()
             assert eager.keys() == placed.keys()
             assert all(torch.equal(eager[k], placed[k]) for k in eager), (name, policy)
 
@@ -113,27 +113,27 @@ def test_an_index_sharded_checkpoint_folder_loads(tmp_path, specs):
         save_file({k: tensors[k] for k in names}, str(tmp_path / file))
     weight_map = {k: file for file, names in halves.items() for k in names}
     (tmp_path / "a2v.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    module = Module.load(specs["a2v"], tmp_path, CPU, offload="block")
+    module = Module.load(specs["a2v"], tmp_path, PlacementPlan("block", CPU))
     assert all(torch.equal(a, b) for a, b in zip(eager_outputs(specs["a2v"], tensors), placed_outputs(module)))
     (tmp_path / "a2v-00002-of-00002.safetensors").unlink()
     with pytest.raises(CheckpointError, match="names files that are not there .*a2v-00002-of-00002.safetensors"):
-        Module.load(specs["a2v"], tmp_path, CPU)
+        Module.load(specs["a2v"], tmp_path)
 
 
 def test_weights_only_pth_loads_and_a_pickle_is_refused_in_one_line(tmp_path, specs):
     tensors = load_file(str(SHIPPED / "sr.safetensors"))
     torch.save({f"sr.{k}": v for k, v in tensors.items()}, tmp_path / "all.pth")
-    module = Module.load(specs["sr"], tmp_path / "all.pth", CPU)
+    module = Module.load(specs["sr"], tmp_path / "all.pth")
     assert all(torch.equal(a, b) for a, b in zip(eager_outputs(specs["sr"], tensors), placed_outputs(module)))
     torch.save({"sr.config": CheckpointError("not a tensor"), **{f"sr.{k}": v for k, v in tensors.items()}}, tmp_path / "pickle.pth")
     with pytest.raises(CheckpointError) as error:
-        Module.load(specs["sr"], tmp_path / "pickle.pth", CPU)
+        Module.load(specs["sr"], tmp_path / "pickle.pth")
     message = str(error.value)
     assert "\n" not in message and "is not a weights-only .pth" in message and "pickle.pth" in message
 
 
 def test_weights_are_cast_to_the_run_dtype_where_they_land(specs):
-    module = Module.load(specs["a2v"], SHIPPED, CPU, offload="block", dtype=torch.bfloat16)
+    module = Module.load(specs["a2v"], SHIPPED, PlacementPlan("block", CPU, torch.bfloat16))
     assert {p.dtype for p in module.model.parameters()} == {torch.bfloat16}
     stored = load_file(str(SHIPPED / "a2v.safetensors"))  # float16 on disk
     weight = module.model.blocks[0].attn.qkv.weight if hasattr(module.model.blocks[0].attn, "qkv") else next(module.model.blocks[0].parameters())

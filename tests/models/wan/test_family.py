@@ -41,7 +41,7 @@ def test_timesteps_follow_infinitetalks_shift() -> None:
 
 def test_guidance_runs_three_dit_passes_per_step_or_two_without_text_guidance() -> None:
     spec = family_spec("wan_tiny")
-    dit = Module.random(ModuleSpec("dit", lambda: WanDiT(spec.dit)), 0, torch.device("cpu"))
+    dit = Module.random(ModuleSpec("dit", lambda: WanDiT(spec.dit)), 0)
     calls = []
     dit.model.register_forward_hook(lambda *_: calls.append(1))
     latents, h = 4, 8
