@@ -34,13 +34,19 @@ runpy.run_module("avatargen", run_name="__main__")
 """
 
 
+def _run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess, list[str], dict]:
+    """The CLI run with ``args`` under ``DRIVER``: the process, its stderr lines before the report, and the report."""
+    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    *lines, report = result.stderr.strip().splitlines()
+    return result, lines, json.loads(report)
+
+
 def test_a_render_with_the_shipped_model_never_imports_torch_dynamo(tmp_path: Path, face_png: Path) -> None:
     audio = write_speechlike_wav(tmp_path / "a.wav", 0.5)
     out = tmp_path / "out.mp4"
     args = ["render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "--quiet", "runtime.threads=1"]
-    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    report = json.loads(result.stderr.strip().splitlines()[-1])
+    result, _, report = _run_cli(args)
     assert result.returncode == 0 and out.stat().st_size > 0, result.stderr
     assert report["dynamo"] == [], f"a render imported {report['dynamo']} (~1 s of start-up)"
 
@@ -61,24 +67,20 @@ def test_a_bad_path_is_refused_before_torch_is_imported(tmp_path: Path, face_png
     else:
         out.write_bytes(b"a user's own file")
     args = ["render", "-i", str(image), "-a", str(audio), "-o", str(out), "--quiet"]
-    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    *lines, report = result.stderr.strip().splitlines()
+    result, lines, report = _run_cli(args)
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and says.format(image=image, audio=audio) in lines[0], result.stderr
-    assert json.loads(report)["torch"] is False, "a refused request imported torch"
+    assert report["torch"] is False, "a refused request imported torch"
     assert out.read_bytes() == b"a user's own file" if problem == "output" else not out.exists()
 
 
 def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.jsonl"
     args = ["batch", str(jobs), "--out-dir", str(tmp_path / "out")]
-    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    *lines, report = result.stderr.strip().splitlines()
+    result, lines, report = _run_cli(args)
     assert result.returncode == 2 and lines == [f"error: jobs file '{jobs}' could not be read (No such file or "
                                                 "directory); give a JSONL or CSV file"], result.stderr  # fmt: skip
-    assert json.loads(report)["torch"] is False, "a refused batch imported torch"
+    assert report["torch"] is False, "a refused batch imported torch"
 
 
 @pytest.mark.parametrize("command, says", [
@@ -91,11 +93,9 @@ def test_a_weights_check_or_training_run_refused_for_its_arguments_never_imports
     tmp_path: Path, command: list[str], says: str
 ) -> None:
     args = [part.format(tmp=tmp_path) for part in command]
-    result = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=120,
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    *lines, report = result.stderr.strip().splitlines()
+    result, lines, report = _run_cli(args)
     assert result.returncode == 2 and lines == [says.format(tmp=tmp_path)], result.stderr
-    assert json.loads(report)["torch"] is False, f"a refused {command[0]} imported torch"
+    assert report["torch"] is False, f"a refused {command[0]} imported torch"
 
 
 def test_checking_a_config_of_any_family_imports_neither_torch_nor_transformers() -> None:
