@@ -27,6 +27,7 @@ from avatargen.io.video_in import VideoFrames
 from avatargen.pipeline.inputs import Box, Framing, RenderInputs
 from avatargen.render.request import STREAM
 
+
 @dataclass
 class OpenedPicture:
     """The reference as the pipeline reads it, and how it was framed (for a source video's later frames and the

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from avatargen.families.wan.models.named_specs import lookup_spec
+
 
 @dataclass(frozen=True)
 class LiveAvatarParams:
@@ -50,7 +52,5 @@ SPECS: dict[str, LiveAvatarParams] = {
 
 
 def dit_params(name: str, **overrides: object) -> LiveAvatarParams:
-    """A named spec, optionally with fields replaced; ValueError naming it if unknown."""
-    if name not in SPECS:
-        raise ValueError(f"unknown LiveAvatar spec {name!r}; known: {', '.join(sorted(SPECS))}")
-    return replace(SPECS[name], **overrides)
+    """A named spec (``SPECS``), optionally with fields replaced; ValueError naming the spec if unknown."""
+    return replace(lookup_spec(SPECS, name, "LiveAvatar"), **overrides)
