@@ -349,18 +349,18 @@ def train(
     """Train a family's models on generated talking-avatar data (the bundled family: deterministic for a seed; CPU or GPU)."""
 
     def action() -> None:
-        from avatargen.config.families import family_named
+        from avatargen.config.families import family_named, load_object
         from avatargen.config.loader import load_config
 
         name = family or str(load_config([]).model.family)  # the default model's family: the bundled one
-        chosen = family_named(name)  # an unknown family is said before the engine (and torch) is imported
-        from avatargen.pipeline.family import load_engine
-
-        trainer = load_engine(chosen).train
-        if trainer is None:
+        chosen = family_named(name)  # an unknown family, and a bad recipe key, are said before torch is imported
+        if chosen.recipe is None:
             raise ConfigError(f"the '{name}' family has no training recipe here; train the default model's family: "
                               "leave --family out")  # fmt: skip
-        print(json.dumps(trainer(overrides or [], out)))
+        recipe = load_object(chosen.recipe)(overrides or [])
+        from avatargen.pipeline.family import load_engine
+
+        print(json.dumps(load_engine(chosen).train(recipe, out)))
 
     _run(action, debug)
 

@@ -42,7 +42,9 @@ class FamilyConfig:
     ``validate(config)`` raises ConfigError naming a key the family cannot run with; ``config_dir`` is a folder of
     model options (``<option>.yaml``) it adds beside conf/model/; ``overlap``: its segments can leave on a second
     thread (``runtime.overlap=true`` is refused without it); ``live_overrides``: what ``--realtime`` with ``--audio
-    -`` puts in front of the user's overrides (the bundled model renders live in small chunks: docs/live.md)."""
+    -`` puts in front of the user's overrides (the bundled model renders live in small chunks: docs/live.md);
+    ``recipe``: "package.module:ATTR" of its training recipe's loader, ``(overrides) -> recipe`` without torch (a bad
+    key is refused before the engine loads), whose recipe its engine's ``train`` runs; None: no recipe here."""
 
     name: str
     model_config: type[ModelConfig]  # the ``model`` section: the shared keys and the family's own
@@ -51,6 +53,7 @@ class FamilyConfig:
     config_dir: Path | None = None
     overlap: bool = False
     live_overrides: tuple[str, ...] = ()
+    recipe: str | None = None
 
 
 def load_object(reference: str) -> Any:

@@ -129,7 +129,7 @@ class FamilyEngine:
     the package. Optional: ``check_weights(config, folder)``, a downloaded folder checked from its headers (``avatargen
     weights check``); ``parallel_work(config)``, what of one render its ranks can split (nothing without it);
     ``framing(config, height, width)``, how it frames a picture of that size itself (None: the square of
-    ``pipeline.image_fit``); ``train(overrides, out)``, its recipe (``avatargen train``); ``reference_notes(config,
+    ``pipeline.image_fit``); ``train(recipe, out)``, its recipe run (``avatargen train``; the recipe read by ``FamilyConfig.recipe``); ``reference_notes(config,
     *, picture, square, prompt, composited, warped, is_photo, warn)``, what a render says of its inputs once opened;
     ``schedule(config, composited)``, its chunk schedule without its models: a render whose compositor reads none of
     its frames runs it with no model (avatargen/pipeline/blank.py), with the same keyframes and resume points.
@@ -147,7 +147,7 @@ class FamilyEngine:
     check_weights: Callable[[Config, Path], Any] | None = None
     parallel_work: Callable[[Config], SplittableWork] | None = None
     framing: Callable[[Config, int, int], Any] | None = None
-    train: Callable[[list[str], Path], dict] | None = None
+    train: Callable[[Any, Path], dict] | None = None
     reference_notes: Callable[..., None] | None = None
     schedule: Callable[[Config, bool | None], ChunkSchedule] | None = None
     composited: bool = False

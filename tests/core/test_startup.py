@@ -88,6 +88,10 @@ def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path)
      "error: '{tmp}/weights' is not a folder; give the weights/ folder (docs/models.md)"),
     (["train", "--out", "{tmp}/trained", "--family", "wan2"],
      "error: model.family 'wan2' is not a model family; known families: liveavatar, tiny, wan"),
+    (["train", "--out", "{tmp}/trained", "bogus.key=1"],
+     "error: training config: Key 'bogus' not in 'RecipeConfig'"),
+    (["train", "--out", "{tmp}/trained", "--family", "wan"],
+     "error: the 'wan' family has no training recipe here; train the default model's family: leave --family out"),
 ])  # fmt: skip
 def test_a_weights_check_or_training_run_refused_for_its_arguments_never_imports_torch(
     tmp_path: Path, command: list[str], says: str

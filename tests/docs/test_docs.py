@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from avatargen.cli import app
 from avatargen.config.loader import load_config
 from avatargen.errors import ConfigError
-from avatargen.families.tiny.train.recipe import load_recipe
+from avatargen.families.tiny.train.config import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]

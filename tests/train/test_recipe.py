@@ -13,7 +13,8 @@ from avatargen.errors import ConfigError
 from avatargen.families.tiny.config import checkpoint_architecture
 from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.models.vae import VAE, VAEParams
-from avatargen.families.tiny.train.recipe import MODULES, load_recipe, run_recipe, save_module
+from avatargen.families.tiny.train.config import load_recipe
+from avatargen.families.tiny.train.recipe import MODULES, run_recipe, save_module
 
 TINY = ["vae_steps=4", "audio_steps=4", "clips=3", "clip_seconds=2", "a2v_steps=4", "a2v_distill_steps=2", "sr_steps=4",
         "log_every=2", "threads=1"]  # fmt: skip

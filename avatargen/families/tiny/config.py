@@ -198,4 +198,5 @@ FAMILY = FamilyConfig(
     validate=validate_tiny,
     overlap=True,
     live_overrides=LIVE_OVERRIDES,
+    recipe="avatargen.families.tiny.train.config:load_recipe",
 )

@@ -10,15 +10,17 @@ from avatargen.families.tiny.build import BUILD_THREADS, model_parts, model_set,
 from avatargen.families.tiny.chunks import TinyChunks, chunk_schedule
 from avatargen.families.tiny.config import FAMILY, SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.notes import reference_notes
+from avatargen.families.tiny.train.config import RecipeConfig
 from avatargen.pipeline.build import resolve_precision
 from avatargen.pipeline.family import FamilyEngine
 
 
-def train(overrides: list[str], out: Path) -> dict:
-    """``avatargen train``: the recipe (conf/train/tiny.yaml + ``overrides``) run into ``out``; its summary."""
-    from avatargen.families.tiny.train.recipe import load_recipe, run_recipe  # torch training code: only when asked
+def train(recipe: RecipeConfig, out: Path) -> dict:
+    """``avatargen train``: ``recipe`` (``FAMILY.recipe``: conf/train/tiny.yaml + overrides) run into ``out``; its
+    summary."""
+    from avatargen.families.tiny.train.recipe import run_recipe  # torch training code: only when asked
 
-    return run_recipe(load_recipe(overrides), out)
+    return run_recipe(recipe, out)
 
 
 ENGINE = FamilyEngine(

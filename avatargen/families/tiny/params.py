@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+ATTENTION_KINDS = ("axial", "full")  # the A2V's self-attention (``A2VDiTParams.attention``)
 
 @dataclass
 class AudioEncoderParams:

@@ -31,10 +31,7 @@ from avatargen.families.tiny.models.layers import (
     init_sincos_2d,
     unpatchify,
 )
-from avatargen.families.tiny.params import A2VDiTParams
-
-
-ATTENTION_KINDS = ("axial", "full")
+from avatargen.families.tiny.params import ATTENTION_KINDS, A2VDiTParams
 
 
 class A2VBlock(nn.Module):

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
+
+from omegaconf import OmegaConf
+
+from avatargen.config.loader import default_config_dir
+from avatargen.errors import ConfigError
+from avatargen.families.tiny.params import ATTENTION_KINDS
 
 
 @dataclass
@@ -55,3 +62,17 @@ class RecipeConfig:
     sr_input_noise: float = 0.1  # robustness to the A2V's imperfect low-res latents
     log_every: int = 50
     save_dtype: str = "float16"  # what the shipped checkpoint stores (loaded into fp32)
+
+
+def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:
+    """``conf/train/tiny.yaml`` over the RecipeConfig defaults, then ``key=value`` overrides (typed, validated)."""
+    base = OmegaConf.structured(RecipeConfig)
+    try:
+        cfg = OmegaConf.merge(base, OmegaConf.load(default_config_dir() / "train" / "tiny.yaml"), OmegaConf.from_dotlist(list(overrides)))
+    except Exception as error:  # OmegaConf's validation errors: one line naming the key
+        raise ConfigError(f"training config: {str(error).splitlines()[0]}") from None
+    recipe: RecipeConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    if recipe.a2v_teacher_attention not in ATTENTION_KINDS:
+        raise ConfigError(f"a2v_teacher_attention must be one of {', '.join(ATTENTION_KINDS)}, got "
+                          f"{recipe.a2v_teacher_attention!r}")  # fmt: skip
+    return recipe

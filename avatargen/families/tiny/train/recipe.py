@@ -15,16 +15,16 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
-from avatargen.config.loader import default_config_dir, load_config, to_config
+from avatargen.config.loader import load_config, to_config
 from avatargen.families.tiny.config import checkpoint_architecture, motion_frames_for, trained_vae_params
 from avatargen.errors import ConfigError
-from avatargen.families.tiny.models.a2v_dit import ATTENTION_KINDS, A2VDiT
+from avatargen.families.tiny.models.a2v_dit import A2VDiT
 from avatargen.families.tiny.models.audio_encoder import AudioEncoder
 from avatargen.families.tiny.models.sr_dit import SRDiT
 from avatargen.families.tiny.models.text_encoder import TextEncoder
@@ -33,20 +33,6 @@ from avatargen.families.tiny.train.config import RecipeConfig
 from avatargen.families.tiny.train.dit_phases import distill_a2v, train_a2v, train_sr
 from avatargen.families.tiny.train.latent_cache import build_cache
 from avatargen.families.tiny.train.pixel_phases import distill_decoder, train_audio_encoder, train_vae
-
-
-def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:
-    """``conf/train/tiny.yaml`` over the RecipeConfig defaults, then ``key=value`` overrides (typed, validated)."""
-    base = OmegaConf.structured(RecipeConfig)
-    try:
-        cfg = OmegaConf.merge(base, OmegaConf.load(default_config_dir() / "train" / "tiny.yaml"), OmegaConf.from_dotlist(list(overrides)))
-    except Exception as error:  # OmegaConf's validation errors: one line naming the key
-        raise ConfigError(f"training config: {str(error).splitlines()[0]}") from None
-    recipe: RecipeConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    if recipe.a2v_teacher_attention not in ATTENTION_KINDS:
-        raise ConfigError(f"a2v_teacher_attention must be one of {', '.join(ATTENTION_KINDS)}, got "
-                          f"{recipe.a2v_teacher_attention!r}")  # fmt: skip
-    return recipe
 
 
 def save_module(model: torch.nn.Module, path: Path, dtype: torch.dtype) -> None:
