@@ -17,10 +17,9 @@ import numpy as np
 
 from avatargen.errors import BadInputError
 from avatargen.io.ffmpeg import StderrTail, ffmpeg_exe, ffmpeg_reason, local_file, start_ffmpeg
-from avatargen.io.input_files import check_input_file
+from avatargen.io.input_files import VIDEO_FIX, check_input_file
 
 MAX_ANALYSIS_SIDE = 512  # frames larger than this are scaled down: the face detector needs ~80 px faces, not 4K
-_FIX = "give an MP4/MOV/MKV/WebM video file"
 _VIDEO_STREAM = re.compile(r"Stream #\d+:\d+\S*: Video: (.*)")
 _SIZE = re.compile(r", (\d{2,5})x(\d{2,5})")
 _TBR = re.compile(r", ([\d.]+)(k?) tbr")
@@ -43,14 +42,14 @@ def probe_video(path: str | Path) -> VideoInfo:
     stream.
     """
     path = Path(path)
-    check_input_file(path, "video", _FIX)
+    check_input_file(path, "video", VIDEO_FIX)
     proc = subprocess.run(
         [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", local_file(path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
     )  # fmt: skip
     lines = proc.stderr.decode("utf-8", errors="replace").splitlines()
     if any("Error opening input" in line for line in lines):
-        raise BadInputError(f"video file '{path}' could not be opened by ffmpeg ({ffmpeg_reason(lines)}); {_FIX}")
+        raise BadInputError(f"video file '{path}' could not be opened by ffmpeg ({ffmpeg_reason(lines)}); {VIDEO_FIX}")
     for line in lines:
         stream = _VIDEO_STREAM.search(line)
         if not stream:
@@ -62,7 +61,7 @@ def probe_video(path: str | Path) -> VideoInfo:
             raise BadInputError(f"video file '{path}' does not state its frame size and rate; re-encode it")
         fps = float(rate.group(1)) * (1000.0 if rate.group(2) else 1.0)
         return VideoInfo(width=int(size.group(1)), height=int(size.group(2)), fps=fps)
-    raise BadInputError(f"file '{path}' has no video stream; {_FIX}")
+    raise BadInputError(f"file '{path}' has no video stream; {VIDEO_FIX}")
 
 
 def analysis_size(info: VideoInfo) -> tuple[int, int]:
@@ -101,7 +100,7 @@ def iter_frames(path: str | Path, size: tuple[int, int]) -> Iterator[np.ndarray]
         if returncode != 0:
             raise BadInputError(f"video file '{path}' failed to decode after {count} frames ({stderr.reason()})")
         if count == 0:
-            raise BadInputError(f"video file '{path}' contains no decodable frame; {_FIX}")
+            raise BadInputError(f"video file '{path}' contains no decodable frame; {VIDEO_FIX}")
     finally:
         if proc.poll() is None:
             proc.kill()
