@@ -157,6 +157,7 @@ def render(
     def render_action() -> None:
         from avatargen.config.loader import load_config, to_config
         from avatargen.io.audio_stream import RawPcm
+        from avatargen.io.ffmpeg import read_input_info_ahead
         from avatargen.render.request import RenderRequest, check_before_reading, parse_box
 
         cfg = load_config(overrides or [], live=realtime and str(audio[0]) == "-")  # docs/live.md
@@ -191,6 +192,9 @@ def render(
         if not any(isinstance(x, ObjectUrl) for x in (image, video, output, *audio)):
             # said now, before torch is imported (~2 s); the render checks again, with its model family's engine
             check_before_reading(request, to_config(cfg), None, resume, overwrite)
+            for path in (*audio, video):  # their headers read by ffmpeg on another core while torch is imported
+                if isinstance(path, Path) and str(path) != "-":
+                    read_input_info_ahead(path)
         from avatargen.bulk.remote_render import render_anywhere
         from avatargen.progress import RenderProgress
 

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import queue
+import re
 import select
 import signal
 import subprocess
@@ -28,6 +29,9 @@ ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo
 FRAME_PIPE_BYTES = 1 << 20  # the frame pipe's capacity asked for (Linux's default ceiling for a user: 1 MiB)
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; Python 3.10+ names it, not on every platform)
 _NO_SPACE = "No space left on device"
+_ALONE = (OutputKind.MP4, OutputKind.STDOUT)  # outputs written without the tee muxer when alone
+# ffmpeg's word that its only output's muxer failed (stdout's reader gone: "Broken pipe")
+_MUXER_FAILED = re.compile(r"\[out#0/\w+ @ \w+\] Task finished with error code: -?\d+ \((.+)\)")
 _TOO_LARGE = "File too large"
 # Every run of the encoder must turn the same frames into the same bits from a keyframe on, so that a resumed render
 # joins its parts into exactly the video an uninterrupted render makes. x264's CRF rate control carries history
@@ -129,6 +133,8 @@ class Encoder:
         # that is never written through.
         partial = [mp4_output(self.partial_path, fd_url(self._partial_fd))] if self._partial_fd is not None else []
         self.outputs = partial + list(outputs)
+        # the one output, written by its own muxer (not ffmpeg's tee): an MP4 file, or stdout
+        self._alone = self.outputs[0] if len(self.outputs) == 1 and self.outputs[0].kind in _ALONE else None
         self.dropped: dict[str, str] = {}  # label -> why, for live outputs dropped after a failure
         self._open_failure: str | None = None  # the last "error opening" reason ffmpeg gave
         self._aborted: tuple[Output, str | None] | None = None  # the output whose failure ended ffmpeg, and why
@@ -214,17 +220,21 @@ class Encoder:
             # n counts the frames of this run; the checkpoints are timeline frames.
             args += ["-force_key_frames", f"expr:eq(mod(n+{self.start_frame + shift},{period}),0)", "-forced-idr", "1"]
         args += metadata_args(self._part_id) + ts_metadata_args()  # a rerun knows its files as its own (io.owned_names)
-        if len(self.outputs) == 1 and self.outputs[0].kind is OutputKind.MP4:
-            # A fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to write at
-            # the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is known:
-            # without it the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
-            return args + self.outputs[0].args()
+        if self._alone is not None:
+            # An MP4: a fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to
+            # write at the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is
+            # known: without it the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
+            # MPEG-TS on stdout: its first bytes leave with the first frame (the tee muxer held them until the second).
+            return args + self._alone.args()
         # Several outputs, or a live one (even alone): the tee muxer names the output that failed ("Slave muxer #N").
         return args + ["-flush_packets", "1", "-f", "tee", tee_target(self.outputs, self._drop_failed_live)]
 
     def _watch(self, line: str) -> None:
         """Sees ffmpeg's stderr as it comes: a dropped tee slave is reported once, by the name the user gave; the
-        slave whose failure ends ffmpeg is kept for ``_error``."""
+        slave whose failure ends ffmpeg is kept for ``_error``, as is stdout's muxer's when stdout is alone."""
+        if self._alone is not None and self._alone.kind is OutputKind.STDOUT and (failed := _MUXER_FAILED.search(line)):
+            self._aborted = (self._alone, failed.group(1))
+            return
         event = tee_event(line)
         if event is None:
             return

@@ -11,6 +11,7 @@ import pytest
 import soundfile as sf
 
 from avatargen.errors import BadInputError
+from avatargen.io import ffmpeg
 from avatargen.io.audio import AudioFileSource, load_audio
 
 SR = 16000
@@ -85,6 +86,27 @@ def test_a_decoder_started_ahead_gives_the_same_audio_and_is_stopped_when_never_
         ahead = source._started
         assert ahead is not None and ahead.poll() is None
     assert ahead.returncode is not None and not Path(f"/proc/{ahead.pid}").exists()  # never read: killed, reaped
+
+
+def test_a_header_read_ahead_is_the_one_the_source_takes_unless_the_file_changed(tmp_path, monkeypatch) -> None:
+    reads = []
+    read = ffmpeg._read_input_info
+    monkeypatch.setattr(ffmpeg, "_read_input_info", lambda path: reads.append(path) or read(path))
+    path = _write_wav(tmp_path / "voice.wav", 44100, 1, seconds=1.5)
+    ffmpeg.read_input_info_ahead(path)  # as a render does while it imports torch
+    assert AudioFileSource(path, SR).duration_hint == pytest.approx(1.5, abs=0.01)
+    assert reads == [path]  # ffmpeg read the header once, ahead
+    ffmpeg.read_input_info_ahead(path)
+    _write_wav(path, 44100, 1, seconds=3.0)  # the file changed after the read ahead began: read again
+    assert AudioFileSource(path, SR).duration_hint == pytest.approx(3.0, abs=0.01)
+
+
+def test_a_bad_file_read_ahead_is_refused_when_it_is_opened_not_before(tmp_path: Path) -> None:
+    path = tmp_path / "voice.mp3"
+    path.write_bytes(b"definitely not audio " * 50)
+    ffmpeg.read_input_info_ahead(path)  # says nothing
+    with pytest.raises(BadInputError, match=r"could not be decoded by ffmpeg \(Invalid data found"):
+        AudioFileSource(path, SR)
 
 
 def test_missing_file_is_bad_input(tmp_path: Path) -> None:

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+import soundfile as sf
 
 from avatargen.errors import BadInputError
 from avatargen.io.encoder import Encoder
@@ -68,3 +75,25 @@ def test_parts_and_audio_whose_names_look_like_urls_join_into_one_video(tmp_path
     link.symlink_to(joined)
     info = probe(link)
     assert info["frames"] == 50 and abs(info["audio_duration_s"] - 2.0) < 0.05
+
+
+def test_mpeg_ts_on_stdout_leaves_with_the_first_frame_not_the_second(tmp_path):
+    """A player reading ``-o -`` gets the first frame as soon as it is encoded: ffmpeg's tee muxer held it (with the
+    audio) until a second frame came."""
+    audio = tmp_path / "voice.wav"
+    sf.write(audio, np.zeros(16000, np.float32), 16000)
+    script = (
+        "import sys, time, numpy as np\n"
+        "from avatargen.io.encoder import Encoder\n"
+        "from avatargen.io.outputs import stdout_output\n"
+        f"encoder = Encoder(None, 64, 64, 25, {str(audio)!r}, outputs=[stdout_output()])\n"
+        "encoder.write(np.full((1, 64, 64, 3), 128, np.uint8))\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        ready, _, _ = select.select([child.stdout], [], [], 30.0)
+        assert ready and os.read(child.stdout.fileno(), 188)[:1] == b"\x47", "no MPEG-TS before the second frame"
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
