@@ -213,8 +213,8 @@ _ahead: dict[tuple, Future] = {}  # file key -> its ``read_input_info`` under wa
 def read_input_info_ahead(path: str | Path) -> None:
     """Start ``read_input_info(path)`` on a thread of its own now: its ffmpeg (and the check of the ffmpeg binary,
     ~0.03 s, on the first call of a process) run on another core while this process goes on (a render imports torch
-    meanwhile: ~0.09 s of its first frame on a 2-core CPU). The next ``read_input_info`` of the same file, unchanged,
-    takes that answer or its error; nothing is said before then."""
+    meanwhile: ~0.09 s of its first frame on a 2-core CPU). Each ``read_input_info`` of the same file, unchanged, takes
+    that answer or its error; nothing is said before then."""
     key = _file_key(path)
     if key is None or key in _ahead:
         return
@@ -245,7 +245,7 @@ def read_input_info(path: str | Path) -> InputInfo:
     ``FfmpegUnusable`` (exit 2): the input is not blamed for it. A read started ahead (``read_input_info_ahead``) of
     the file as it is now gives its answer."""
     key = _file_key(path)
-    future = _ahead.pop(key, None) if key is not None else None
+    future = _ahead.get(key) if key is not None else None
     return future.result() if future is not None else _read_input_info(path)
 
 
