@@ -20,13 +20,14 @@ import pytest
 from tests.conftest import REPO, write_speechlike_wav
 
 # Runs the real CLI in-process; as it exits (an atexit handler: the CLI leaves without the interpreter's teardown),
-# reports which torch compiler packages it imported.
+# reports which torch compiler packages it imported, and whether it imported torch and rich.
 DRIVER = """
 import atexit, json, runpy, sys
 
 def report():
     loaded = sorted(m for m in sys.modules if m.split(".")[:2] == ["torch", "_dynamo"])
-    print(json.dumps({"dynamo": loaded[:3], "torch": "torch" in sys.modules}), file=sys.__stderr__, flush=True)
+    print(json.dumps({"dynamo": loaded[:3], "torch": "torch" in sys.modules, "rich": "rich" in sys.modules}),
+          file=sys.__stderr__, flush=True)
 
 atexit.register(report)
 sys.argv = ["avatargen", *sys.argv[1:]]
@@ -42,13 +43,15 @@ def _run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess, list[str], d
     return result, lines, json.loads(report)
 
 
-def test_a_render_with_the_shipped_model_never_imports_torch_dynamo(tmp_path: Path, face_png: Path) -> None:
+def test_a_quiet_render_with_the_shipped_model_imports_neither_torch_dynamo_nor_rich(tmp_path, face_png) -> None:
     audio = write_speechlike_wav(tmp_path / "a.wav", 0.5)
     out = tmp_path / "out.mp4"
     args = ["render", "-i", str(face_png), "-a", str(audio), "-o", str(out), "--quiet", "runtime.threads=1"]
     result, _, report = _run_cli(args)
     assert result.returncode == 0 and out.stat().st_size > 0, result.stderr
     assert report["dynamo"] == [], f"a render imported {report['dynamo']} (~1 s of start-up)"
+    assert report["rich"] is False, "a render without its progress bar imported rich (~0.02 s)"
+
 
 
 @pytest.mark.parametrize("problem, says", [

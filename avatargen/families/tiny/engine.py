@@ -5,14 +5,17 @@ compositor puts back into the reference picture."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from avatargen.families.tiny.build import BUILD_THREADS, model_parts, model_set, parallel_work, weight_files
 from avatargen.families.tiny.chunks import TinyChunks, chunk_schedule
 from avatargen.families.tiny.config import FAMILY, SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.notes import reference_notes
-from avatargen.families.tiny.train.config import RecipeConfig
 from avatargen.pipeline.build import resolve_precision
 from avatargen.pipeline.family import FamilyEngine
+
+if TYPE_CHECKING:  # a type only: a render does not read the training recipe
+    from avatargen.families.tiny.train.config import RecipeConfig
 
 
 def train(recipe: RecipeConfig, out: Path) -> dict:
