@@ -29,10 +29,10 @@ ENCODER_AUDIO_RATE = 48000  # the audio track's rate; write_audio() takes stereo
 FRAME_PIPE_BYTES = 1 << 20  # the frame pipe's capacity asked for (Linux's default ceiling for a user: 1 MiB)
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; Python 3.10+ names it, not on every platform)
 _NO_SPACE = "No space left on device"
+_TOO_LARGE = "File too large"
 _ALONE = (OutputKind.MP4, OutputKind.STDOUT)  # outputs written without the tee muxer when alone
 # ffmpeg's word that its only output's muxer failed (stdout's reader gone: "Broken pipe")
 _MUXER_FAILED = re.compile(r"\[out#0/\w+ @ \w+\] Task finished with error code: -?\d+ \((.+)\)")
-_TOO_LARGE = "File too large"
 # Every run of the encoder must turn the same frames into the same bits from a keyframe on, so that a resumed render
 # joins its parts into exactly the video an uninterrupted render makes. x264's CRF rate control carries history
 # across keyframes (the QP of a P frame follows the blurred complexity of past frames, the QP of a keyframe the

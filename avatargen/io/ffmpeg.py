@@ -13,6 +13,7 @@ import functools
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -231,12 +232,15 @@ def read_input_info_ahead(path: str | Path) -> None:
 
 
 def _file_key(path: str | Path) -> tuple | None:
-    """What tells a file apart from itself changed: its path, inode, size and modification time (None: no file)."""
+    """What tells a file apart from itself changed: its path, inode, size and modification time (None: not a regular
+    file, whose reading ahead could take what a pipe holds)."""
     try:
-        stat = os.stat(path)
+        status = os.stat(path)
     except (OSError, ValueError):
         return None
-    return os.fspath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return os.fspath(path), status.st_ino, status.st_size, status.st_mtime_ns
 
 
 def read_input_info(path: str | Path) -> InputInfo:

@@ -8,6 +8,7 @@ from typing import Optional
 
 ATTENTION_KINDS = ("axial", "full")  # the A2V's self-attention (``A2VDiTParams.attention``)
 
+
 @dataclass
 class AudioEncoderParams:
     """Hyper-parameters of :class:`AudioEncoder`."""
