@@ -224,7 +224,7 @@ class Encoder:
             # An MP4: a fragment per keyframe (MP4_MOVFLAGS): the file is valid after every fragment, with no index to
             # write at the end. delay_moov writes the header with the first fragment, once the AAC encoder delay is
             # known: without it the 1024 priming samples are not cut by an edit list and the audio plays 21-128 ms late.
-            # MPEG-TS on stdout: its first bytes leave with the first frame (the tee muxer held them until the second).
+            # MPEG-TS on stdout: each frame leaves as it is encoded (the tee muxer held each until the next came).
             return args + self._alone.args()
         # Several outputs, or a live one (even alone): the tee muxer names the output that failed ("Slave muxer #N").
         return args + ["-flush_packets", "1", "-f", "tee", tee_target(self.outputs, self._drop_failed_live)]

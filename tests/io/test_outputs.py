@@ -78,8 +78,8 @@ def test_parts_and_audio_whose_names_look_like_urls_join_into_one_video(tmp_path
 
 
 def test_mpeg_ts_on_stdout_leaves_with_the_first_frame_not_the_second(tmp_path):
-    """A player reading ``-o -`` gets the first frame as soon as it is encoded: ffmpeg's tee muxer held it (with the
-    audio) until a second frame came."""
+    """A player reading ``-o -`` gets a frame as soon as it is encoded: ffmpeg's tee muxer held each (with the audio)
+    until the next came, a frame of latency."""
     audio = tmp_path / "voice.wav"
     sf.write(audio, np.zeros(16000, np.float32), 16000)
     script = (
