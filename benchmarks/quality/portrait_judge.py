@@ -395,13 +395,13 @@ def main() -> None:
             ("dark silence", not result["dark_silence"] <= TARGETS["silence"]),
             ("identity", result["identity"] > TARGETS["identity"]), ("chin r", result["chin_r"] < TARGETS["chin_r"]),
             ("chin/gap", result["chin_share"] < TARGETS["chin_share"])) if bad]  # fmt: skip
-        unjudged = []
-        if result["floor"] > TARGETS["silence"]:  # dlib's gap is its noise here: its own figures judge nothing
-            unjudged += [m for m in misses if m in ("r", "lag", "silence", "chin r", "chin/gap")]
-        if result["chin_noise"] > TARGETS["chin_share"]:  # so is its chin's travel
-            unjudged += [m for m in misses if m == "chin/gap" and m not in unjudged]
-        if unjudged:
-            misses = [m for m in misses if m not in unjudged] + [f"({', '.join(unjudged)}: under dlib's noise)"]
+        noise = set()  # dlib's figures that read its noise here, not the render
+        if result["floor"] > TARGETS["silence"]:  # its gap: its own figures judge nothing
+            noise |= {"r", "lag", "silence", "chin r", "chin/gap"}
+        if result["chin_noise"] > TARGETS["chin_share"]:  # its chin's travel
+            noise.add("chin/gap")
+        if unjudged := [m for m in misses if m in noise]:
+            misses = [m for m in misses if m not in noise] + [f"({', '.join(unjudged)}: under dlib's noise)"]
         print(f"| {name} | {result['r']:.2f} ({result['lag']:+d}) | {result['r0']:.2f} | {result['p90']:.3f} | "
               f"{result['silence']:.2f} | {_figure(result['floor'])} | {result['dark_r']:.2f} ({result['dark_lag']:+d}) | "
               f"{result['dark_silence']:.2f} | "
