@@ -2,7 +2,7 @@
 
 ``diagnose(output_dir)`` looks at everything a render depends on and measures what can only be measured: the
 versions (avatargen, Python, torch and its CUDA, numpy, ffmpeg), the CPU and the CUDA GPUs, how fast bf16 and fp16
-matmuls run against fp32 on each (the timed probe ``runtime.dtype=auto`` decides from), ffmpeg and its libx264 and
+matmuls run against fp32 on each (timed now; ``runtime.dtype=auto`` decides from this machine's saved probe), ffmpeg and its libx264 and
 aac encoders (by running it), the optional extras (by importing them) with the pip command for those missing, the
 NUMA nodes, avatargen's cache folders and their sizes, and the free disk where the video will be written.
 
@@ -29,7 +29,9 @@ import avatargen
 from avatargen.face.hog_cache import cache_folder
 from avatargen.face.picture_cache import pictures_folder
 from avatargen.runtime.numa import cuda_bus_id, node_cpus, numa_nodes, pci_numa_node
-from avatargen.runtime.precision import CPU_CLASSES, choose_precision, cpu_class, cpu_flags, probe_cpu_speedup, probe_cuda_speedup
+from avatargen.runtime.precision import (
+    CPU_CLASSES, choose_precision, cpu_class, cpu_flags, probe_cpu_speedup, probe_cuda_speedup, saved_probe_path,
+)
 from avatargen.runtime.quantize import choose_quantization, engine_for_this_cpu, probe_int8_speedup
 from avatargen.stages.reference_cache import references_folder
 
@@ -187,7 +189,8 @@ def cuda_devices() -> list[dict[str, Any]]:
 
 def measure_precision(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     """bf16 and fp16 matmul speed against fp32, measured on one CPU core and on each GPU, and what
-    ``runtime.dtype=auto`` picks for each device (the render's choice, from the same probe)."""
+    ``runtime.dtype=auto`` picks for each device (the render's choice: on a CPU, from the probe saved for this machine,
+    whose file is named where there is one)."""
     devices: dict[str, Any] = {}
     cpu = torch.device("cpu")
     auto = choose_precision("auto", cpu)
@@ -196,6 +199,7 @@ def measure_precision(gpus: list[dict[str, Any]]) -> dict[str, Any]:
         "bf16_vs_fp32": round(probe_cpu_speedup(torch.bfloat16), 2),
         "fp16_vs_fp32": round(probe_cpu_speedup(torch.float16), 2),
         "auto": auto.describe(),
+        "auto_probe_file": str(saved_probe_path()) if saved_probe_path().is_file() else None,
         "int8_vs_fp32": round(probe_int8_speedup(engine), 2) if engine is not None else None,  # linear layers
         "quantize_auto": choose_quantization("auto", cpu, auto.dtype, single_process=True, resident=True).describe(),
     }
@@ -429,6 +433,9 @@ def format_report(report: Report) -> str:
         lines.append(("precision", f"{where}: bf16 {_ratio(measured['bf16_vs_fp32'])}, fp16 "
                                    f"{_ratio(measured['fp16_vs_fp32'])} (matmul, measured); "
                                    f"runtime.dtype=auto -> {measured['auto']}"))  # fmt: skip
+        if measured.get("auto_probe_file"):
+            lines.append(("precision", f"auto decides from this machine's probe in {measured['auto_probe_file']} "
+                                       "(delete it to probe again)"))  # fmt: skip
         if "quantize_auto" in measured:
             lines.append(("int8", f"{where}: {_ratio(measured['int8_vs_fp32'])} (linear layer, measured); "
                                   f"runtime.quantize=auto -> {measured['quantize_auto']}"))  # fmt: skip

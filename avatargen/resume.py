@@ -110,15 +110,11 @@ NOT_FINGERPRINTED = (
 NOT_FINGERPRINTED_SECTIONS = ("batch", "storage")  # how jobs are handed out and where files are kept
 
 
-def fingerprint(
-    image: Path, audio: Path, prompt: str, cfg: DictConfig, weight_files: list[Path], device: Any,
-    dtype: str = "float32", layout: Any = None,
-) -> dict[str, str]:
-    """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config but
-    ``NOT_FINGERPRINTED`` and ``NOT_FINGERPRINTED_SECTIONS`` (with the device, thread count and compute dtype this process resolved: ``runtime.dtype=auto``
-    can resolve differently on another machine; and, for a render whose ranks split the work, the guidance and
-    sequence degrees of its ``layout``: they change float sums), and the ``weight_files`` (``weights_signature``; none for random
-    weights)."""
+def fingerprinted_settings(cfg: DictConfig, device: Any, dtype: str = "float32", layout: Any = None) -> dict[str, Any]:
+    """The resolved config as ``fingerprint`` digests it: without ``NOT_FINGERPRINTED`` and
+    ``NOT_FINGERPRINTED_SECTIONS``, with the device, thread count and compute dtype this process resolved
+    (``runtime.dtype=auto`` can resolve differently on another machine) and, for a render whose ranks split the work,
+    the guidance and sequence degrees of its ``layout`` (they change float sums)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     for key in NOT_FINGERPRINTED:
         section, _, leaf = key.partition(".")
@@ -128,11 +124,18 @@ def fingerprint(
     container.setdefault("runtime", {}).update(device=str(device), threads=torch.get_num_threads(), dtype=dtype)
     if layout is not None and layout.split:  # FSDP alone changes no frame: a sharded render resumes in one process
         container["runtime"]["layout"] = {"guidance": layout.guidance, "sequence": layout.sequence}
+    return container
+
+
+def fingerprint(image: Path, audio: Path, prompt: str, settings: dict[str, Any], weight_files: list[Path]) -> dict[str, str]:
+    """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config
+    (``settings``: ``fingerprinted_settings``) and the ``weight_files`` (``weights_signature``; none for random
+    weights)."""
     found = {
         "image": file_digest(image),
         "audio": file_digest(audio),
         "prompt": text_digest(prompt),
-        "config": text_digest(json.dumps(container, sort_keys=True)),
+        "config": text_digest(json.dumps(settings, sort_keys=True)),
     }
     if weight_files:
         found["weights"] = text_digest(json.dumps([weights_signature(f) for f in weight_files]))
@@ -157,8 +160,32 @@ def weights_signature(file: Path) -> tuple[str, int, str]:
     return file.name, size, digest.hexdigest()
 
 
-def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn: Callable[[str], None]) -> RenderCheckpoint | None:
-    """Load ``store`` and pick the checkpoint to continue from (None: start over); the partial MP4 becomes a part."""
+def changed_settings(before: dict[str, Any], now: dict[str, Any], shown: int = 3) -> str:
+    """The config keys whose values differ, for a refused --resume: ``runtime.dtype was bfloat16, is float32; seed
+    was 0, is 3`` (the first ``shown`` by name, then how many more)."""
+
+    def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(tree, dict) or not tree:
+            return {prefix: tree}
+        return {key: value for name, child in tree.items() for key, value in flat(child, f"{prefix}{name}.").items()}
+
+    def said(values: dict[str, Any], key: str) -> str:
+        return json.dumps(values[key]) if key in values else "unset"
+
+    old, new = flat(before), flat(now)
+    unset = object()
+    keys = [key for key in sorted(set(old) | set(new)) if old.get(key, unset) != new.get(key, unset)]
+    told = [f"{key.rstrip('.')} was {said(old, key)}, is {said(new, key)}" for key in keys[:shown]]
+    more = f"; and {len(keys) - shown} more" if len(keys) > shown else ""
+    return "; ".join(told) + more
+
+
+def resume_point(
+    store: ResumeStore, found: dict[str, str], partial: Path, warn: Callable[[str], None],
+    settings: dict[str, Any] | None = None,
+) -> RenderCheckpoint | None:
+    """Load ``store`` and pick the checkpoint to continue from (None: start over); the partial MP4 becomes a part.
+    ``settings``: this render's ``fingerprinted_settings``, to name the keys that changed when the config did."""
     output_name = partial.with_name(f"{store.folder.name[: -len('.resume')]}.mp4")
     if not store.exists():
         warn(f"note: --resume: no stopped render of '{output_name}' to resume; rendering from the start")
@@ -171,8 +198,11 @@ def resume_point(store: ResumeStore, found: dict[str, str], partial: Path, warn:
         return None
     changed = store.mismatch(found)
     if changed:
+        which = ""
+        if "config" in changed and store.settings is not None and settings is not None:
+            which = f" ({changed_settings(store.settings, settings)})"
         raise ResumeMismatchError(
-            f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's; "
+            f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's{which}; "
             "resume with the same inputs and config, or render without --resume to start over"
         )
     on_disk = 0

@@ -3,7 +3,8 @@
 Layout (every file is written to a temporary name and moved into place with ``os.replace``, the JSON last, so a kill
 at any moment leaves a consistent folder)::
 
-    OUT.resume/resume.json          fingerprint of the inputs and config, the parts, the checkpoints
+    OUT.resume/resume.json          fingerprint of the inputs and config (and that resolved config), the parts, the
+                                    checkpoints
     OUT.resume/state-<F>.safetensors rolling state after frame F (a few hundred KiB, the same size for any duration)
     OUT.resume/part-<k>.mp4          video of earlier runs (run k's frames [start, end))
 
@@ -88,6 +89,9 @@ class ResumeStore:
         self.folder = resume_folder_for(output)
         self.index = self.folder / "resume.json"
         self.fingerprint: dict[str, str] = {}
+        # The resolved config the "config" digest was taken of: what a refused --resume names as changed (None in a
+        # folder written before it was kept)
+        self.settings: dict[str, Any] | None = None
         self.parts: list[Part] = []
         # {"frames": F, "file": name, "sha256": hex digest of the file, "meta": {...}}, oldest first
         self.checkpoints: list[dict[str, Any]] = []
@@ -114,6 +118,7 @@ class ResumeStore:
             raise OtherFormatError(f"format {data.get('version') if isinstance(data, dict) else '?'}")
         try:
             self.fingerprint = dict(data["fingerprint"])
+            self.settings = data["settings"] if isinstance(data.get("settings"), dict) else None
             self.parts = [Part(self.folder / _plain_name(p["file"]), int(p["start"]), int(p["end"])) for p in data["parts"]]
             self.checkpoints = [_checked_checkpoint(c) for c in data["checkpoints"]]
             self.part_id = data["partial"] if isinstance(data["partial"], str) else None
@@ -152,11 +157,12 @@ class ResumeStore:
 
     # --- writing --------------------------------------------------------------------------------------------------
 
-    def reset(self, fingerprint: dict[str, str]) -> None:
+    def reset(self, fingerprint: dict[str, str], settings: dict[str, Any] | None = None) -> None:
         """Start a fresh render: forget any earlier state (what is at the folder's name, a link as a link: the render
         checked before that it is avatargen's, or was told to replace it) and mark the new folder as avatargen's."""
         remove_name(self.folder)
         self.fingerprint, self.parts, self.checkpoints, self.run_start = dict(fingerprint), [], [], 0
+        self.settings = settings
         self.part_id = None
         self.folder.mkdir(parents=True)
         (self.folder / RESUME_MARKER).write_text("made by avatargen: removed with the render it resumes\n")
@@ -206,6 +212,7 @@ class ResumeStore:
         data = {
             "version": VERSION,
             "fingerprint": self.fingerprint,
+            "settings": self.settings,
             "parts": [{"file": p.file.name, "start": p.start, "end": p.end} for p in self.parts],
             "checkpoints": self.checkpoints,
             "partial": self.part_id,

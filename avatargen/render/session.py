@@ -54,7 +54,7 @@ from avatargen.render.outputs import OutputPlan, RenderOutputs
 from avatargen.render.inputs import input_digests, open_audio, open_picture, output_audio, render_inputs
 from avatargen.render.request import (STREAM, RenderRequest, check_before_reading, config_path_for, make_output_folder,
                                       partial_path_for)
-from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, resume_point
+from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, fingerprinted_settings, resume_point
 from avatargen.runtime.distributed import ParallelContext, note_kept, rank_failures, solo_parallel, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
 
@@ -363,13 +363,15 @@ class RenderSession:
             self.store = ResumeStore(file)
             config = self.config
             weights = [] if config.model.weights == WeightsSource.random else self.family.weight_files(config)
-            found = fingerprint(request.picture, request.audio, request.prompt, self.cfg, weights, self.device,
-                                self.pipeline.models.precision.signature, self.parallel.layout)  # fmt: skip
+            settings = fingerprinted_settings(self.cfg, self.device, self.pipeline.models.precision.signature,
+                                              self.parallel.layout)  # fmt: skip
+            found = fingerprint(request.picture, request.audio, request.prompt, settings, weights)
             found.update(input_digests(request.video, request.audio_files, list(request.person_boxes),
                                        request.audio_type, file_digest))  # fmt: skip
-            self.checkpoint = resume_point(self.store, found, self.partial, self.warn) if self.options.resume else None
+            self.checkpoint = (resume_point(self.store, found, self.partial, self.warn, settings)
+                               if self.options.resume else None)  # fmt: skip
             if self.checkpoint is None:
-                self.store.reset(found)
+                self.store.reset(found, settings)
         if self.options.resume:
             self.checkpoint = self.parallel.from_primary(self.checkpoint)
         if self.store is not None:

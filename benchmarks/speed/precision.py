@@ -35,7 +35,7 @@ from avatargen.families.tiny.build import build_modules
 from tests.conftest import engine_of  # noqa: E402
 from avatargen.pipeline.build import pipeline_for, resolve_device  # noqa: E402
 from avatargen.pipeline.pipeline import Pipeline  # noqa: E402
-from avatargen.runtime.precision import NATIVE_BF16_FLAGS, Precision, choose_precision, cpu_flags, probe_cpu_bf16_speedup  # noqa: E402
+from avatargen.runtime.precision import NATIVE_BF16_FLAGS, Precision, choose_precision, cpu_flags, probe_cpu_speedup  # noqa: E402
 
 
 class Frames:
@@ -89,7 +89,7 @@ def main() -> None:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())  # fmt: skip
     print(f"# {date.today()} {cpu}, {args.threads} threads, native bf16 flags: {', '.join(native)}")
-    print(f"# probe: bf16 {probe_cpu_bf16_speedup():.2f}x fp32 -> runtime.dtype=auto picks "
+    print(f"# probe: bf16 {probe_cpu_speedup(torch.bfloat16):.2f}x fp32 (now) -> runtime.dtype=auto picks "
           f"{choose_precision('auto', resolve_device(config)).describe()}")  # fmt: skip
     print(f"# {args.seconds:g} s per example, bf16 keeps in fp32: {', '.join(args.keep_fp32) or 'nothing'}")
     print(f"{'example':>8} {'rtf_fp32':>9} {'rtf_bf16':>9} {'speedup':>8} {'ttff_fp32':>10} {'ttff_bf16':>10} "

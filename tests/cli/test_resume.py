@@ -125,6 +125,7 @@ def test_resume_with_other_inputs_or_config_is_refused(tmp_path, inputs):
     result = run_cli("render", "-i", str(face), "-a", str(other), "-o", str(out), "-q", *OVERLAPPED, "seed=3", "--resume")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "cannot resume" in result.stderr and "audio, config" in result.stderr
+    assert "(seed was 0, is 3)" in result.stderr, "the changed config key is named"
     assert out.with_name("o.resume").is_dir(), "a refused resume keeps the state for the right command"
 
 
@@ -198,14 +199,15 @@ def test_the_fingerprint_covers_every_config_key_but_those_that_cannot_change_a_
     from omegaconf import OmegaConf
 
     from avatargen.config.loader import load_config
-    from avatargen.resume import NOT_FINGERPRINTED, NOT_FINGERPRINTED_SECTIONS, fingerprint
+    from avatargen.resume import NOT_FINGERPRINTED, NOT_FINGERPRINTED_SECTIONS, fingerprint, fingerprinted_settings
 
     face, audio, _ = inputs
     base = load_config([*FAST, "+meta.tag=demo"])
     tree = OmegaConf.to_container(base, resolve=True, enum_to_str=True)
 
     def digest(tree: dict, device: str = "cpu", dtype: str = "float32") -> str:
-        return fingerprint(face, audio, "", OmegaConf.create(tree), [], torch.device(device), dtype)["config"]
+        settings = fingerprinted_settings(OmegaConf.create(tree), torch.device(device), dtype)
+        return fingerprint(face, audio, "", settings, [])["config"]
 
     def leaves(node: dict, prefix: str = "") -> list[str]:
         return [found for key, value in node.items()
@@ -236,14 +238,14 @@ def test_a_layout_that_splits_the_work_is_in_the_fingerprint_fsdp_alone_is_not(i
     import torch
 
     from avatargen.config.loader import load_config
-    from avatargen.resume import fingerprint
+    from avatargen.resume import fingerprint, fingerprinted_settings
     from avatargen.runtime.layout import ParallelLayout
 
     face, audio, _ = inputs
     cfg = load_config(FAST)
 
     def digest(layout: ParallelLayout | None) -> str:
-        return fingerprint(face, audio, "", cfg, [], torch.device("cpu"), "float32", layout)["config"]
+        return fingerprint(face, audio, "", fingerprinted_settings(cfg, torch.device("cpu"), "float32", layout), [])["config"]
 
     alone = digest(None)
     assert digest(ParallelLayout(world=4, sharded=True)) == alone  # FSDP only: resumable in one process (same threads)

@@ -1,4 +1,4 @@
-"""runtime.dtype: auto asks the machine (flags, then a timed probe); float32 renders exactly as before; a bf16 render
+"""runtime.dtype: auto asks the machine (flags, then a timed probe saved once per machine); float32 renders exactly as before; a bf16 render
 stays within the documented tolerance of float32 (docs/performance.md, "Compute precision")."""
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from avatargen.families.tiny.build import build_modules
 from tests.conftest import engine_of
 from avatargen.pipeline.build import pipeline_for
 from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS
-from avatargen.runtime.precision import MIN_SPEEDUP, NATIVE_BF16_FLAGS, choose_precision, cpu_flags
+from avatargen.runtime.precision import (
+    MIN_SPEEDUP, NATIVE_BF16_FLAGS, choose_precision, cpu_flags, probe_cpu_speedup, saved_cpu_bf16_speedup,
+    saved_probe_path,
+)
 from tests.conftest import FrameList, REPO, run_cli
 from tests.ffmpeg_probe import count_frames, decode_frames
 from avatargen.pipeline.run import RenderRun
@@ -67,6 +70,53 @@ def test_the_real_probe_answers_for_this_cpu():
         assert ratio > 0 and (chosen.dtype == torch.bfloat16) == (ratio >= MIN_SPEEDUP), chosen
     else:
         assert (chosen.dtype, chosen.reason.split(" (")[0]) == (torch.float32, "no native bf16"), chosen
+
+
+@pytest.fixture
+def own_cache_folder(tmp_path, monkeypatch):
+    """An empty cache folder, and no probe remembered by this process: as a first render on a new machine."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    saved_cpu_bf16_speedup.cache_clear()
+    yield tmp_path / "cache" / "avatargen"
+    saved_cpu_bf16_speedup.cache_clear()
+
+
+def test_auto_decides_from_the_probe_saved_for_this_machine_not_from_a_new_timing(own_cache_folder):
+    """A timed probe on a busy CPU can land on either side of the threshold; two renders on one machine must not pick
+    two dtypes (different frames, and a --resume refused as 'the config differ')."""
+    first = choose_precision("auto", CPU, flags=NATIVE)  # measured now and saved
+    saved = saved_probe_path()
+    assert saved.parent == own_cache_folder and saved.is_file()
+    ratio = json.loads(saved.read_text())["bf16_vs_fp32"]
+    assert first.reason == f"probe: bf16 {ratio:.1f}x fp32" + ("" if ratio >= MIN_SPEEDUP else f" < {MIN_SPEEDUP}x")
+    other_side = 0.5 if ratio >= MIN_SPEEDUP else 3.0  # what a probe disturbed by load could have measured
+    saved.write_text(json.dumps({"bf16_vs_fp32": other_side}))
+    saved_cpu_bf16_speedup.cache_clear()  # the next process
+    later = choose_precision("auto", CPU, flags=NATIVE)
+    assert later.dtype != first.dtype and f"{other_side:.1f}x" in later.reason, "a later render timed its own probe"
+
+
+def test_a_damaged_saved_probe_is_measured_again_and_rewritten(own_cache_folder):
+    saved = saved_probe_path()
+    saved.parent.mkdir(parents=True)
+    saved.write_text("{not json")
+    ratio = saved_cpu_bf16_speedup()
+    assert ratio > 0 and json.loads(saved.read_text())["bf16_vs_fp32"] == ratio
+
+
+def test_a_cap_on_onednn_s_instruction_set_is_another_machine_for_the_probe(own_cache_folder, monkeypatch):
+    """ONEDNN_MAX_CPU_ISA=AVX2 makes oneDNN emulate bf16 (0.03x fp32 on an EPYC Zen 4 whose bf16 runs at 2.1x):
+    the probe saved without the cap must not decide for it."""
+    uncapped = saved_probe_path()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert saved_probe_path() != uncapped and saved_probe_path().parent == uncapped.parent
+
+
+def test_the_probe_times_both_dtypes_on_one_core_and_restores_the_thread_count():
+    threads = torch.get_num_threads()
+    probe_cpu_speedup.cache_clear()
+    ratio = probe_cpu_speedup(torch.bfloat16)
+    assert ratio > 0 and torch.get_num_threads() == threads
 
 
 def test_an_unknown_dtype_is_refused_with_the_valid_ones(face_png, speech_wav, tmp_path):
