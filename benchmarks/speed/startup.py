@@ -1,7 +1,8 @@
 """Wall time of one short CLI render (start-up dominates it), median of N runs, for one or more source trees.
 
 Each run is a fresh ``python -m avatargen render`` of a 1 s clip with the shipped model, one thread, as a user runs
-it; the runs of the trees are interleaved so that the machine's noise hits them alike. ``--refused`` times instead a
+it, each tree's modules compiled to bytecode first (as an installed package has them; without, every run compiles
+them); the runs of the trees are interleaved so that the machine's noise hits them alike. ``--refused`` times instead a
 render refused for a picture that does not exist (exit 2): how long a script's typo takes to be said.
 
     python benchmarks/speed/startup.py [--runs 3] [--refused] [--tree PATH ...]   (default tree: this checkout)
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, action="append", help="source tree to time (repeatable)")
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [REPO])]
+    for tree in trees:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "avatargen")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         audio = Path(tmp) / "one_second.wav"
         t = np.arange(16000) / 16000
