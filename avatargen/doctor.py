@@ -2,9 +2,10 @@
 
 ``diagnose(output_dir)`` looks at everything a render depends on and measures what can only be measured: the
 versions (avatargen, Python, torch and its CUDA, numpy, ffmpeg), the CPU and the CUDA GPUs, how fast bf16 and fp16
-matmuls run against fp32 on each (timed now; ``runtime.dtype=auto`` decides from this machine's saved probe), ffmpeg and its libx264 and
-aac encoders (by running it), the optional extras (by importing them) with the pip command for those missing, the
-NUMA nodes, avatargen's cache folders and their sizes, and the free disk where the video will be written.
+matmuls run against fp32 on each (timed now; ``runtime.dtype=auto`` decides from this machine's saved probe), ffmpeg
+and its libx264 and aac encoders (by running it), the optional extras (by importing them) with the pip command for
+those missing, the NUMA nodes, avatargen's cache folders and their sizes, and the free disk where the video will be
+written.
 
 A *problem* means a default render (``avatargen render -i IMAGE -a AUDIO -o OUT.mp4``) will fail here; a *warning*
 means it works with less (the eval extra missing: the reference is centre-cropped instead of framed on its face).

@@ -127,7 +127,9 @@ def fingerprinted_settings(cfg: DictConfig, device: Any, dtype: str = "float32",
     return container
 
 
-def fingerprint(image: Path, audio: Path, prompt: str, settings: dict[str, Any], weight_files: list[Path]) -> dict[str, str]:
+def fingerprint(
+    image: Path, audio: Path, prompt: str, settings: dict[str, Any], weight_files: list[Path]
+) -> dict[str, str]:
     """What a resumed render must share with the stopped one: input bytes, prompt, the resolved config
     (``settings``: ``fingerprinted_settings``) and the ``weight_files`` (``weights_signature``; none for random
     weights)."""

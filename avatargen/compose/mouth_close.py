@@ -79,7 +79,8 @@ def close_mouth(picture: np.ndarray, lips: Lips) -> tuple[np.ndarray, Lips]:
     moved = np.stack([gx, gy], axis=-1) + (sources - down)[..., None] * v  # (2, h, w, 2) picture pixels to sample
     grid = torch.from_numpy(moved).float()
     grid = grid * torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)]) - 1.0
-    image = torch.from_numpy(picture.astype(np.float32)).permute(2, 0, 1)[None].expand(2, -1, -1, -1)  # a copy: also of a read-only picture
+    image = torch.from_numpy(picture.astype(np.float32))  # a copy, writable even where the picture is not
+    image = image.permute(2, 0, 1)[None].expand(2, -1, -1, -1)  # (2, 3, h, w)
     sampled = F.grid_sample(image, grid, mode="bicubic", padding_mode="border", align_corners=True)  # (2, 3, h, w)
     share = torch.from_numpy(above).float()
     mixed = sampled[0] * share + sampled[1] * (1.0 - share)  # (3, h, w)

@@ -7,7 +7,7 @@ CPU that emulates bf16 runs it several times slower than fp32, so without both, 
 
 The probe runs once per machine, not per render: its ratio is saved in the cache folder under a name drawn from the
 CPU's model and flags, torch's version and oneDNN's ISA cap (``saved_cpu_bf16_speedup``), and every later process on
-the machine decides from it. A probe timed on a busy CPU can land on either side of the threshold (1 run in ~2,700
+the machine decides from it. A probe timed on a busy CPU can land on either side of the threshold (1 try in ~2,000
 under the test suite's load on an EPYC Zen 4 whose ratio is 2.1), and a render's dtype decides its frames and its
 ``--resume`` fingerprint: a render stopped in bf16 must not be refused as another config when it resumes.
 
@@ -127,7 +127,7 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
 
 
-def saved_probe_path(folder: Path | None = None) -> Path:
+def saved_probe_path() -> Path:
     """Where this machine's bf16 probe is kept: named by a digest of what decides its answer (the CPU's model and
     flags, torch's version, oneDNN's ISA cap), so a VM moved to another host, a new torch or a cap probes again."""
     from avatargen.face.hog_cache import cache_folder  # torch-free, stdlib only
@@ -135,7 +135,7 @@ def saved_probe_path(folder: Path | None = None) -> Path:
     identity = json.dumps([cpu_model(), sorted(cpu_flags()), torch.__version__, PROBE_SIZE,
                            [os.environ.get(name, "") for name in ONEDNN_ISA_CAPS]])  # fmt: skip
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return (cache_folder() if folder is None else folder) / f"cpu-bf16-probe-{digest}.json"
+    return cache_folder() / f"cpu-bf16-probe-{digest}.json"
 
 
 @lru_cache(maxsize=1)

@@ -186,7 +186,8 @@ def test_render_with_block_offload_writes_the_same_frames_and_reports_it(tmp_pat
         cold = {"XDG_CACHE_HOME": str(tmp_path / f"cache-{policy}")}  # both encode the reference: as many switches
         result = run_cli("render", "-i", str(image), "-a", str(audio), "-o", str(out), "--json", "-q",
                          "runtime.device=cpu", "runtime.threads=1", "pipeline.n_chunk_frames=12",
-                         f"runtime.offload={policy}", "runtime.overlap=false",  # overlap adds stage entries when its thread lags
+                         f"runtime.offload={policy}",
+                         "runtime.overlap=false",  # overlap adds stage entries when its thread lags
                          env_extra=cold)  # fmt: skip
         assert result.returncode == 0, result.stderr
         outputs[policy], reports[policy] = decode_frames(out), json.loads(result.stdout)["offload"]

@@ -1,5 +1,5 @@
-"""runtime.dtype: auto asks the machine (flags, then a timed probe saved once per machine); float32 renders exactly as before; a bf16 render
-stays within the documented tolerance of float32 (docs/performance.md, "Compute precision")."""
+"""runtime.dtype: auto asks the machine (flags, then a timed probe saved once per machine); float32 renders exactly as
+before; a bf16 render stays within the documented tolerance of float32 (docs/performance.md, "Compute precision")."""
 
 from __future__ import annotations
 
