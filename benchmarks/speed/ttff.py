@@ -4,8 +4,9 @@
 Each run is a fresh ``python -m avatargen render ... --json`` process, as a user starts it, in which the functions of
 each phase are wrapped with ``time.perf_counter`` timers as the CLI imports their modules (the code path itself is
 unchanged, torch is imported inside the CLI as for a user, and a phase a tree does not have shows ``-``); the table ends
-with the time from the process's start to the render's and to its first frame (what a user waits for). The runs of the
-trees and images are interleaved so that the machine's noise hits them alike. ``--digest`` also decodes each MP4 and
+with the time from the process's start to the render's and to its first frame (what a user waits for; each tree's
+modules are compiled to bytecode first, as an installed package has them). The runs of the trees and images are
+interleaved so that the machine's noise hits them alike. ``--digest`` also decodes each MP4 and
 prints the SHA-256 of its frames (rgb24), so two trees can be shown to render the same video bit for bit.
 ``--first-frame-only`` stops each render at its first frame (SIGINT, as Ctrl-C: the render ends after its current step),
 for TTFF where whole renders are slow. ``--new-pictures`` gives every run a cache folder without the pictures framed
@@ -313,6 +314,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. runtime.threads=1")
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [REPO])]
+    for tree in trees:  # without bytecode (PYTHONDONTWRITEBYTECODE, a fresh worktree) every run compiles every module
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "avatargen")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         images = [i.resolve() for i in args.image] if args.image else [REPO / "examples" / "avatar_1.png", _astronaut(folder)]
