@@ -203,10 +203,11 @@ def resume_point(
         which = ""
         if "config" in changed and store.settings is not None and settings is not None:
             which = f" ({changed_settings(store.settings, settings)})"
+        what = f"the {', '.join(changed)} differ from the stopped render's{which}"
         raise ResumeMismatchError(
-            f"cannot resume '{output_name}': the {', '.join(changed)} differ from the stopped render's{which}; "
-            "resume with the same inputs and config, or render without --resume to start over"
-        )
+            f"cannot resume '{output_name}': {what}; resume with the same inputs and config, or render without "
+            "--resume to start over", what,
+        )  # fmt: skip
     on_disk = 0
     if partial.is_file() and not partial.is_symlink():
         found_id = part_id_of(partial)  # None: killed before its header, nothing in it to splice

@@ -96,8 +96,11 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
                 with solo_rank() if ctx.solo else contextlib.nullcontext():
                     return render_anywhere(request, cfg, warn=quiet, resume=resume, resume_command=ctx.resume_command,
                                            overwrite=job.overwrite, stop=ctx.stop, **where)  # fmt: skip
-            except ResumeMismatchError:
-                return attempt(False)  # the job changed since it was stopped: its old state is of no use
+            except ResumeMismatchError as changed:  # the job changed since it was stopped: its state is of no use
+                why = changed.what or str(changed)
+                ctx.warn(f"note: job {job.index} ('{job.output}'): its stopped render is not resumed, {why}; rendering "
+                         "it from the start")  # fmt: skip
+                return attempt(False)
 
         report = attempt(resume)
     except RenderInterrupted as stopped:

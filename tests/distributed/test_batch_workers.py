@@ -131,6 +131,26 @@ def test_a_worker_killed_mid_job_is_resumed_by_another_from_its_last_checkpoint(
     assert np.array_equal(decode_frames(out / "v0.mp4"), decode_frames(alone / "v0.mp4"))  # resumed: the same frames
 
 
+def test_a_stopped_job_whose_config_changed_is_rendered_from_the_start_and_the_worker_says_why(tmp_path):
+    jobs = _jobs(tmp_path, [4.0])
+    out = tmp_path / "out"
+    first = _worker(jobs, out)
+    deadline = time.monotonic() + 120
+    while not list((out / "v0.resume").glob("state-*.safetensors")):
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    first.send_signal(signal.SIGINT)  # stopped at its next chunk: the job keeps its resume state
+    _finish(first)
+    assert first.returncode == 130 and (out / "v0.resume").is_dir()
+    again = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST, "seed=3")  # the same jobs, another seed
+    assert again.returncode == 0, again.stderr
+    notes = [line for line in again.stderr.splitlines() if "its stopped render is not resumed" in line]
+    assert len(notes) == 1 and "(seed was 0, is 3)" in notes[0] and "from the start" in notes[0], again.stderr
+    done = {m.group(1): m.group(2) for m in _lines(again.stderr, _DONE)}
+    assert done == {"0": None}, again.stderr  # rendered from frame 0, not resumed
+    assert probe(out / "v0.mp4")["frames"] == 100 and not (out / "v0.resume").exists()
+
+
 def _slurm_answers() -> bool:
     import shutil
 
