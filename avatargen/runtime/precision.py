@@ -5,9 +5,9 @@ hold: the CPU says it has native bf16 (``avx512_bf16`` or ``amx_bf16`` in /proc/
 (the same matmul in bf16 and fp32, interleaved, best of several) finds bf16 at least ``MIN_SPEEDUP`` times faster. A
 CPU that emulates bf16 runs it several times slower than fp32, so without both, ``auto`` is float32.
 
-The probe runs once per machine, not per render: its ratio is saved in the cache folder under a name drawn from the
-CPU's model and flags, torch's version and oneDNN's ISA cap (``saved_cpu_bf16_speedup``), and every later process on
-the machine decides from it. A probe timed on a busy CPU can land on either side of the threshold (1 try in ~2,000
+The probe runs once per machine, not per render: the median of three probes is saved in the cache folder under a name
+drawn from the CPU's model and flags, torch's version and oneDNN's ISA cap (``saved_cpu_bf16_speedup``), and every
+later process on the machine decides from it. A probe timed on a busy CPU can land on either side of the threshold (1 try in ~2,000
 under the test suite's load on an EPYC Zen 4 whose ratio is 2.1), and a render's dtype decides its frames and its
 ``--resume`` fingerprint: a render stopped in bf16 must not be refused as another config when it resumes.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ MIN_SPEEDUP = 1.3  # bf16 must beat fp32 by this much in the probe, or auto keep
 PROBE_SIZE = 384  # the probe's square matmul: ~0.11 GFLOP, ~1 ms per repeat in fp32 on one core
 PROBE_REPEATS = 5  # best of: a repeat the scheduler interrupted does not count (the CUDA probe)
 CPU_PROBE_ROUNDS = 12  # rounds of one fp32 and one bf16 matmul, best of each: both see the same load
+SAVED_PROBES = 3  # a machine's saved ratio is the median of this many probes (~75 ms, once per machine)
 ONEDNN_ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # a cap below AVX512_CORE_BF16 emulates bf16
 
 
@@ -99,11 +101,10 @@ def _matmul_operands(dtype: torch.dtype, size: int) -> tuple[torch.Tensor, torch
     return a, b
 
 
-@lru_cache(maxsize=4)
-def probe_cpu_speedup(dtype: torch.dtype, size: int = PROBE_SIZE, rounds: int = CPU_PROBE_ROUNDS) -> float:
+def time_cpu_speedup(dtype: torch.dtype, size: int = PROBE_SIZE, rounds: int = CPU_PROBE_ROUNDS) -> float:
     """fp32 time / ``dtype`` time of the same matmul on one core of this CPU (> 1: ``dtype`` is faster), timed now.
     The two run in turns, so that a burst of load slows both, and each keeps its fastest call; ~20-40 ms where the
-    CPU runs ``dtype`` natively. Measured once per process and dtype; the thread count is restored afterwards."""
+    CPU runs ``dtype`` natively. The thread count is restored afterwards."""
     operands = (_matmul_operands(torch.float32, size), _matmul_operands(dtype, size))
     best = [float("inf"), float("inf")]  # fp32, dtype
     with one_cpu_thread(), torch.inference_mode():
@@ -116,6 +117,12 @@ def probe_cpu_speedup(dtype: torch.dtype, size: int = PROBE_SIZE, rounds: int = 
                 best[index] = min(best[index], time.perf_counter() - started)
     fp32, other = best
     return fp32 / other
+
+
+@lru_cache(maxsize=4)
+def probe_cpu_speedup(dtype: torch.dtype) -> float:
+    """``time_cpu_speedup`` once per process and dtype (what ``avatargen doctor`` prints)."""
+    return time_cpu_speedup(dtype)
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -140,9 +147,10 @@ def saved_probe_path() -> Path:
 
 @lru_cache(maxsize=1)
 def saved_cpu_bf16_speedup() -> float:
-    """This machine's bf16 probe (``probe_cpu_speedup``): read from ``saved_probe_path()``, else measured now and
-    saved there (written whole, then renamed; a cache folder that cannot be written only means the next process
-    probes again)."""
+    """This machine's bf16 probe: read from ``saved_probe_path()``, else measured now (the median of
+    ``SAVED_PROBES`` probes: it stays for the machine's life, so one try that load pushed across the threshold must
+    not decide it) and saved there (written whole, then renamed; a cache folder that cannot be written only means the
+    next process probes again)."""
     path = saved_probe_path()
     try:
         ratio = float(json.loads(path.read_text())["bf16_vs_fp32"])
@@ -150,11 +158,13 @@ def saved_cpu_bf16_speedup() -> float:
             return ratio
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not probed on this machine yet, or a damaged file: probe again
-    ratio = probe_cpu_speedup(torch.bfloat16)
+    probes = [time_cpu_speedup(torch.bfloat16) for _ in range(SAVED_PROBES)]
+    ratio = statistics.median(probes)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         scratch = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        scratch.write_text(json.dumps({"bf16_vs_fp32": ratio, "cpu": cpu_model(), "torch": torch.__version__}) + "\n")
+        scratch.write_text(json.dumps({"bf16_vs_fp32": ratio, "probes": probes, "cpu": cpu_model(),
+                                       "torch": torch.__version__}) + "\n")  # fmt: skip
         os.replace(scratch, path)
     except OSError:
         pass
