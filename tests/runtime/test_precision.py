@@ -114,7 +114,7 @@ def test_a_cap_on_onednn_s_instruction_set_is_another_machine_for_the_probe(own_
     assert saved_probe_path() != uncapped and saved_probe_path().parent == uncapped.parent
 
 
-def test_the_probe_times_both_dtypes_on_one_core_and_restores_the_thread_count():
+def test_the_probe_gives_a_ratio_and_restores_the_thread_count_it_set_to_one():
     threads = torch.get_num_threads()
     ratio = time_cpu_speedup(torch.bfloat16)
     assert ratio > 0 and torch.get_num_threads() == threads
