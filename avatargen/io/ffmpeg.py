@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import functools
+import importlib
 import os
 import re
 import signal
@@ -211,6 +212,15 @@ _STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+): ?(\w*)")
 _ahead: dict[tuple, Future] = {}  # file key -> its ``read_input_info`` under way (``read_input_info_ahead``)
 
 
+# Modules whose import registers a fork hook pair, a lock taken before a fork and released after it in the parent.
+# CPython runs the before-fork hooks, then takes the import lock: a module imported by another thread in between adds
+# a pair whose release then finds its lock free ("Exception ignored in: <built-in method release of _thread.lock
+# object>: RuntimeError: release unlocked lock" on stderr, in 9 of 40 tries of a thread starting children with a
+# preexec_fn, as ffmpeg's are, while the main thread imports these two). So they are imported before the thread that
+# reads a header ahead, the one thread that starts a child while the main thread still imports (torch imports logging).
+FORK_HOOK_MODULES = ("logging", "concurrent.futures.thread")
+
+
 def read_input_info_ahead(path: str | Path) -> None:
     """Start ``read_input_info(path)`` on a thread of its own now: its ffmpeg (and the check of the ffmpeg binary,
     ~0.03 s, on the first call of a process) run on another core while this process goes on (a render imports torch
@@ -228,6 +238,8 @@ def read_input_info_ahead(path: str | Path) -> None:
             future.set_exception(error)
 
     _ahead[key] = future
+    for module in FORK_HOOK_MODULES:  # before this thread forks while the main one goes on importing
+        importlib.import_module(module)
     threading.Thread(target=read, name="input-info", daemon=True).start()
 
 
