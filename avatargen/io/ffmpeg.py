@@ -8,9 +8,10 @@ handed to it goes through ``local_file``.
 from __future__ import annotations
 
 import collections
+import concurrent.futures.thread  # noqa: F401  (FORK_HOOK_MODULES)
 import ctypes
 import functools
-import importlib
+import logging  # noqa: F401  (FORK_HOOK_MODULES)
 import os
 import re
 import signal
@@ -216,8 +217,8 @@ _ahead: dict[tuple, Future] = {}  # file key -> its ``read_input_info`` under wa
 # CPython runs the before-fork hooks, then takes the import lock: a module imported by another thread in between adds
 # a pair whose release then finds its lock free ("Exception ignored in: <built-in method release of _thread.lock
 # object>: RuntimeError: release unlocked lock" on stderr, in 9 of 40 tries of a thread starting children with a
-# preexec_fn, as ffmpeg's are, while the main thread imports these two). So they are imported before the thread that
-# reads a header ahead, the one thread that starts a child while the main thread still imports (torch imports logging).
+# preexec_fn, as ffmpeg's are, while the main thread imports these two). So this module imports them, before its
+# thread that reads a header ahead, the one thread that starts a child while the main thread still imports.
 FORK_HOOK_MODULES = ("logging", "concurrent.futures.thread")
 
 
@@ -238,8 +239,6 @@ def read_input_info_ahead(path: str | Path) -> None:
             future.set_exception(error)
 
     _ahead[key] = future
-    for module in FORK_HOOK_MODULES:  # before this thread forks while the main one goes on importing
-        importlib.import_module(module)
     threading.Thread(target=read, name="input-info", daemon=True).start()
 
 
