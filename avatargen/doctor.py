@@ -31,7 +31,8 @@ from avatargen.face.hog_cache import cache_folder
 from avatargen.face.picture_cache import pictures_folder
 from avatargen.runtime.numa import cuda_bus_id, node_cpus, numa_nodes, pci_numa_node
 from avatargen.runtime.precision import (
-    CPU_CLASSES, choose_precision, cpu_class, cpu_flags, probe_cpu_speedup, probe_cuda_speedup, saved_probe_path,
+    CPU_CLASSES, choose_precision, cpu_class, cpu_flags, cpu_model, probe_cpu_speedup, probe_cuda_speedup,
+    saved_probe_path,
 )
 from avatargen.runtime.quantize import choose_quantization, engine_for_this_cpu, probe_int8_speedup
 from avatargen.stages.reference_cache import references_folder
@@ -147,21 +148,11 @@ def versions(ffmpeg_version: str | None) -> dict[str, str | None]:
     }
 
 
-def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def cpu_info() -> dict[str, Any]:
     """The CPU's model, the cores this process may use, and which of the flags that matter for speed it lists."""
     flags = cpu_flags()
     return {
-        "model": _cpu_model(),
+        "model": cpu_model() or platform.processor() or platform.machine(),
         "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cores_total": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -196,11 +187,12 @@ def measure_precision(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     cpu = torch.device("cpu")
     auto = choose_precision("auto", cpu)
     engine = engine_for_this_cpu()
+    saved = saved_probe_path()
     devices["cpu"] = {
         "bf16_vs_fp32": round(probe_cpu_speedup(torch.bfloat16), 2),
         "fp16_vs_fp32": round(probe_cpu_speedup(torch.float16), 2),
         "auto": auto.describe(),
-        "auto_probe_file": str(saved_probe_path()) if saved_probe_path().is_file() else None,
+        "auto_probe_file": str(saved) if saved.is_file() else None,
         "int8_vs_fp32": round(probe_int8_speedup(engine), 2) if engine is not None else None,  # linear layers
         "quantize_auto": choose_quantization("auto", cpu, auto.dtype, single_process=True, resident=True).describe(),
     }

@@ -69,16 +69,25 @@ class Precision:
         return f"{self.name} ({self.reason})"
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo is not readable, e.g. not Linux)."""
+def _cpuinfo_value(key: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The value of the first ``key : value`` line of /proc/cpuinfo (None where there is none or it is not readable,
+    e.g. not Linux)."""
     try:
         text = cpuinfo.read_text()
     except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags") and ":" in line:
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+        return None
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(key) and ":" in line),
+                None)  # fmt: skip
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is not readable, e.g. not Linux)."""
+    return frozenset((_cpuinfo_value("flags", cpuinfo) or "").split())
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's ``model name`` from /proc/cpuinfo ('' where there is none)."""
+    return _cpuinfo_value("model name", cpuinfo) or ""
 
 
 CPU_CLASSES = {  # the classes the README's speed table lists, newest first: (flags it needs, what it is)
@@ -123,15 +132,6 @@ def time_cpu_speedup(dtype: torch.dtype, size: int = PROBE_SIZE, rounds: int = C
 def probe_cpu_speedup(dtype: torch.dtype) -> float:
     """``time_cpu_speedup`` once per process and dtype (what ``avatargen doctor`` prints)."""
     return time_cpu_speedup(dtype)
-
-
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's ``model name`` from /proc/cpuinfo ('' where there is none)."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
 
 
 def saved_probe_path() -> Path:
