@@ -42,6 +42,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.speed.first_byte import compile_tree  # noqa: E402  (one way to compile a tree)
 
 # (label, [(module, attribute path), ...]): each target is wrapped with a timer; a label's calls are summed. The
 # labels are indented by how they nest; the top-level ones cover the render from its start to the first frame.
@@ -314,8 +317,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. runtime.threads=1")
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [REPO])]
-    for tree in trees:  # without bytecode (PYTHONDONTWRITEBYTECODE, a fresh worktree) every run compiles every module
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "avatargen")], check=True)
+    for tree in trees:
+        compile_tree(tree)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         images = [i.resolve() for i in args.image] if args.image else [REPO / "examples" / "avatar_1.png", _astronaut(folder)]
