@@ -24,9 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+import cv2
 import numpy as np
-import torch
-import torch.nn.functional as F
 from PIL import Image
 
 from avatargen.compose.layout import FaceLayout
@@ -127,17 +126,22 @@ class ReferenceCompositor:
         y0, y1, x0, x1 = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
         self._box = (int(y0), int(y1), int(x0), int(x1))
         weight = weight[y0:y1, x0:x1]
-        self._weight = torch.from_numpy(weight).float()[None, :, :, None]  # (1, h, w, 1)
-        self._ring = torch.from_numpy((weight > RING[0]) & (weight < RING[1]))  # (h, w) bool
-        # grid_sample coordinates (align_corners=False): -1 and 1 are the outer edges of the model frame.
-        gx = torch.from_numpy(fx[x0:x1] * 2 - 1).float()  # (w,)
-        gy = torch.from_numpy(fy[y0:y1] * 2 - 1).float()  # (h,)
-        self._grid = torch.stack(torch.broadcast_tensors(gx[None, :], gy[:, None]), dim=-1)[None]  # (1, h, w, 2)
-        patch = torch.from_numpy(self.background[y0:y1, x0:x1].astype(np.float32))  # (h, w, 3)
+        self._weight = weight[None, :, :, None]  # (1, h, w, 1) float32
+        self._ring = (weight > RING[0]) & (weight < RING[1])  # (h, w) bool
+        # The model pixel each output pixel's centre falls on (``model_pixel_mapping``: model pixel centres at
+        # integers), sampled bilinear from the part of the model frame it reaches, its edge repeated past the frame.
+        px, py = (fx[x0:x1] * model_size - 0.5).astype(np.float32), (fy[y0:y1] * model_size - 0.5).astype(np.float32)
+        low = np.clip(np.floor([px.min(), py.min()]).astype(int), 0, model_size - 1)  # (2,) x, y
+        high = np.clip(np.floor([px.max(), py.max()]).astype(int) + 2, 1, model_size)  # (2,) x, y, end exclusive
+        self._read = (int(low[1]), int(high[1]), int(low[0]), int(high[0]))  # (y0, y1, x0, x1) in the model frame
+        self._map_x = np.ascontiguousarray(np.broadcast_to(px - low[0], weight.shape), np.float32)  # (h, w)
+        self._map_y = np.ascontiguousarray(np.broadcast_to((py - low[1])[:, None], weight.shape), np.float32)  # (h, w)
+        patch = self.background[y0:y1, x0:x1].astype(np.float32)  # (h, w, 3)
         self._patch = patch[None]  # (1, h, w, 3)
         ring = patch[self._ring]  # (n, 3)
         self._match_colour = ring.shape[0] >= MIN_RING_PIXELS
-        self._ring_mean, self._ring_std = (ring.mean(dim=0), ring.std(dim=0)) if self._match_colour else (None, None)
+        self._ring_mean, self._ring_std = ((ring.mean(axis=0), ring.std(axis=0, ddof=1)) if self._match_colour
+                                           else (None, None))  # fmt: skip
 
     def model_box(self) -> tuple[int, int, int, int] | None:
         """(y0, y1, x0, x1), end exclusive: the model-frame pixels ``compose`` reads (None: none, the mouth lies
@@ -146,13 +150,7 @@ class ReferenceCompositor:
             return self.mouth.model_box(self.model_size)
         if self._box is None:
             return None
-        side = self.model_size
-        # align_corners=False: grid g samples pixel coordinate ((g + 1) * side - 1) / 2, bilinear from its floor and
-        # the pixel after it; the border padding clamps both into the frame.
-        pixel = ((self._grid + 1) * side - 1) / 2  # (1, h, w, 2): (x, y)
-        low = pixel.flatten(0, 2).amin(dim=0).floor().long().clamp(0, side - 1)  # (2,)
-        high = (pixel.flatten(0, 2).amax(dim=0).floor().long() + 2).clamp(1, side)  # (2,)
-        return int(low[1]), int(high[1]), int(low[0]), int(high[0])
+        return self._read  # bilinear reads the pixel at each sample's floor and the one after it, within the frame
 
     def reads_model(self) -> bool:
         """Whether ``compose`` reads the model's frames at all. False for a mouth that reads none (a photograph's
@@ -224,17 +222,17 @@ class ReferenceCompositor:
 
     def _blend(self, generated: np.ndarray) -> np.ndarray:
         """(t, S, S, 3) uint8 -> (t, h, w, 3) uint8: the mouth box of the output, generated pixels blended in."""
-        video = torch.tensor(generated).permute(0, 3, 1, 2).float()  # (t, 3, S, S); a copy: frames may be read-only
-        grid = self._grid.expand(video.shape[0], -1, -1, -1)  # (t, h, w, 2)
-        sampled = F.grid_sample(video, grid, mode="bilinear", padding_mode="border", align_corners=False)
-        matched = sampled.permute(0, 2, 3, 1)  # (t, h, w, 3)
+        y0, y1, x0, x1 = self._read
+        video = generated[:, y0:y1, x0:x1].astype(np.float32)  # (t, h', w', 3); a copy: frames may be read-only
+        matched = np.stack([cv2.remap(frame, self._map_x, self._map_y, cv2.INTER_LINEAR,
+                                      borderMode=cv2.BORDER_REPLICATE) for frame in video])  # (t, h, w, 3)
         if self._match_colour:
             ring = matched[:, self._ring]  # (t, n, 3)
-            mean, std = ring.mean(dim=1, keepdim=True), ring.std(dim=1, keepdim=True)  # (t, 1, 3)
-            gain = (self._ring_std / std.clamp_min(1e-3)).clamp(*GAIN_LIMITS)  # (t, 1, 3)
+            mean, std = ring.mean(axis=1, keepdims=True), ring.std(axis=1, ddof=1, keepdims=True)  # (t, 1, 3)
+            gain = np.clip(self._ring_std / np.maximum(std, np.float32(1e-3)), *GAIN_LIMITS)  # (t, 1, 3)
             matched = (matched - mean[:, :, None]) * gain[:, :, None] + self._ring_mean  # (t, h, w, 3)
         blended = self._patch + self._weight * (matched - self._patch)  # (t, h, w, 3)
-        return blended.round().clamp(0, 255).to(torch.uint8).numpy()
+        return np.clip(np.round(blended), 0, 255).astype(np.uint8)
 
 
 def _ellipse_weight(fx: np.ndarray, fy: np.ndarray, region: MouthRegion) -> np.ndarray:

@@ -17,8 +17,8 @@ the detector's corners and reach past them), the strip starts below whatever is 
 crease, a glasses rim: it stays in front), and what the lids cover takes the cheek's colour where it is not skin. On
 a photograph the lid slides down with its own texture instead, and what is much darker than the skin above it (a
 brow, the rim of a pair of glasses) stays where it is. Both fields are
-composed into one sampling grid (head motion of the eyelid-warped reference) and applied with one bicubic
-``grid_sample`` inside the head's bounding box (bilinear would soften the reference's detail).
+composed into one map of source pixels (head motion of the eyelid-warped reference) and applied with one bicubic
+``cv2.remap`` inside the head's bounding box (bilinear would soften the reference's detail).
 """
 
 from __future__ import annotations
@@ -27,14 +27,18 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import cv2
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from avatargen.compose.idle_settings import IdleMotionSettings
 from avatargen.compose.layout import FaceLayout
-from avatargen.numeric import LUMA, SeededUniform, column_median, nearest_pixels, smoothstep
-from avatargen.threads import torch_threads
+from avatargen.numeric import (
+    LUMA,
+    SeededUniform,
+    column_median,
+    nearest_pixels,
+    smoothstep,
+)
 
 # The head ellipse, in face widths (the detector box's width) from the centre of the eyes, along the eye line (u)
 # and down the face (v). Measured on training avatars (hair and ears inside) and skimage's astronaut.
@@ -117,7 +121,7 @@ _SKIN_FADE = 0.08  # eye widths over which a lid's own pixels give way to that c
 _MEET = 0.70  # where the lids meet when shut: this fraction of the way from the upper lid to the lower one
 
 _GREY = np.array(LUMA)
-_GREY_T = torch.tensor(_GREY, dtype=torch.float32)  # the same, for the warp's float32 pixels
+_GREY_32 = _GREY.astype(np.float32)  # the same, for the warp's float32 pixels
 # The rectangle around an eye that holds every pixel its lids' shapes are read from, in eye widths along it and above
 # and below its centre (the drawn opening's ends reach 1.3 along, the skin above its fitted eye 1.7 up, the cheek
 # 0.8 down; the mouth, which changes from frame to frame, lies further down).
@@ -126,15 +130,16 @@ _LID_READS = (1.4, 1.8, 0.9)
 # A blink's closure over its duration: closing, shut, opening (fractions of the duration).
 _CLOSING, _SHUT = 0.30, 0.15
 _BLINK_GAP = (0.5, 1.5)  # intervals between onsets: this range times the mean interval (60 / blinks_per_minute)
+_DEFAULT_SETTINGS = IdleMotionSettings()  # frozen: one instance serves as every default
 
 
 class Eye(NamedTuple):
     """One eye from its two corner landmarks, in the head box's pixels: its centre, unit vectors along it (to the
     image's right) and across it (down the face), and its width corner to corner."""
 
-    centre: torch.Tensor  # (2,) x, y
-    along: torch.Tensor  # (2,)
-    down: torch.Tensor  # (2,)
+    centre: np.ndarray  # (2,) float32 x, y
+    along: np.ndarray  # (2,) float32
+    down: np.ndarray  # (2,) float32
     width: float
 
 
@@ -144,10 +149,10 @@ class HangingLashes(NamedTuple):
     lash stood; ``erase``, how far a pixel over the lid gives way to the skin between the lashes, with the detail of
     the skin read at ``texture``."""
 
-    weight: torch.Tensor | None  # None: none hang
-    points: torch.Tensor
-    erase: torch.Tensor | None  # (eh, ew) in [0, 1]: how far the lashes standing over the lid give way to the skin
-    texture: torch.Tensor  # (eh, ew, 2) x, y crop pixels of the skin whose detail that skin takes
+    weight: np.ndarray | None  # None: none hang
+    points: np.ndarray
+    erase: np.ndarray | None  # (eh, ew) in [0, 1]: how far the lashes standing over the lid give way to the skin
+    texture: np.ndarray  # (eh, ew, 2) x, y crop pixels of the skin whose detail that skin takes
 
 
 @dataclass(frozen=True)
@@ -158,10 +163,10 @@ class Lid:
     averaged across ``span`` pixels (skin stretched into streaks: ``_SMOOTH_FROM``); ``hang`` a photograph's long
     lashes turning with the lid (None: none)."""
 
-    covered: torch.Tensor
-    lash: torch.Tensor
-    skin: torch.Tensor
-    smooth: torch.Tensor | None = None
+    covered: np.ndarray
+    lash: np.ndarray
+    skin: np.ndarray
+    smooth: np.ndarray | None = None
     span: int = 1
     hang: HangingLashes | None = None
 
@@ -173,9 +178,9 @@ class Opening(NamedTuple):
     ``band`` of the outline drawn along its top (``_OUTLINE_DARK``)."""
 
     eye: Eye
-    upper: torch.Tensor
-    lower: torch.Tensor
-    band: torch.Tensor
+    upper: np.ndarray
+    lower: np.ndarray
+    band: np.ndarray
 
 
 class IdleMotion:
@@ -188,7 +193,7 @@ class IdleMotion:
     """
 
     def __init__(self, layout: FaceLayout, frame_size: tuple[int, int], fps: int, seed: int,
-                 settings: IdleMotionSettings = IdleMotionSettings(), textured_lids: bool = False) -> None:  # fmt: skip
+                 settings: IdleMotionSettings = _DEFAULT_SETTINGS, textured_lids: bool = False) -> None:  # fmt: skip
         self.layout = layout
         self.textured_lids = textured_lids  # a photograph: the lid slides down with its own texture (``_eyelids``)
         self.frame_size = (int(frame_size[0]), int(frame_size[1]))
@@ -207,11 +212,7 @@ class IdleMotion:
         self._onsets = np.zeros(0)
         self._lid_memo: dict[tuple[float, float], tuple[np.ndarray, tuple]] = {}  # per eye (``_lid_shape``)
         self._box = self.moving_box()
-        # One thread: the set-up's ~40 ops each take microseconds on the head box's coarse grid (about 130x130x2
-        # values, just past torch's grain for splitting an op); on two threads under load they took 0.3 s of the time
-        # to first frame, against 3 ms. Elementwise ops give the same values on any number of threads.
-        with torch_threads(1):
-            self._grid_setup()
+        self._grid_setup()
 
     # ------------------------------------------------------------------ public
     def warp_in_place(self, frame: np.ndarray, frame_index: int) -> np.ndarray:
@@ -232,39 +233,36 @@ class IdleMotion:
                 return out
             return frame
         top, bottom, left, right = self._box
-        crop = torch.from_numpy(np.ascontiguousarray(frame[top:bottom, left:right]))  # (h, w, 3) uint8
+        crop = frame[top:bottom, left:right].astype(np.float32)  # (h, w, 3)
         source, lids = self._source_points(frame, pose, closure)  # (h, w, 2) x, y in crop pixels; the lids
-        h, w = crop.shape[:2]
-        grid = source.mul_(torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)])).sub_(1.0)[None]  # (1, h, w, 2)
-        image = crop.permute(2, 0, 1)[None].float()  # (1, 3, h, w)
         # A pixel whose source is itself comes back as its own value: the unmoved background stays bit-exact.
         # Bicubic: bilinear resampling at sub-pixel shifts is a low-pass filter (the eval's sharpness of a swaying photo
         # fell to 0.60 of the reference's; bicubic keeps 0.89).
-        sampled = F.grid_sample(image, grid, mode="bicubic", padding_mode="border", align_corners=True)[0]  # (3, h, w)
+        sampled = _sampled_at(crop, source)  # (h, w, 3)
         for rows, cols, lid in lids:
-            window = sampled[:, rows, cols]  # (3, eh, ew) a view
+            window = sampled[rows, cols]  # (eh, ew, 3) a view
             # What the lid covers is skin: where the stretched pixels are not (an iris past a big eye's lid line, a
             # brow sitting close above), it takes the cheek's colour.
-            unlike_skin = ((window - lid.skin[:, None, None]).abs().amax(dim=0) - _SKIN_TOLERANCE) / _SKIN_TOLERANCE
-            window += (unlike_skin.clamp_(0.0, 1.0) * lid.covered) * (lid.skin[:, None, None] - window)
+            unlike_skin = (np.abs(window - lid.skin).max(axis=-1) - _SKIN_TOLERANCE) / _SKIN_TOLERANCE
+            window += (unlike_skin.clip(0.0, 1.0) * lid.covered)[..., None] * (lid.skin - window)
             if lid.hang is not None and lid.hang.erase is not None:  # standing lashes give way to the skin between
                 lashes = _lash_share(window, lid.skin)  # (eh, ew)
-                texture = _sampled_at(image, lid.hang.texture, w, h)  # (3, eh, ew)
-                detail = texture - _box_mean(texture, lid.span // 2 | 1)  # (3, eh, ew) boxes half as wide, odd
+                texture = _sampled_at(crop, lid.hang.texture)  # (eh, ew, 3)
+                detail = texture - _box_mean(texture, lid.span // 2 | 1)  # (eh, ew, 3) boxes half as wide, odd
                 fill = _skin_between(window, 1.0 - lashes, lid) + detail
-                window += lid.hang.erase * (fill - window)
+                window += lid.hang.erase[..., None] * (fill - window)
             if lid.smooth is not None:  # streaks of a stretched strip: averaged across the eye (image rows)
-                window += lid.smooth * (_across(window, lid.span) - window)
+                window += lid.smooth[..., None] * (_box_mean(window, lid.span, down=1) - window)
             if lid.hang is not None and lid.hang.weight is not None:  # ... hanging: their pixels, as far as dark
-                hanging = _sampled_at(image, lid.hang.points, w, h)  # (3, eh, ew) the lash pixels they show
-                window += (lid.hang.weight * _lash_share(hanging, lid.skin)) * (hanging - window)
-            window *= 1.0 - lid.lash
+                hanging = _sampled_at(crop, lid.hang.points)  # (eh, ew, 3) the lash pixels they show
+                window += (lid.hang.weight * _lash_share(hanging, lid.skin))[..., None] * (hanging - window)
+            window *= (1.0 - lid.lash)[..., None]
         if out is None:
             out = frame.copy()
         elif out is not frame:
             out[...] = frame
-        # Rounded (the values are >= 0: the cast to uint8 truncates), written channels last into the box.
-        torch.from_numpy(out)[top:bottom, left:right].copy_(sampled.add_(0.5).clamp_(0, 255).permute(1, 2, 0))
+        # Rounded (the values are >= 0: the cast to uint8 truncates) into the box.
+        out[top:bottom, left:right] = np.clip(np.add(sampled, 0.5, out=sampled), 0, 255, out=sampled)
         return out
 
     def head_pose(self, frame_index: int) -> tuple[float, float, float, float]:
@@ -286,8 +284,8 @@ class IdleMotion:
         t = frame_index / self.fps
         duration = self.settings.blink_seconds
         onsets = self.blink_onsets(t + duration)
-        recent = onsets[(onsets <= t) & (onsets > t - duration)]
-        return max((_closure((t - onset) / duration) for onset in recent), default=0.0)
+        recent = onsets[(onsets <= t) & (onsets > t - duration)]  # a Python float: lids stay float32
+        return float(max((_closure((t - onset) / duration) for onset in recent), default=0.0))
 
     def blink_onsets(self, until_s: float) -> np.ndarray:
         """Every blink onset (seconds) up to ``until_s``: the first part of one seeded sequence."""
@@ -304,8 +302,8 @@ class IdleMotion:
         half_y = math.hypot(a * self._u[1], b * self._v[1]) + 2
         cx, cy = self._head_centre
         height, frame_width = self.frame_size
-        top, bottom = max(0, int(math.floor(cy - half_y))), min(height, int(math.ceil(cy + half_y)) + 1)
-        left, right = max(0, int(math.floor(cx - half_x))), min(frame_width, int(math.ceil(cx + half_x)) + 1)
+        top, bottom = max(0, math.floor(cy - half_y)), min(height, math.ceil(cy + half_y) + 1)
+        left, right = max(0, math.floor(cx - half_x)), min(frame_width, math.ceil(cx + half_x) + 1)
         return (top, bottom, left, right) if bottom > top + 1 and right > left + 1 else None
 
     def _grid_setup(self) -> None:
@@ -319,12 +317,12 @@ class IdleMotion:
         # grid through the box's corners and upsampled bilinearly, it is the same to a hundredth of a pixel.
         stride = max(1, min(h, w) // _FIELD_CELLS)
         rows, cols = -(-(h - 1) // stride) + 1, -(-(w - 1) // stride) + 1
-        ys, xs = torch.meshgrid(torch.linspace(top, bottom - 1, rows), torch.linspace(left, right - 1, cols),
-                                indexing="ij")  # fmt: skip
-        self._origin = torch.tensor([float(left), float(top)])
-        frame_points = torch.stack([xs, ys], dim=-1)  # (rows, cols, 2) frame pixels
+        ys, xs = np.meshgrid(np.linspace(top, bottom - 1, rows, dtype=np.float32),
+                             np.linspace(left, right - 1, cols, dtype=np.float32), indexing="ij")  # fmt: skip
+        self._origin = np.array([left, top], dtype=np.float32)
+        frame_points = np.stack([xs, ys], axis=-1)  # (rows, cols, 2) frame pixels
         px, py = xs - left, ys - top  # (rows, cols) each: crop pixels
-        width = self.layout.face_width
+        width = float(self.layout.face_width)
         eyes = self.layout.points[:4].mean(axis=0)
         head = self._ellipse_weight(frame_points, self._head_centre, _HEAD_HALF_WIDTH * width,
                                     _HEAD_HALF_HEIGHT * width, _RIGID_INSIDE, _STILL_OUTSIDE)  # fmt: skip
@@ -332,18 +330,18 @@ class IdleMotion:
         inner = self._ellipse_weight(frame_points, inner_centre, _INNER_HALF_WIDTH * width,
                                      _INNER_HALF_HEIGHT * width, 0.5, 1.1)  # fmt: skip
         # The inverse head motion is linear in these per-point terms (``_source_points``): one small matmul a frame.
-        self._terms = torch.stack([px, py, head * px, head * py, head, inner])  # (6, rows, cols)
+        self._terms = np.stack([px, py, head * px, head * py, head, inner], axis=-1)  # (rows, cols, 6)
         self._eyes = [self._eye_frame(self.layout.points[0:2]), self._eye_frame(self.layout.points[2:4])]
         self._eye_windows = [self._eye_window(eye) for eye in self._eyes]
 
-    def _ellipse_weight(self, points: torch.Tensor, centre: np.ndarray, half_u: float, half_v: float,
-                        inside: float, outside: float) -> torch.Tensor:  # fmt: skip
-        """1 within ``inside`` of the ellipse's radius, smoothly 0 from ``outside`` -> (h, w)."""
-        offset = points - torch.tensor(centre, dtype=torch.float32)  # (h, w, 2)
-        u = offset @ torch.tensor(self._u, dtype=torch.float32)
-        v = offset @ torch.tensor(self._v, dtype=torch.float32)
-        radius = torch.sqrt((u / half_u) ** 2 + (v / half_v) ** 2)  # (h, w)
-        x = ((radius - inside) / (outside - inside)).clamp(0.0, 1.0)
+    def _ellipse_weight(self, points: np.ndarray, centre: np.ndarray, half_u: float, half_v: float,
+                        inside: float, outside: float) -> np.ndarray:  # fmt: skip
+        """1 within ``inside`` of the ellipse's radius, smoothly 0 from ``outside`` -> (h, w) float32."""
+        offset = points - centre.astype(np.float32)  # (h, w, 2)
+        u = offset @ self._u.astype(np.float32)
+        v = offset @ self._v.astype(np.float32)
+        radius = np.sqrt((u / half_u) ** 2 + (v / half_v) ** 2)  # (h, w)
+        x = ((radius - inside) / (outside - inside)).clip(0.0, 1.0)
         return 1.0 - x * x * (3.0 - 2.0 * x)
 
     def _eye_frame(self, corners: np.ndarray) -> Eye:
@@ -354,9 +352,8 @@ class IdleMotion:
         width = max(float(np.linalg.norm(along)), 1.0)
         along = along / width
         down = np.array([-along[1], along[0]])
-        centre = corners.mean(axis=0) - self._origin.numpy()
-        as_tensor = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
-        return Eye(as_tensor(centre), as_tensor(along), as_tensor(down), width)
+        centre = corners.mean(axis=0) - self._origin
+        return Eye(*(np.asarray(a, dtype=np.float32) for a in (centre, along, down)), width)
 
     def _eye_window(self, eye: Eye) -> tuple[slice, slice]:
         """The rows and columns of the box the eyelid field of ``eye`` can reach, however the head has moved (the
@@ -367,13 +364,13 @@ class IdleMotion:
         reach = max(_EYE_HALF_SPAN, _SKIN_ABOVE, _SKIN_BELOW, photo) * width + sway + 2.0
         h, w = self._size
         x, y = float(centre[0]), float(centre[1])
-        rows = slice(max(0, int(y - reach)), min(h, int(math.ceil(y + reach)) + 1))
-        cols = slice(max(0, int(x - reach)), min(w, int(math.ceil(x + reach)) + 1))
+        rows = slice(max(0, int(y - reach)), min(h, math.ceil(y + reach) + 1))
+        cols = slice(max(0, int(x - reach)), min(w, math.ceil(x + reach) + 1))
         return rows, cols
 
-    # ------------------------------------------------------------------ the sampling grid
+    # ------------------------------------------------------------------ the source map
     def _source_points(self, frame: np.ndarray, pose: tuple[float, float, float, float],
-                       closure: float) -> tuple[torch.Tensor, list[tuple[slice, slice, Lid]]]:  # fmt: skip
+                       closure: float) -> tuple[np.ndarray, list[tuple[slice, slice, Lid]]]:  # fmt: skip
         """Where each output pixel of the box samples the input -> (h, w, 2) crop pixels: the inverse head motion,
         then the eyelids of the unmoved face; and per eye window (rows, cols, its ``Lid``) when blinking."""
         dx, dy, roll, nod = pose
@@ -381,15 +378,14 @@ class IdleMotion:
         # moves each point by its head weight, and the nod moves the inner face by its own weight:
         #   source = p + weight ((R(-roll) - I) p + offset) - inner nod v
         c, s = math.cos(roll), math.sin(roll)
-        pivot = self._pivot - self._origin.numpy()
+        pivot = self._pivot - self._origin
         offset = pivot - np.array([[c, s], [-s, c]]) @ (pivot + np.array([dx, dy]))
         nod_x, nod_y = nod * self._v
-        coefficients = torch.tensor([[1.0, 0.0, c - 1.0, s, float(offset[0]), -nod_x],
-                                     [0.0, 1.0, -s, c - 1.0, float(offset[1]), -nod_y]], dtype=torch.float32)  # (2, 6)
-        points = (coefficients @ self._terms.flatten(1)).unflatten(1, self._terms.shape[1:])  # (2, rows, cols)
-        if points.shape[1:] != self._size:
-            points = F.interpolate(points[None], size=self._size, mode="bilinear", align_corners=True)[0]
-        points = points.permute(1, 2, 0)  # (h, w, 2)
+        coefficients = np.array([[1.0, 0.0, c - 1.0, s, float(offset[0]), -nod_x],
+                                 [0.0, 1.0, -s, c - 1.0, float(offset[1]), -nod_y]], dtype=np.float32)  # (2, 6)
+        points = self._terms @ coefficients.T  # (rows, cols, 2)
+        if points.shape[:2] != self._size:
+            points = _upsampled(points, self._size)  # (h, w, 2)
         lids = []
         if closure > 0.0:
             for eye, (rows, cols) in zip(self._eyes, self._eye_windows):
@@ -400,21 +396,20 @@ class IdleMotion:
                                                               self.textured_lids, lashes, opening)  # fmt: skip
                 points[rows, cols] = moved
                 if self.textured_lids:  # the lid's own pixels, never a flat colour
-                    span = 2 * int(round(0.5 * _SMOOTH_SPAN * eye.width)) + 1  # odd: centred
+                    span = 2 * round(0.5 * _SMOOTH_SPAN * eye.width) + 1  # odd: centred
                     if lashes is not None:  # wider: the skin between dense lashes
-                        span = 2 * int(round(0.5 * _LASH_SPAN * eye.width)) + 1
-                    lids.append((rows, cols, Lid(torch.zeros_like(covered), lash, skin,
-                                                 smooth if bool((smooth > 0).any()) else None, span, hang)))  # fmt: skip
+                        span = 2 * round(0.5 * _LASH_SPAN * eye.width) + 1
+                    lids.append((rows, cols, Lid(np.zeros_like(covered), lash, skin,
+                                                 smooth if (smooth > 0).any() else None, span, hang)))  # fmt: skip
                 else:
                     lids.append((rows, cols, Lid(covered, lash, skin)))
         return points, lids
-
 
     def _lid_shape(self, frame: np.ndarray, eye: Eye) -> tuple:
         """(skin, lashes, stretch_top, opening) of ``eye`` on ``frame`` for ``_eyelids`` (the cheek's colour and what
         a photograph's or a drawn face's lids are shaped from): pure functions of the pixels around the eye
         (``_LID_READS``), remembered with them and computed again where they differ."""
-        origin = self._origin.numpy()
+        origin = self._origin
         reads = frame[self._read_box(eye)]
         key = (float(eye.centre[0]), float(eye.centre[1]))
         remembered = self._lid_memo.get(key)
@@ -432,21 +427,20 @@ class IdleMotion:
         self._lid_memo[key] = (reads.copy(), shape)
         return shape
 
-
     def _read_box(self, eye: Eye) -> tuple[slice, slice]:
         """The frame's rows and columns that hold every pixel ``eye``'s lid shapes are read from (``_LID_READS``)."""
         along, above, below = _LID_READS
-        centre, unit_along, unit_down = (part.numpy().astype(np.float64) for part in eye[:3])
-        corners = np.array([centre + self._origin.numpy() + (a * unit_along + b * unit_down) * eye.width
+        centre, unit_along, unit_down = (part.astype(np.float64) for part in eye[:3])
+        corners = np.array([centre + self._origin + (a * unit_along + b * unit_down) * eye.width
                             for a in (-along, along) for b in (-above, below)])  # (4, 2) x, y  # fmt: skip
         (left, top), (right, bottom) = np.floor(corners.min(axis=0)) - 1, np.ceil(corners.max(axis=0)) + 2
         height, width = self.frame_size
         return slice(max(0, int(top)), min(height, int(bottom))), slice(max(0, int(left)), min(width, int(right)))
 
 
-def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.Tensor, textured: bool,
-             lashes: torch.Tensor | None = None,
-             opening: Opening | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+def _eyelids(points: np.ndarray, eye: Eye, closure: float, stretch_top: np.ndarray, textured: bool,
+             lashes: np.ndarray | None = None,
+             opening: Opening | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                       HangingLashes | None]:  # fmt: skip
     """``points`` (h, w, 2) moved to where the eyelids of one eye, shut by ``closure``, take them from; where the
     lids now cover the eye opening (h, w) in [0, 1] (see ``Lid.covered``); the darkening (h, w) of the lash
@@ -469,119 +463,124 @@ def _eyelids(points: torch.Tensor, eye: Eye, closure: float, stretch_top: torch.
     offset = points - centre  # (h, w, 2)
     s = (offset @ along) / (_EYE_HALF_SPAN * width)  # (h, w)
     t = (offset @ down) / width  # (h, w) eye widths, down positive
-    shape = torch.cos(0.5 * math.pi * s.clamp(-1.0, 1.0)).clamp_min(0.0) ** 0.5  # (h, w): 0 at and past the corners
+    shape = np.cos(0.5 * math.pi * s.clip(-1.0, 1.0)).clip(0.0, None) ** 0.5  # (h, w): 0 at and past the corners
     upper_lid, lower_lid = _PHOTO_LIDS if textured else (_UPPER_LID, _LOWER_LID)
     upper, lower = -upper_lid * shape, lower_lid * shape
     band = 0.0  # a drawn lid's outline band below its top (``Opening.band``), sliding down with its edge
     if opening is not None:
         upper, lower = _across_bins(opening.upper, s), _across_bins(opening.lower, s)
-        band = _across_bins(opening.band, s).minimum(0.5 * (lower - upper)).clamp_min(0.0)  # (h, w): its corners
+        band = np.minimum(_across_bins(opening.band, s), 0.5 * (lower - upper)).clip(0.0, None)  # (h, w): corners
         upper = upper + band
     meet = upper + _MEET * (lower - upper)
     upper_now = upper + closure * (meet - upper)  # where the upper lid's edge is drawn
     lower_now = lower + closure * (meet - lower)
     bottom = _SKIN_BELOW
-    smooth = torch.zeros_like(t)
-    column = ((s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (_CEILING_BINS - 1))).round().long()  # (h, w) ceiling bins
+    smooth = np.zeros_like(t)
+    column = np.round((s.clip(-1.0, 1.0) + 1.0) * (0.5 * (_CEILING_BINS - 1))).astype(np.intp)  # (h, w) ceiling bins
     band_top = upper - (_LID_BAND if textured else band)  # the lid's band, now from moved_top to upper_now
-    top = stretch_top[column].minimum(band_top - _MIN_STRETCH)
+    top = np.minimum(stretch_top[column], band_top - _MIN_STRETCH)
     moved_top = band_top + (upper_now - upper)
     lid = (t > moved_top) & (t <= upper_now)
-    source = torch.where(lid, t - (upper_now - upper), t)
+    source = np.where(lid, t - (upper_now - upper), t)
     above = (t >= top) & (t <= moved_top)  # the skin above, stretched to follow
-    source = torch.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
+    source = np.where(above, top + (t - top) * (band_top - top) / (moved_top - top), source)
     hang = None
     if textured:
-        stretch = (moved_top - top) / (band_top - top).clamp_min(1e-6)  # (h, w) output per source length
+        stretch = (moved_top - top) / np.maximum(band_top - top, 1e-6)  # (h, w) output per source length
         ends = smoothstep((t - top) / _SMOOTH_EDGE) * smoothstep((moved_top - t) / _SMOOTH_EDGE)
-        smooth = above * ends * ((stretch - _SMOOTH_FROM) / (_SMOOTH_FULL - _SMOOTH_FROM)).clamp(0.0, 1.0)
+        smooth = above * ends * ((stretch - _SMOOTH_FROM) / (_SMOOTH_FULL - _SMOOTH_FROM)).clip(0.0, 1.0)
         if lashes is not None:  # lashes stretched under 2x stay strokes: averaged, they smeared
             smooth = smooth * (lashes[column] >= band_top - _MIN_STRETCH)
             hang = _hanging_lashes(points, t, s, eye, lashes, stretch_top, upper, upper_now, lower, closure)
     below = (t >= lower_now) & (t <= bottom)  # the lower lid pushed up
-    source = torch.where(below, bottom - (bottom - t) * (bottom - lower) / (bottom - lower_now), source)
-    inside = s.abs() < 1.0
-    shift = torch.where(inside, source - t, torch.zeros_like(t)) * width  # (h, w) pixels along ``down``
+    source = np.where(below, bottom - (bottom - t) * (bottom - lower) / (bottom - lower_now), source)
+    inside = np.abs(s) < 1.0
+    shift = np.where(inside, source - t, 0.0) * width  # (h, w) pixels along ``down``
     thickness = max(_LASH_THICKNESS * width, 0.7)  # pixels
     edge = (t - upper_now) * width / thickness  # (h, w) lash thicknesses below the upper lid's edge
-    lash = _LASH_DARKNESS * closure * shape * torch.exp(-edge * edge) * inside  # (h, w)
+    lash = _LASH_DARKNESS * closure * shape * np.exp(-edge * edge) * inside  # (h, w)
     # Within the part of the opening a lid now hides, fading in over _SKIN_FADE from its edges (no seam in a photo).
     # (h, w) eye widths inside, < 0 outside: a photograph's lid band, a drawn lid's stretched skin
-    under_upper = torch.minimum(t - upper, upper_now - t) if textured else torch.minimum(t - top, moved_top - t)
-    under_lower = torch.minimum(t - lower_now, lower - t)
-    depth = torch.maximum(under_upper, under_lower).clamp(0.0, _SKIN_FADE) / _SKIN_FADE
-    side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)
+    under_upper = np.minimum(t - upper, upper_now - t) if textured else np.minimum(t - top, moved_top - t)
+    under_lower = np.minimum(t - lower_now, lower - t)
+    depth = np.maximum(under_upper, under_lower).clip(0.0, _SKIN_FADE) / _SKIN_FADE
+    side = ((1.0 - np.abs(s)) / _SKIN_FADE).clip(0.0, 1.0)
     covered = depth * side * closure**2  # (h, w): a lid barely moved keeps its own pixels, a shut one is skin
-    smooth = smooth * inside * ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0)  # nothing past the eye's corners
+    smooth = smooth * inside * ((1.0 - np.abs(s)) / _SKIN_FADE).clip(0.0, 1.0)  # nothing past the eye's corners
     return points + shift[..., None] * down, covered, lash, smooth, hang
 
 
-def _hanging_lashes(points: torch.Tensor, t: torch.Tensor, s: torch.Tensor, eye: Eye, lashes: torch.Tensor,
-                    stretch_top: torch.Tensor, upper: torch.Tensor, upper_now: torch.Tensor,
-                    lower: torch.Tensor, closure: float) -> HangingLashes:  # fmt: skip
+def _hanging_lashes(points: np.ndarray, t: np.ndarray, s: np.ndarray, eye: Eye, lashes: np.ndarray,
+                    stretch_top: np.ndarray, upper: np.ndarray, upper_now: np.ndarray,
+                    lower: np.ndarray, closure: float) -> HangingLashes:  # fmt: skip
     """The long lashes of one eye (``lashes``: their tips per column, see ``_lash_tops``) turned by ``closure``: those
     standing over the lid, from the stretch's ``stretch_top`` down to its edge ``upper_now`` (t, eye widths, per
     pixel), give way to the skin between them as it closes, are a fringe along that edge seen end on, then hang below
     it, mirrored about the lid's edge at rest ``upper`` and shortened (``_LASH_HANG``). ``points`` (h, w, 2) are where
     each pixel (at ``s``, ``t``) of the unmoved face is. Per column, linearly between the bins: no steps."""
     _, _, down, width = eye
-    bins = torch.from_numpy(_band_top(np.linspace(-1.0, 1.0, _CEILING_BINS)).astype(np.float32))  # (bins,)
-    lashed = _across_bins((lashes < bins - _MIN_STRETCH).float(), s)  # (h, w) in [0, 1]
-    tips, top = _across_bins(lashes, s), _across_bins(stretch_top.minimum(bins - _MIN_STRETCH), s)  # (h, w)
-    side = ((1.0 - s.abs()) / _SKIN_FADE).clamp(0.0, 1.0) * lashed  # (h, w)
+    bins = _band_top(np.linspace(-1.0, 1.0, _CEILING_BINS)).astype(np.float32)  # (bins,)
+    lashed = _across_bins((lashes < bins - _MIN_STRETCH).astype(np.float32), s)  # (h, w) in [0, 1]
+    tips, top = _across_bins(lashes, s), _across_bins(np.minimum(stretch_top, bins - _MIN_STRETCH), s)  # (h, w)
+    side = ((1.0 - np.abs(s)) / _SKIN_FADE).clip(0.0, 1.0) * lashed  # (h, w)
     turned = float(smoothstep(np.float64((closure - _LASH_TURN[0]) / (_LASH_TURN[1] - _LASH_TURN[0]))))
-    length = (upper - tips).clamp_min(1e-6)  # (h, w) eye widths
+    length = np.maximum(upper - tips, 1e-6)  # (h, w) eye widths
     fringe = _LASH_FRINGE * turned * math.sin(math.pi * closure)  # seen end on: a fringe along the edge
     stand = max(math.cos(math.pi * closure), fringe)  # the lashes' height left standing, per their length
-    erase = lashed * smoothstep((1.0 - s.abs()) / _LASH_EDGE[0]) * smoothstep((t - top) / _LASH_EDGE[1]) * turned
+    erase = lashed * smoothstep((1.0 - np.abs(s)) / _LASH_EDGE[0]) * smoothstep((t - top) / _LASH_EDGE[1]) * turned
     erase = erase * smoothstep((upper_now - stand * length - t) / _LASH_EDGE[1])  # (h, w)
     drop = max(-math.cos(math.pi * closure), fringe) * _LASH_HANG  # hanging length per standing length
     below = t - upper_now  # (h, w) eye widths under the lid's edge
     stood = upper - below / max(drop, 1e-6)  # (h, w) where that part of the lash stood
     along = (upper - stood) / length  # 0 at the root .. 1 at the tip
     hanging = (below > 0.0) & (along <= 1.0) & (drop > 0.0)
-    weight = torch.where(hanging, ((1.0 - along) / _LASH_FADE).clamp(0.0, 1.0) * side, 0.0)
+    weight = np.where(hanging, ((1.0 - along) / _LASH_FADE).clip(0.0, 1.0) * side, 0.0)
     mirrored = 2.0 * lower - t  # (h, w) the skin under the eye, mirrored about its lower lid
-    return HangingLashes(weight if bool((weight > 0.0).any()) else None,
+    return HangingLashes(weight if (weight > 0.0).any() else None,
                          points + ((stood - t) * width)[..., None] * down,
-                         erase if bool((erase > 0.0).any()) else None,
+                         erase if (erase > 0.0).any() else None,
                          points + ((mirrored - t) * width)[..., None] * down)  # fmt: skip
 
 
-def _skin_between(window: torch.Tensor, skin: torch.Tensor, lid: Lid) -> torch.Tensor:
-    """(3, eh, ew) the mean of ``window``'s pixels weighted by ``skin`` (eh, ew) in [0, 1] over a box of ``lid.span``
+def _skin_between(window: np.ndarray, skin: np.ndarray, lid: Lid) -> np.ndarray:
+    """(eh, ew, 3) the mean of ``window``'s pixels weighted by ``skin`` (eh, ew) in [0, 1] over a box of ``lid.span``
     pixels around each pixel, and of ``lid.skin`` with the weight of a tenth of the box (the box all lashes)."""
-    sums = _box_mean(torch.cat([window * skin, skin[None]]), lid.span)  # (4, eh, ew)
-    return (sums[:3] + 0.1 * lid.skin[:, None, None]) / (sums[3:] + 0.1)
+    sums = _box_mean(np.concatenate([window * skin[..., None], skin[..., None]], axis=-1), lid.span)  # (eh, ew, 4)
+    return (sums[..., :3] + 0.1 * lid.skin) / (sums[..., 3:] + 0.1)
 
 
-def _box_mean(window: torch.Tensor, span: int) -> torch.Tensor:
-    """(c, eh, ew) ``window`` averaged over boxes of ``span`` (odd) pixels, edges replicated: across, then down."""
-    return _across(_across(window, span).transpose(1, 2), span).transpose(1, 2)
+def _box_mean(window: np.ndarray, span: int, down: int | None = None) -> np.ndarray:
+    """(eh, ew, c) ``window`` (c <= 4) averaged over ``span`` x ``down`` (None: ``span``) pixels, edges replicated."""
+    return cv2.blur(window, (span, span if down is None else down), borderType=cv2.BORDER_REPLICATE)
 
 
-def _across(window: torch.Tensor, span: int) -> torch.Tensor:
-    """(c, eh, ew) ``window`` averaged across ``span`` (odd) pixels along its rows, edges replicated."""
-    pad = span // 2
-    padded = F.pad(window[None], (pad, pad, 0, 0), mode="replicate")[0]  # (c, eh, ew + 2 pad)
-    return F.avg_pool1d(padded.reshape(-1, padded.shape[-1])[:, None], span, stride=1)[:, 0].reshape(window.shape)
-
-
-def _lash_share(rgb: torch.Tensor, skin: torch.Tensor) -> torch.Tensor:
-    """(eh, ew) in [0, 1] how much each pixel of ``rgb`` (3, eh, ew) is lash: darker than the ``skin``'s grey by
+def _lash_share(rgb: np.ndarray, skin: np.ndarray) -> np.ndarray:
+    """(eh, ew) in [0, 1] how much each pixel of ``rgb`` (eh, ew, 3) is lash: darker than the ``skin``'s grey by
     ``_LASH_DARK`` (none at the first share of it, all at the second)."""
-    grey = (_GREY_T @ rgb.flatten(1)).view(rgb.shape[1:]) / max(float(_GREY_T @ skin), 1.0)
-    return ((_LASH_DARK[0] - grey) / (_LASH_DARK[0] - _LASH_DARK[1])).clamp_(0.0, 1.0)
+    grey = (rgb @ _GREY_32) / max(float(_GREY_32 @ skin), 1.0)
+    return ((_LASH_DARK[0] - grey) / (_LASH_DARK[0] - _LASH_DARK[1])).clip(0.0, 1.0)
 
 
-def _sampled_at(image: torch.Tensor, points: torch.Tensor, w: int, h: int) -> torch.Tensor:
-    """(3, eh, ew) ``image`` (1, 3, h, w) read at ``points`` (eh, ew, 2) x, y pixels, as the warp reads it."""
-    grid = points * torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)]) - 1.0
-    return F.grid_sample(image, grid[None], mode="bicubic", padding_mode="border", align_corners=True)[0]
+def _sampled_at(image: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """(eh, ew, 3) float32 ``image`` (h, w, 3) float32 read bicubically, edges replicated, at ``points`` (eh, ew, 2)."""
+    return cv2.remap(image, np.ascontiguousarray(points), None, cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)
 
 
-def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor,
-                 lashes: torch.Tensor | None = None) -> torch.Tensor:
+def _upsampled(field: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(h, w, c) ``field`` (rows, cols, c) read bilinearly at ``size`` (h, w) points spread evenly from its first row
+    and column to its last (``align_corners``): across, then down."""
+    for axis in (1, 0):
+        count, out = field.shape[axis], size[axis]
+        at = np.arange(out, dtype=np.float32) * np.float32((count - 1) / max(out - 1, 1))
+        index = np.minimum(at.astype(np.intp), count - 2)  # the point before each (np.take: 10x faster than [:, index])
+        part = (at - index).astype(np.float32).clip(0.0, 1.0).reshape((out,) + (1,) * (2 - axis))  # the way to the next
+        field, after = np.take(field, index, axis=axis), np.take(field, index + 1, axis=axis)
+        field += (after - field) * part
+    return field
+
+
+def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: np.ndarray,
+                 lashes: np.ndarray | None = None) -> np.ndarray:
     """(_CEILING_BINS,) per column across one eye (s from -1 to 1), where the skin stretched over the closing lid
     starts (t, eye widths, down positive): ``_LID_REACH`` above the lid's band, or lower, below anything there darker
     than the ``skin`` (a brow, a glasses rim), which stays in front, or at the tips of ``lashes`` (``_lash_tops``),
@@ -590,21 +589,21 @@ def _stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Te
     band_top = _band_top(s)  # (bins,)
     reach, up = band_top - _LID_REACH, _LID_REACH
     if lashes is not None:  # lashed columns: skin up to _LASH_HEADROOM above the tips stretches with the lashes
-        tops = lashes.numpy().astype(np.float64)
+        tops = lashes.astype(np.float64)
         lashed = tops < band_top - _MIN_STRETCH
         reach, up = np.where(lashed, np.minimum(reach, tops - _LASH_HEADROOM), reach), _LID_REACH + _LASH_MAX
     t = band_top[None] - np.arange(_CEILING_START, up, _CEILING_STEP)[:, None]  # (steps, bins) going up
     dark = _darker_than_skin(frame, eye, origin, np.broadcast_to(s * _EYE_HALF_SPAN, t.shape), t, skin)
     if lashes is not None:  # the lashes slide with the lid; dark above them stays in front
-        dark &= t < lashes.numpy()[None]
+        dark &= t < lashes[None]
     smooth = _below_dark(dark, t, reach)
     if lashes is not None:  # long lashes stretch to follow the lid (1.5-2x), at least from their tips
         smooth = np.where(lashed, np.minimum(smooth, tops), smooth)
-    return torch.from_numpy(smooth.astype(np.float32))
+    return smooth.astype(np.float32)
 
 
-def _drawn_stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor,
-                       opening: Opening | None = None) -> torch.Tensor:  # fmt: skip
+def _drawn_stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: np.ndarray,
+                       opening: Opening | None = None) -> np.ndarray:  # fmt: skip
     """(_CEILING_BINS,) per column across a drawn eye (s from -1 to 1), where the skin stretched over the closing lid
     starts (t, eye widths, down positive): ``_SKIN_ABOVE`` above the eye, or lower, below anything from just above
     there down to the lid's edge (``opening``'s top, or the drawn one's) unlike the ``skin`` (a brow, a crease, a
@@ -612,15 +611,15 @@ def _drawn_stretch_top(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: to
     s = np.linspace(-1.0, 1.0, _CEILING_BINS)
     lid = -_UPPER_LID * np.cos(0.5 * np.pi * s).clip(0.0, None) ** 0.5  # (bins,) the drawn upper lid's edge
     if opening is not None:
-        lid = opening.upper.numpy().astype(np.float64)
+        lid = opening.upper.astype(np.float64)
     up = _SKIN_ABOVE + _CEILING_GAP  # what is dark just above the stretch's reach blurs into it
     t = lid[None] - np.arange(_CEILING_START, up, _CEILING_STEP)[:, None]  # (steps, bins) going up
     pixels = _pixels_at(frame, eye, origin, np.broadcast_to(s * _EYE_HALF_SPAN, t.shape), t)  # (steps, bins, 3)
-    dark = (np.abs(pixels - skin.numpy()).max(axis=-1) > _DRAWN_UNLIKE) & (t >= -up)
-    return torch.from_numpy(_below_dark(dark, t, np.full(_CEILING_BINS, -_SKIN_ABOVE)).astype(np.float32))
+    dark = (np.abs(pixels - skin).max(axis=-1) > _DRAWN_UNLIKE) & (t >= -up)
+    return _below_dark(dark, t, np.full(_CEILING_BINS, -_SKIN_ABOVE)).astype(np.float32)
 
 
-def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> Opening | None:
+def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: np.ndarray) -> Opening | None:
     """A drawn eye's opening measured on ``frame`` (see ``_DRAWN_EYE``): what is unlike the ``skin`` and connected to
     the middle of the eye whose corners ``eye`` has; None where there is nothing there or it reaches the sampled box's
     edge (a pure function of the frame's pixels)."""
@@ -628,7 +627,7 @@ def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.
     t = np.arange(_OPENING_ACROSS[0], _OPENING_ACROSS[1] + 1e-9, _OPENING_STEP)  # (nt,) eye widths down
     grid_u, grid_t = np.meshgrid(u, t)  # (nt, nu) each
     pixels = _pixels_at(frame, eye, origin, grid_u, grid_t)  # (nt, nu, 3)
-    unlike = np.abs(pixels - skin.numpy()).max(axis=-1) > _DRAWN_EYE
+    unlike = np.abs(pixels - skin).max(axis=-1) > _DRAWN_EYE
     opening = _connected(unlike, unlike & (np.abs(grid_u) < 0.2) & (np.abs(grid_t) < 0.15))  # (nt, nu)
     if not opening.any() or opening[[0, -1]].any() or opening[:, [0, -1]].any():
         return None
@@ -639,7 +638,7 @@ def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.
                  float(0.5 * (last - first) / _EYE_HALF_SPAN * width))  # s = -1 and 1 at its ends  # fmt: skip
     present = opening[:, columns[0] : columns[-1] + 1]  # (nt, its columns)
     known = present.any(axis=0)
-    outline = _OUTLINE_DARK * float(skin.numpy().astype(np.float64) @ _GREY)
+    outline = _OUTLINE_DARK * float(skin.astype(np.float64) @ _GREY)
     dark = pixels[:, columns[0] : columns[-1] + 1] @ _GREY < outline  # (nt, its columns)
     reach = int(np.ceil(_OUTLINE_MAX / _OPENING_STEP))  # samples from each column's top
     below = np.minimum(np.arange(reach)[:, None] + present.argmax(axis=0)[None], len(t) - 1)  # (reach, cols)
@@ -656,7 +655,7 @@ def _drawn_opening(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.
     at = np.linspace(first, last, _CEILING_BINS)  # (bins,) eye widths along
     scale = width / fitted.width  # eye widths of ``eye`` -> of ``fitted``
     tables = (np.interp(at, middle, values) * scale for values in (top, bottom, band))
-    return Opening(fitted, *(torch.from_numpy(table.astype(np.float32)) for table in tables))
+    return Opening(fitted, *(table.astype(np.float32) for table in tables))
 
 
 def _connected(mask: np.ndarray, seed: np.ndarray) -> np.ndarray:
@@ -674,11 +673,12 @@ def _connected(mask: np.ndarray, seed: np.ndarray) -> np.ndarray:
         reached = grown
 
 
-def _across_bins(table: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+def _across_bins(table: np.ndarray, s: np.ndarray) -> np.ndarray:
     """``table`` (bins,) given at s = -1 .. 1 across an eye, linearly between its bins, at ``s`` (h, w)."""
-    x = (s.clamp(-1.0, 1.0) + 1.0) * (0.5 * (table.numel() - 1))
-    low = x.floor().long().clamp(max=table.numel() - 2)
-    return torch.lerp(table[low], table[low + 1], x - low)
+    x = (s.clip(-1.0, 1.0) + 1.0) * (0.5 * (table.size - 1))
+    low = np.minimum(np.floor(x), table.size - 2)
+    index = low.astype(np.intp)
+    return table[index] + (x - low) * (table[index + 1] - table[index])
 
 
 def _below_dark(dark: np.ndarray, t: np.ndarray, reach: np.ndarray) -> np.ndarray:
@@ -694,7 +694,7 @@ def _below_dark(dark: np.ndarray, t: np.ndarray, reach: np.ndarray) -> np.ndarra
     return np.lib.stride_tricks.sliding_window_view(lowest, _CEILING_SPAN).mean(axis=1)
 
 
-def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tensor) -> torch.Tensor | None:
+def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: np.ndarray) -> np.ndarray | None:
     """(_CEILING_BINS,) per column across one eye, how far up (t, eye widths, down positive) long dark lashes rooted
     in the lid's band stand, ``_CEILING_GAP`` above their tips (the band's top where there are none); None where no
     column has any (a pure function of the frame's pixels)."""
@@ -704,7 +704,7 @@ def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tens
     rise = np.arange(-0.5 * _LID_BAND, _LASH_MAX + _CEILING_STEP / 2, _CEILING_STEP / 2)  # going up from band_top
     t = band_top[None] - rise[:, None]  # (rows, samples)
     dark = _darker_than_skin(frame, eye, origin, np.broadcast_to(s * _EYE_HALF_SPAN, t.shape), t, skin)
-    wide = max(1, int(round(_LASH_WIDE / (2.0 * _EYE_HALF_SPAN / (s.size - 1)))))  # samples across the window
+    wide = max(1, round(_LASH_WIDE / (2.0 * _EYE_HALF_SPAN / (s.size - 1))))  # samples across the window
     kernel = np.ones(wide) / wide
     share = np.stack([np.convolve(row, kernel, mode="same") for row in dark.astype(np.float64)])  # (rows, samples)
     share = share[:, fine // 2 :: fine]  # (rows, bins) at the bins' centres
@@ -720,7 +720,7 @@ def _lash_tops(frame: np.ndarray, eye: Eye, origin: np.ndarray, skin: torch.Tens
     height = np.where(rooted & (length > 0), length + _CEILING_GAP, 0.0)
     height = np.lib.stride_tricks.sliding_window_view(np.pad(height, 1, mode="edge"), 3).max(axis=1)  # no notches
     top = _band_top(np.linspace(-1.0, 1.0, _CEILING_BINS)) - height  # (bins,)
-    return torch.from_numpy(top.astype(np.float32))
+    return top.astype(np.float32)
 
 
 def _band_top(s: np.ndarray) -> np.ndarray:
@@ -730,22 +730,22 @@ def _band_top(s: np.ndarray) -> np.ndarray:
 
 
 def _darker_than_skin(frame: np.ndarray, eye: Eye, origin: np.ndarray, s: np.ndarray, t: np.ndarray,
-                      skin: torch.Tensor) -> np.ndarray:  # fmt: skip
+                      skin: np.ndarray) -> np.ndarray:  # fmt: skip
     """Whether ``frame``'s pixels at ``s`` (eye widths along) and ``t`` (across) are darker than ``_DARK`` of the
     ``skin``'s grey (a brow, a rim, lashes)."""
-    return _pixels_at(frame, eye, origin, s, t) @ _GREY < _DARK * float(skin.numpy().astype(np.float64) @ _GREY)
+    return _pixels_at(frame, eye, origin, s, t) @ _GREY < _DARK * float(skin.astype(np.float64) @ _GREY)
 
 
-def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> torch.Tensor:
-    """(3,) the median colour of ``frame``'s skin just below one eye (a pure function of the frame's pixels)."""
+def _cheek_colour(frame: np.ndarray, eye: Eye, origin: np.ndarray) -> np.ndarray:
+    """(3,) float32 the median colour of ``frame``'s skin just below one eye (a pure function of the frame's pixels)."""
     s, t = np.meshgrid(np.linspace(-0.3, 0.3, 7), np.linspace(*_CHEEK_BAND, 5))  # eye widths
-    return torch.from_numpy(column_median(_pixels_at(frame, eye, origin, s, t).reshape(-1, 3)).astype(np.float32))
+    return column_median(_pixels_at(frame, eye, origin, s, t).reshape(-1, 3)).astype(np.float32)
 
 
 def _pixels_at(frame: np.ndarray, eye: Eye, origin: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
     """(..., 3) float64 the pixels of ``frame`` nearest the points ``s`` along one eye and ``t`` down across it (eye
     widths from its centre, in the head box's pixels that start at ``origin``), clipped to the frame."""
-    centre, along, down = (part.numpy().astype(np.float64) for part in eye[:3])
+    centre, along, down = (part.astype(np.float64) for part in eye[:3])
     return nearest_pixels(frame, centre + origin + (s[..., None] * along + t[..., None] * down) * eye[3])
 
 

@@ -5,7 +5,7 @@ Across the mouth (per column along it), the upper lip with the skin up to ``ABOV
 is stretched down, and the lower lip with the chin down to ``BELOW_HALF_WIDTHS`` below its outer edge is drawn up,
 until the inner edges meet ``UPPER_SHARE`` of the way down the gap (the jaw does most of the closing). The map is
 piecewise linear and monotonic across the mouth (nothing folds), the identity outside that band and past the
-corners, where the gap is nil; bicubic ``grid_sample``. A pixel the meeting line crosses shows both lips, each by
+corners, where the gap is nil; bicubic (``cv2.remap``). A pixel the meeting line crosses shows both lips, each by
 the share of the pixel on its side: the line is smooth at any slant, never a stair-step. The closed lips' inner
 contour is the meeting line.
 
@@ -18,10 +18,8 @@ between the contours), keeping at least ``LIP_KEPT`` of the lip (``_interior_edg
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
-import torch
-import torch.nn.functional as F
-
 from PIL import Image, ImageDraw
 
 from avatargen.face.lips import Lips
@@ -77,15 +75,17 @@ def close_mouth(picture: np.ndarray, lips: Lips) -> tuple[np.ndarray, Lips]:
     above = np.where(band, np.clip(meet - down + 0.5, 0.0, 1.0), 1.0)  # (h, w)
     sources = np.stack([np.where(band, upper, down), np.where(band, lower, down)])  # (2, h, w)
     moved = np.stack([gx, gy], axis=-1) + (sources - down)[..., None] * v  # (2, h, w, 2) picture pixels to sample
-    grid = torch.from_numpy(moved).float()
-    grid = grid * torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)]) - 1.0
-    image = torch.from_numpy(picture.astype(np.float32))  # a copy, writable even where the picture is not
-    image = image.permute(2, 0, 1)[None].expand(2, -1, -1, -1)  # (2, 3, h, w)
-    sampled = F.grid_sample(image, grid, mode="bicubic", padding_mode="border", align_corners=True)  # (2, 3, h, w)
-    share = torch.from_numpy(above).float()
-    mixed = sampled[0] * share + sampled[1] * (1.0 - share)  # (3, h, w)
+    # Only the pixels the bicubic taps reach are converted: from one before the first to two after the last.
+    ends = np.floor([[moved[..., i].min(), moved[..., i].max()] for i in range(2)]).astype(int)  # (2, 2): x, y
+    low = np.clip(ends[:, 0] - 1, 0, (width - 1, height - 1))  # (2,) x, y
+    high = np.maximum(np.minimum(ends[:, 1] + 3, (width, height)), low + 1)
+    image = picture[low[1] : high[1], low[0] : high[0]].astype(np.float32)  # a copy (writable), sampled to (h, w, 3)
+    maps = [np.ascontiguousarray(moved[..., i] - low[i], dtype=np.float32) for i in range(2)]  # (2, h, w) x, y in it
+    sampled = [cv2.remap(image, x, y, cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE) for x, y in zip(*maps)]
+    share = above.astype(np.float32)[..., None]  # (h, w, 1)
+    mixed = sampled[0] * share + sampled[1] * (1.0 - share)  # (h, w, 3)
     closed = picture.copy()
-    closed[top:bottom, left:right] = mixed.add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+    closed[top:bottom, left:right] = np.clip(mixed + 0.5, 0, 255).astype(np.uint8)
     # the inner contour onto the meeting line
     inner_along = (lips.inner - centre) @ u / half
     line = np.interp(inner_along, *inner_up) + UPPER_SHARE * np.clip(

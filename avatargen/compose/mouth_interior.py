@@ -14,7 +14,6 @@ lips.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from PIL import Image, ImageDraw
 
 from avatargen.face.lips import Lips
@@ -49,44 +48,45 @@ GRADE_SHARE, GRADE_GREY = 0.05, (60.0, 235.0)  # the picture's least coloured pi
 # The picture's own teeth: at least OWN_TEETH_PIXELS inside its open lips brighter than the cheeks by
 # OWN_TEETH_BRIGHTER and paler (chroma over grey) than OWN_TEETH_PALER of their skin's (+ 0.05 for grey skin).
 OWN_TEETH_PIXELS, OWN_TEETH_BRIGHTER, OWN_TEETH_PALER = 12, 1.05, 0.8
+_TOOTH_BOUNDS, _TOOTH_SHADES = np.array(TOOTH_BOUNDS, np.float32), np.array(TOOTH_SHADES, np.float32)
 
 
 class MouthInterior:
     """The interior of a photograph's open mouth, in ``teeth``, ``lip`` colours (3,) (grey levels)."""
 
-    def __init__(self, teeth: torch.Tensor, lip: torch.Tensor):
-        self.teeth = teeth.float()
-        self.tongue = lip.float() * TONGUE_SHADE
-        self.cavity = lip.float() * CAVITY_SHADE
+    def __init__(self, teeth: np.ndarray, lip: np.ndarray):
+        self.teeth = np.asarray(teeth, np.float32)
+        self.tongue = np.asarray(lip, np.float32) * TONGUE_SHADE
+        self.cavity = np.asarray(lip, np.float32) * CAVITY_SHADE
 
-    def draw(self, from_top: torch.Tensor, from_bottom: torch.Tensor, along: torch.Tensor, opening: float,
-             half: float) -> torch.Tensor:  # fmt: skip
-        """(3, h, w) colours of the gap at pixels ``from_top`` / ``from_bottom`` output pixels under the upper lip's
-        inner edge / over the lower lip's (h, w), ``along`` the mouth in half-widths (-1, 1 at the corners), for an
-        opening of ``opening`` output pixels at the middle of a mouth ``half`` output pixels wide each side."""
-        gap = (from_top + from_bottom).clamp_min(1e-3)  # (h, w) the gap's height in this column
-        corner = 1.0 - CORNER_SHADOW * smoothstep((along.abs() - 0.35) / 0.6)  # (h, w)
-        teeth_depth = torch.minimum(TEETH_SHARE * gap, torch.full_like(gap, TEETH_MAX_HALF_WIDTHS * half))
-        bounds = torch.tensor(TOOTH_BOUNDS)
-        a = along.abs().clamp(max=bounds[-1] - 1e-6)  # (h, w)
-        tooth = (torch.searchsorted(bounds, a.contiguous(), right=True) - 1).clamp(0, len(TOOTH_SHADES) - 1)  # (h, w)
-        left, right = bounds[tooth], bounds[tooth + 1]
+    def draw(self, from_top: np.ndarray, from_bottom: np.ndarray, along: np.ndarray, opening: float,
+             half: float) -> np.ndarray:  # fmt: skip
+        """(h, w, 3) float32 colours of the gap at pixels ``from_top`` / ``from_bottom`` output pixels under the upper
+        lip's inner edge / over the lower lip's (h, w), ``along`` the mouth in half-widths (-1, 1 at the corners), for
+        an opening of ``opening`` output pixels at the middle of a mouth ``half`` output pixels wide each side."""
+        half = float(half)  # a numpy float64 would promote the float32 arrays
+        gap = np.maximum(from_top + from_bottom, np.float32(1e-3))  # (h, w) the gap's height in this column
+        corner = (1.0 - CORNER_SHADOW * smoothstep((np.abs(along) - 0.35) / 0.6))[..., None]  # (h, w, 1)
+        teeth_depth = np.minimum(TEETH_SHARE * gap, np.float32(TEETH_MAX_HALF_WIDTHS * half))
+        a = np.minimum(np.abs(along), _TOOTH_BOUNDS[-1] - np.float32(1e-6))  # (h, w)
+        tooth = np.clip(np.searchsorted(_TOOTH_BOUNDS, a, side="right") - 1, 0, len(TOOTH_SHADES) - 1)  # (h, w)
+        left, right = _TOOTH_BOUNDS[tooth], _TOOTH_BOUNDS[tooth + 1]
         across = (2.0 * (a - left) / (right - left) - 1.0) ** 4  # (h, w): 0 at a tooth's middle, 1 at its sides
-        to_bound = torch.minimum(a - left, right - a) * half  # (h, w) pixels to the tooth's nearer side
-        seam = torch.exp(-((to_bound / 0.7) ** 2))  # (h, w): 1 on a side, none a pixel or so away
+        to_bound = np.minimum(a - left, right - a) * half  # (h, w) pixels to the tooth's nearer side
+        seam = np.exp(-((to_bound / 0.7) ** 2))  # (h, w): 1 on a side, none a pixel or so away
         teeth_depth = teeth_depth * (1.0 - TEETH_ARCH * along**2) * (1.0 - TOOTH_ROUND * across)
         teeth = smoothstep(teeth_depth - from_top + 0.5)  # (h, w): a one-pixel edge
-        lip_shadow = 1.0 - LIP_SHADOW * (1.0 - smoothstep(from_top / (0.35 * teeth_depth.clamp_min(1.0))))
+        lip_shadow = 1.0 - LIP_SHADOW * (1.0 - smoothstep(from_top / (0.35 * np.maximum(teeth_depth, np.float32(1)))))
         low, high = TONGUE_OPENINGS
-        tongue_height = TONGUE_SHARE * gap * float(smoothstep(torch.tensor((opening / half - low) / (high - low))))
+        tongue_height = TONGUE_SHARE * gap * float(smoothstep(np.float32((opening / half - low) / (high - low))))
         tongue = smoothstep((tongue_height - from_bottom) / 1.5 + 0.5)  # (h, w): a softer edge
-        back = (from_bottom / tongue_height.clamp_min(1e-3)).clamp(0.0, 1.0)  # (h, w): 0 at the front, 1 at its back
-        colour = self.cavity[:, None, None] * corner  # (3, h, w)
-        tongue_colour = self.tongue[:, None, None] * (1.0 - (1.0 - TONGUE_BACK) * back) * corner
-        colour = colour + tongue * (tongue_colour - colour)
-        shade = torch.tensor(TOOTH_SHADES)[tooth] * (1.0 - TOOTH_GAP_SHADE * seam)  # (h, w)
-        teeth_colour = self.teeth[:, None, None] * corner * lip_shadow * shade
-        return colour + teeth * (teeth_colour - colour)
+        back = np.clip(from_bottom / np.maximum(tongue_height, np.float32(1e-3)), 0.0, 1.0)  # (h, w): 0 front, 1 back
+        colour = self.cavity * corner  # (h, w, 3)
+        tongue_colour = self.tongue * (1.0 - (1.0 - TONGUE_BACK) * back)[..., None] * corner
+        colour = colour + tongue[..., None] * (tongue_colour - colour)
+        shade = _TOOTH_SHADES[tooth] * (1.0 - TOOTH_GAP_SHADE * seam)  # (h, w)
+        teeth_colour = self.teeth * corner * lip_shadow[..., None] * shade[..., None]
+        return colour + teeth[..., None] * (teeth_colour - colour)
 
 
 def cheek_skin(picture: np.ndarray, lips: Lips) -> np.ndarray:
@@ -98,7 +98,7 @@ def cheek_skin(picture: np.ndarray, lips: Lips) -> np.ndarray:
     return column_median(nearest_pixels(picture, points).reshape(-1, 3))
 
 
-def own_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor | None:
+def own_teeth(picture: np.ndarray, lips: Lips) -> np.ndarray | None:
     """(3,) the median colour of the teeth ``picture``'s open ``lips`` show (see ``OWN_TEETH_PIXELS``), or None."""
     height, width = picture.shape[:2]
     x0, y0 = np.maximum(np.floor(lips.inner.min(axis=0)).astype(int), 0)
@@ -115,7 +115,7 @@ def own_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor | None:
     chroma = (pixels.max(axis=1) - pixels.min(axis=1)) / np.maximum(grey, 1.0)
     skin_chroma = float(skin.max() - skin.min()) / skin_grey
     pale = pixels[(grey > OWN_TEETH_BRIGHTER * skin_grey) & (chroma < OWN_TEETH_PALER * skin_chroma + 0.05)]
-    return torch.from_numpy(column_median(pale)).float() if len(pale) >= OWN_TEETH_PIXELS else None
+    return column_median(pale).astype(np.float32) if len(pale) >= OWN_TEETH_PIXELS else None
 
 
 def picture_grade(picture: np.ndarray) -> np.ndarray:
@@ -134,10 +134,10 @@ def picture_grade(picture: np.ndarray) -> np.ndarray:
     return column_median(pixels[least] / grey[least, None])
 
 
-def estimated_teeth(picture: np.ndarray, lips: Lips) -> torch.Tensor:
+def estimated_teeth(picture: np.ndarray, lips: Lips) -> np.ndarray:
     """(3,) teeth in the light of ``picture``'s mouth, for a picture that shows none (see ``TEETH_OVER_SKIN``)."""
     skin = cheek_skin(picture, lips)
     grey = max(float(skin @ _GREY), 1.0)
     grade = picture_grade(picture)
     tint = grade * (1.0 + TEETH_TINT * (skin / grey / grade - 1.0))  # (3,)
-    return torch.from_numpy(np.clip(TEETH_OVER_SKIN * grey * tint, 0.0, 240.0)).float()
+    return np.clip(TEETH_OVER_SKIN * grey * tint, 0.0, 240.0).astype(np.float32)

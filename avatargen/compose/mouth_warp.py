@@ -21,7 +21,7 @@ between its corners and across it. The lip line is the lower lip's inner edge (c
 smile: under its teeth, which stay with the upper lip). Below it the lower lip and jaw move down by
 ``LOWER_SHARE`` of the opening, in full at the lip centre, falling smoothly to nothing at the mouth corners; further
 down the moving part widens to the jaw and fades out below the chin; above it the upper lip rises by the rest,
-fading out towards the nose. One bicubic ``grid_sample`` of the reference gives the moved pixels. The gap that
+fading out towards the nose. One bicubic ``cv2.remap`` of the reference gives the moved pixels. The gap that
 opens between the lips, and nothing else, is filled with a mouth interior, its edge feathered over
 ``EDGE_HALF_WIDTHS`` under the lips: on a photograph (``MouthCue.colour``) teeth, tongue and the mouth's dark drawn
 in the picture's own colours (``avatargen.compose.mouth_interior``); on a cartoon the generated frame's (its dark
@@ -33,13 +33,13 @@ in the reference's own teeth colour where its open lips show them).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
+import cv2
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_interior import MouthInterior, estimated_teeth, own_teeth
@@ -119,7 +119,7 @@ MIN_OPENING_PX = 0.05  # an opening below this many output pixels leaves the ref
 # ROUND_REACH half-widths along it and ROUND_HEIGHT half-widths (plus half the opening) above and below the gap
 # (at roundness 1 the mouth is a quarter narrower; the cheeks, the nose and the chin stay).
 ROUND_NARROWING, ROUND_REACH, ROUND_HEIGHT = 0.35, 2.2, 1.1
-_GREY = torch.tensor(LUMA)
+_GREY = np.array(LUMA, np.float32)
 
 
 class MouthCue(Enum):
@@ -145,46 +145,45 @@ class MouthReading(NamedTuple):
     cavity: np.ndarray  # (t,) the 10th percentile of the box's grey levels: its darkest
 
 
-def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark, shut: torch.Tensor | None = None) -> MouthReading:
+def mouth_opening(generated: np.ndarray, cue: MouthCue = MouthCue.dark, shut: np.ndarray | None = None) -> MouthReading:
     """How open the mouths of (t, S, S, 3) uint8 model frames are, read by ``cue`` (see the module docstring).
 
     ``shut`` (``MouthCue.dark``): (h, w) over the model's mouth box, what the reference's shut mouth already reads
     as teeth (``shut_mouth``), taken off each frame's teeth."""
     count, side = generated.shape[0], generated.shape[1]
-    x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
+    x0, y0, x1, y1 = (round(f * side) for f in MODEL_MOUTH_BOX)
     colour, bands, top = _mouth_rows(generated)
     grey = colour @ _GREY  # (t, rows, w)
-    skin = torch.cat([grey[:, rows].reshape(count, -1) for rows in bands], dim=1).median(dim=1).values  # (t,)
+    skin = _lower_median(np.concatenate([grey[:, rows].reshape(count, -1) for rows in bands], axis=1), axis=1)  # (t,)
     box = grey[:, y0 - top : y1 - top]  # (t, h, w)
     if cue == MouthCue.dark:
         high, low = CAVITY_LEVEL
         level = skin[:, None, None]
-        cavity = ((high * level - box) / ((high - low) * level).clamp_min(1.0)).clamp(0.0, 1.0)  # (t, h, w)
+        cavity = np.clip((high * level - box) / np.maximum((high - low) * level, 1.0), 0.0, 1.0)  # (t, h, w)
         teeth = _teeth_cue(box, level)  # (t, h, w)
         if shut is not None:
-            teeth = (teeth - shut).clamp_min(0.0)
-        cavity = (cavity + teeth).clamp(0.0, 1.0)
+            teeth = np.maximum(teeth - shut, 0.0)
+        cavity = np.clip(cavity + teeth, 0.0, 1.0)
     else:
         hue = colour - grey[..., None]  # (t, rows, w, 3): colour with its grey taken out
-        skin_hue = torch.cat([hue[:, rows].reshape(count, -1, 3) for rows in bands], dim=1).median(dim=1).values  # (t, 3)
-        departure = (hue[:, y0 - top : y1 - top] - skin_hue[:, None, None]).norm(dim=-1)  # (t, h, w)
+        skin_hue = _lower_median(np.concatenate([hue[:, rows].reshape(count, -1, 3) for rows in bands], axis=1), axis=1)
+        departure = np.linalg.norm(hue[:, y0 - top : y1 - top] - skin_hue[:, None, None], axis=-1)  # (t, h, w)
         start, full = COLOUR_DEPARTURE
-        cavity = ((departure - start) / (full - start)).clamp(0.0, 1.0)  # (t, h, w)
-    area = cavity.sum(dim=(1, 2))  # (t,) model pixels
-    opening = (area - CLOSED_AREA * side * side).clamp_min(0.0) / (CAVITY_WIDTH * side)  # (t,)
-    ys = torch.arange(y0, y1, dtype=torch.float32)[None, :, None]
-    xs = torch.arange(x0, x1, dtype=torch.float32)[None, None, :]
-    mass = area.clamp_min(1e-6)
-    centre = torch.stack([(cavity * xs).sum(dim=(1, 2)) / mass, (cavity * ys).sum(dim=(1, 2)) / mass], dim=1)  # (t, 2)
-    default = torch.tensor([(x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2])
-    centre = torch.where((area > 1.0)[:, None], centre, default)
-    darkest = torch.quantile(box.reshape(count, -1), 0.1, dim=1)  # (t,)
-    return MouthReading(opening.numpy(), centre.numpy(), skin.numpy(), darkest.numpy())
+        cavity = np.clip((departure - start) / (full - start), 0.0, 1.0)  # (t, h, w)
+    area = cavity.sum(axis=(1, 2))  # (t,) model pixels
+    opening = np.maximum(area - CLOSED_AREA * side * side, 0.0) / (CAVITY_WIDTH * side)  # (t,)
+    xs, ys = np.arange(x0, x1, dtype=np.float32), np.arange(y0, y1, dtype=np.float32)[:, None]  # (w,), (h, 1)
+    mass = np.maximum(area, np.float32(1e-6))
+    centre = np.stack([(cavity * xs).sum(axis=(1, 2)) / mass, (cavity * ys).sum(axis=(1, 2)) / mass], axis=1)  # (t, 2)
+    default = np.array([(x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2], np.float32)
+    centre = np.where((area > 1.0)[:, None], centre, default)
+    darkest = np.quantile(box.reshape(count, -1), 0.1, axis=1)  # (t,)
+    return MouthReading(opening, centre, skin, darkest)
 
 
 def _unread(count: int, side: int) -> MouthReading:
     """What ``mouth_opening`` gives (t=``count``) frames of a (side, side) model it does not read: shut, centred."""
-    x0, y0, x1, y1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX)
+    x0, y0, x1, y1 = (round(f * side) for f in MODEL_MOUTH_BOX)
     centre = np.tile(np.array([(x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2], dtype=np.float32), (count, 1))  # (t, 2)
     return MouthReading(np.zeros(count, np.float32), centre, np.zeros(count, np.float32), np.zeros(count, np.float32))
 
@@ -220,7 +219,7 @@ class MouthWarp:
         self._shut = None if still is None else shut_mouth(still)  # (h, w) over the model's mouth box
         height, width = background.shape[:2]
         u, v = lips.along, lips.down
-        half = max(lips.width / 2, 1.0)  # output pixels: the mouth's half-width
+        half = float(max(lips.width / 2, 1.0))  # output pixels: the mouth's half-width
         self.half, self._u, self._v = half, u, v
         # The lip line: where the lower lip's inner edge is (closed lips: where they meet; a smile: under its teeth),
         # as spans along the mouth -> pixels below the corners' midpoint; and the lower lip's outer edge.
@@ -240,36 +239,35 @@ class MouthWarp:
         if self.box is None:
             return
         top, bottom, left, right = self.box
-        ys, xs = torch.meshgrid(torch.arange(top, bottom, dtype=torch.float32),
-                                torch.arange(left, right, dtype=torch.float32), indexing="ij")  # fmt: skip
-        self._pixels = torch.stack([xs, ys], dim=-1)  # (h, w, 2) output pixels
-        offset = self._pixels - torch.tensor(lips.centre, dtype=torch.float32)
-        along_mouth = offset @ torch.tensor(u, dtype=torch.float32) / half  # (h, w): -1, 1 at the corners
-        down = offset @ torch.tensor(v, dtype=torch.float32)  # (h, w) output pixels below the corners' midpoint
-        split_at = torch.from_numpy(np.interp(along_mouth.numpy(), *split)).float()  # (h, w)
+        self._xs, self._ys = np.arange(left, right, dtype=np.float32), np.arange(top, bottom, dtype=np.float32)
+        self._box_x, self._box_y = (self._xs - left)[None, :], (self._ys - top)[:, None]  # (1, w), (h, 1) box pixels
+        self._u32, self._v32, centre = u.astype(np.float32), v.astype(np.float32), lips.centre.astype(np.float32)
+        offset_x, offset_y = self._xs[None, :] - centre[0], self._ys[:, None] - centre[1]  # (1, w), (h, 1)
+        along_mouth = (offset_x * self._u32[0] + offset_y * self._u32[1]) / half  # (h, w): -1, 1 at the corners
+        down = offset_x * self._v32[0] + offset_y * self._v32[1]  # (h, w) output pixels below the corners' midpoint
+        split_at = np.interp(along_mouth, *split).astype(np.float32)  # (h, w)
         self._below = down - split_at  # (h, w) output pixels below the lip line
         below_lip = self._below / half  # (h, w) half-widths
-        self._lip_profile = shape(along_mouth.abs())  # (h, w): 1 at the centre, 0 at the corners
+        self._lip_profile = shape(np.abs(along_mouth))  # (h, w): 1 at the centre, 0 at the corners
         self._along = along_mouth
         # (h, w): 0 down to the lower lip's edge (the lip keeps its thickness), 1 from where the jaw moves in full
         jaw = smoothstep((below_lip - lip_depth / half) / (full_below - lip_depth / half))
         half_width = 1.0 + (self._jaw_half_width - 1.0) * jaw
         fade = 1.0 - smoothstep((below_lip - full_below) / (still_below - full_below))
-        across = along_mouth.abs() / half_width
+        across = np.abs(along_mouth) / half_width
         if photo:  # the lips' lens gives way to a smooth fall-off across the chin (no crease at the jaw's sides)
             self._lower_profile = ((1.0 - jaw) * _lens(across) + jaw * _bump(across)) * fade  # (h, w)
         else:
             self._lower_profile = _bump(across) * fade  # (h, w)
         nose = smoothstep(1.0 + below_lip / UPPER_FADE)  # (h, w): 0 towards the nose, 1 at the lip line
         self._upper_profile = self._lip_profile * nose  # (h, w)
-        patch = torch.from_numpy(np.ascontiguousarray(background[top:bottom, left:right])).float()  # (h, w, 3)
-        self._patch = patch.permute(2, 0, 1)[None]  # (1, 3, h, w)
-        band = (along_mouth.abs() < 0.3) & (below_lip.abs() < 0.18) & (self._below < lip_depth)  # around the lip line
-        lips_colour = patch[band]  # (n, 3)
-        lip_colour = lips_colour.median(dim=0).values if len(lips_colour) else patch.reshape(-1, 3).median(dim=0).values
+        self._patch = background[top:bottom, left:right].astype(np.float32)  # (h, w, 3)
+        band = (np.abs(along_mouth) < 0.3) & (np.abs(below_lip) < 0.18) & (self._below < lip_depth)  # the lip line
+        lips_colour = self._patch[band]  # (n, 3)
+        lip_colour = _lower_median(lips_colour if len(lips_colour) else self._patch.reshape(-1, 3), axis=0)  # (3,)
         self._cavity_tone = lip_colour * CAVITY_SHADE  # (3,)
         seen = own_teeth(*(teeth_from or (background, lips)))  # (3,) or None: the picture shows no teeth
-        self._teeth_colour = torch.tensor(TEETH_COLOUR) if seen is None else seen  # (3,)
+        self._teeth_colour = np.array(TEETH_COLOUR, np.float32) if seen is None else seen  # (3,)
         # a photograph's interior: its teeth, tongue and dark in its own colours (the model's is a smear there)
         self._anatomy = None
         if cue == MouthCue.colour:
@@ -327,81 +325,77 @@ class MouthWarp:
                     levels: tuple[float, float], roundness: float = 0.0) -> np.ndarray:  # fmt: skip
         """The box with the lips parted by ``opening`` output pixels and the interior of ``generated`` (S, S, 3)
         between them (``levels``: its skin and cavity grey), narrowed by ``roundness`` -> (h, w, 3) uint8."""
+        opening, roundness = float(opening), float(roundness)  # numpy float64s would make the maps float64
         down, up = LOWER_SHARE * opening, (1.0 - LOWER_SHARE) * opening
         below = self._below  # (h, w)
         lower = below >= 0.5 * (down - up) * self._lip_profile  # (h, w): the lower lip's side of the gap
-        source = torch.where(lower, below - down * self._lower_profile, below + up * self._upper_profile)
-        depth = torch.where(lower, -source, source)  # (h, w) output pixels into the gap (> 0: inside it)
-        source = torch.where(lower, source.clamp_min(0.0), source.clamp_max(0.0))
-        moved = self._pixels + (source - below)[..., None] * torch.tensor(self._v, dtype=torch.float32)  # (h, w, 2)
-        warped = self._sample(self._patch, moved - self._pixels[0, 0], mode="bicubic")  # (3, h, w)
+        source = np.where(lower, below - down * self._lower_profile, below + up * self._upper_profile)
+        depth = np.where(lower, -source, source)  # (h, w) output pixels into the gap (> 0: inside it)
+        source = np.where(lower, np.maximum(source, 0.0), np.minimum(source, 0.0))
+        moved = source - below  # (h, w) output pixels down the face that each pixel is taken from
+        warped = cv2.remap(self._patch, self._box_x + moved * self._v32[0], self._box_y + moved * self._v32[1],
+                           cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)  # (h, w, 3): the edge repeated past it
         inside = smoothstep(depth / self._edge)  # (h, w)
-        rows, cols = torch.nonzero(inside.amax(dim=1) > 0)[:, 0], torch.nonzero(inside.amax(dim=0) > 0)[:, 0]
+        rows, cols = np.nonzero(inside.max(axis=1) > 0)[0], np.nonzero(inside.max(axis=0) > 0)[0]
         if len(rows) == 0:
             return _to_uint8(self._narrowed(warped, roundness, 0.5 * (down - up), opening))
         gap = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))  # the gap's bounding box
-        if self._anatomy is not None:  # (3, gh, gw)
+        if self._anatomy is not None:  # (gh, gw, 3)
             from_top = below[gap] + up * self._upper_profile[gap]  # output pixels under the upper lip's inner edge
             from_bottom = down * self._lower_profile[gap] - below[gap]  # ... over the lower lip's
             interior = self._anatomy.draw(from_top, from_bottom, self._along[gap], opening, self.half)
         else:
-            interior = self._interior(generated, self._pixels[gap], 0.5 * (down - up), cavity_centre, levels)
+            interior = self._interior(generated, self._xs[gap[1]], self._ys[gap[0]], 0.5 * (down - up), cavity_centre,
+                                      levels)  # fmt: skip
         if self._upper_teeth:  # the upper teeth: a band under the upper lip, up to UPPER_TEETH of the gap deep
             reach = min(UPPER_TEETH[0] * opening, UPPER_TEETH[1] * self.half)
             band = (~lower[gap]) * _bump(depth[gap] / max(reach, 1.0)) * self._lip_profile[gap]  # (gh, gw)
-            interior += smoothstep(2.0 * band) * (self._teeth_colour[:, None, None] - interior)
-        warped[:, gap[0], gap[1]] += inside[gap] * (interior - warped[:, gap[0], gap[1]])
+            interior += smoothstep(2.0 * band)[..., None] * (self._teeth_colour - interior)
+        warped[gap] += inside[gap][..., None] * (interior - warped[gap])
         return _to_uint8(self._narrowed(warped, roundness, 0.5 * (down - up), opening))
 
-    def _narrowed(self, image: torch.Tensor, roundness: float, gap_below: float, opening: float) -> torch.Tensor:
-        """The opened mouth ``image`` (3, h, w) drawn narrower for rounded lips (see ``ROUND_NARROWING``); its gap's
+    def _narrowed(self, image: np.ndarray, roundness: float, gap_below: float, opening: float) -> np.ndarray:
+        """The opened mouth ``image`` (h, w, 3) drawn narrower for rounded lips (see ``ROUND_NARROWING``); its gap's
         middle ``gap_below`` output pixels below the lip line."""
         if roundness * ROUND_NARROWING * self.half < 0.05:  # under a twentieth of a pixel at the corners
             return image
         height = ROUND_HEIGHT * self.half + 0.5 * opening  # output pixels
-        along = _bump((self._along.abs() - 1.0) / (ROUND_REACH - 1.0))  # (h, w): 1 out to the corners
-        weight = along * _bump((self._below - gap_below).abs() / height)  # (h, w)
+        along = _bump((np.abs(self._along) - 1.0) / (ROUND_REACH - 1.0))  # (h, w): 1 out to the corners
+        weight = along * _bump(np.abs(self._below - gap_below) / height)  # (h, w)
         shift = (roundness * ROUND_NARROWING * self.half) * self._along * weight  # (h, w) output pixels along
-        moved = self._pixels + shift[..., None] * torch.tensor(self._u, dtype=torch.float32)  # (h, w, 2)
-        return self._sample(image[None], moved - self._pixels[0, 0], mode="bicubic")
+        return cv2.remap(image, self._box_x + shift * self._u32[0], self._box_y + shift * self._u32[1],
+                         cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)  # (h, w, 3)
 
-    def _interior(self, generated: np.ndarray, pixels: torch.Tensor, gap_below: float, cavity_centre: np.ndarray,
-                  levels: tuple[float, float]) -> torch.Tensor:  # fmt: skip
-        """The generated frame's mouth interior at output ``pixels`` (h, w, 2), its cavity centre on the gap's, in a
-        dark tone of the reference's lips (``levels``: the model frame's skin and cavity grey) -> (3, h, w) float."""
+    def _interior(self, generated: np.ndarray, xs: np.ndarray, ys: np.ndarray, gap_below: float,
+                  cavity_centre: np.ndarray, levels: tuple[float, float]) -> np.ndarray:  # fmt: skip
+        """The generated frame's mouth interior at output pixels ``xs`` (w,) by ``ys`` (h,), its cavity centre on the
+        gap's, in a dark tone of the reference's lips (``levels``: the model's skin and cavity grey) -> (h, w, 3)."""
         (sx, sy), (ox, oy) = self.to_model.scale, self.to_model.offset
         gap = self.lip_centre + gap_below * self._v  # (2,) output pixels
         shift = np.asarray(cavity_centre) - np.array([sx * gap[0] + ox, sy * gap[1] + oy])  # model pixels
-        scale, offset = np.array([sx, sy]), np.array([ox, oy]) + shift
-        points = pixels * torch.tensor(scale, dtype=torch.float32) + torch.tensor(offset, dtype=torch.float32)
+        scale, offset = np.array([sx, sy], np.float32), (np.array([ox, oy]) + shift).astype(np.float32)
         # Only the part of the model frame the points reach is converted (affine: its corners bound it).
         top, bottom, left, right = self.model_box(generated.shape[0])
-        corners = np.stack([pixels[0, 0].numpy(), pixels[-1, -1].numpy()]) * scale + offset  # (2, 2) x, y
+        corners = np.array([[xs[0], ys[0]], [xs[-1], ys[-1]]]) * scale + offset  # (2, 2) x, y
         (x0, y0), (x1, y1) = np.floor(corners.min(axis=0)).astype(int), np.ceil(corners.max(axis=0)).astype(int) + 1
         x0, y0 = min(max(x0, left), right - 2), min(max(y0, top), bottom - 2)
         x1, y1 = max(min(x1, right), x0 + 2), max(min(y1, bottom), y0 + 2)
-        image = torch.tensor(generated[y0:y1, x0:x1]).float().permute(2, 0, 1)[None]  # (1, 3, y1 - y0, x1 - x0)
-        sampled = self._sample(image, points - torch.tensor([float(x0), float(y0)]), mode="bilinear")  # (3, h, w)
-        grey = sampled.permute(1, 2, 0) @ _GREY  # (h, w)
+        image = generated[y0:y1, x0:x1].astype(np.float32)  # (y1 - y0, x1 - x0, 3)
+        points = np.meshgrid(xs * scale[0] + offset[0] - np.float32(x0), ys * scale[1] + offset[1] - np.float32(y0))
+        sampled = cv2.remap(image, *points, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)  # (h, w, 3)
+        grey = sampled @ _GREY  # (h, w)
         skin, cavity = levels
-        shade = ((grey - cavity) / max(skin - cavity, 1.0)).clamp(0.0, 1.0)  # (h, w)
+        shade = np.clip((grey - cavity) / max(skin - cavity, 1.0), 0.0, 1.0)  # (h, w)
         low, high = CAVITY_LIGHTS
-        dark = self._cavity_tone[:, None, None] * (low + (high - low) * shade)  # (3, h, w)
-        teeth = _teeth(grey, skin)  # (h, w)
-        return dark + teeth * (self._teeth_colour[:, None, None] - dark)
+        dark = self._cavity_tone * (low + (high - low) * shade)[..., None]  # (h, w, 3)
+        teeth = _teeth(grey, skin)[..., None]  # (h, w, 1)
+        return dark + teeth * (self._teeth_colour - dark)
 
     @staticmethod
     def model_box(side: int) -> tuple[int, int, int, int]:
         """(y0, y1, x0, x1), end exclusive: every pixel of a (side, side) model frame ``pasting`` reads."""
         x0, y0, x1, y1 = MODEL_READ_BOX
-        return int(y0 * side), int(math.ceil(y1 * side)), int(x0 * side), int(math.ceil(x1 * side))
-
-    @staticmethod
-    def _sample(image: torch.Tensor, points: torch.Tensor, mode: str) -> torch.Tensor:
-        """(1, 3, H, W) sampled at (h, w, 2) pixel coordinates (x, y) of it -> (3, h, w); outside: the edge."""
-        height, width = image.shape[2:]
-        grid = points * torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)]) - 1.0  # (h, w, 2)
-        return F.grid_sample(image, grid[None], mode=mode, padding_mode="border", align_corners=True)[0]
+        return int(y0 * side), math.ceil(y1 * side), int(x0 * side), math.ceil(x1 * side)
 
     def _moving_box(self, height: int, width: int) -> tuple[int, int, int, int] | None:
         """(top, bottom, left, right) of the output pixels the warp can change, clipped to the frame; None: none."""
@@ -410,8 +404,8 @@ class MouthWarp:
                    for a in (-self._jaw_half_width, self._jaw_half_width)
                    for b in (-UPPER_FADE - 0.5, self._still_below)]  # fmt: skip
         xs, ys = [c[0] for c in corners], [c[1] for c in corners]
-        top, bottom = max(0, int(math.floor(min(ys))) - 2), min(height, int(math.ceil(max(ys))) + 3)
-        left, right = max(0, int(math.floor(min(xs))) - 2), min(width, int(math.ceil(max(xs))) + 3)
+        top, bottom = max(0, math.floor(min(ys)) - 2), min(height, math.ceil(max(ys)) + 3)
+        left, right = max(0, math.floor(min(xs)) - 2), min(width, math.ceil(max(xs)) + 3)
         return (top, bottom, left, right) if bottom > top + 1 and right > left + 1 else None
 
 
@@ -472,53 +466,59 @@ def still_opening(square: np.ndarray) -> float:
     return float(mouth_opening(square[None], MouthCue.dark, shut_mouth(square)).opening[0])
 
 
-def shut_mouth(square: np.ndarray) -> torch.Tensor:
-    """(h, w) in [0, 1] over the model's mouth box: what ``MouthCue.dark`` reads as teeth in ``square`` (S, S, 3)
-    uint8, the model's input (the reference, its mouth shut: pale lips, a pale backdrop under a short chin), grown by
-    2 pixels (the model's drawing of it moves a little)."""
+def shut_mouth(square: np.ndarray) -> np.ndarray:
+    """(h, w) float32 in [0, 1] over the model's mouth box: what ``MouthCue.dark`` reads as teeth in ``square``
+    (S, S, 3) uint8, the model's input (the reference, its mouth shut: pale lips, a pale backdrop under a short chin),
+    grown by 2 pixels (the model's drawing of it moves a little)."""
     colour, bands, top = _mouth_rows(square[None])
     grey = colour @ _GREY  # (1, rows, w)
-    skin = torch.cat([grey[:, rows].reshape(1, -1) for rows in bands], dim=1).median(dim=1).values  # (1,)
-    y0, y1 = (int(round(f * square.shape[0])) for f in MODEL_MOUTH_BOX[1::2])
+    skin = _lower_median(np.concatenate([grey[:, rows].reshape(1, -1) for rows in bands], axis=1), axis=1)  # (1,)
+    y0, y1 = (round(f * square.shape[0]) for f in MODEL_MOUTH_BOX[1::2])
     teeth = _teeth_cue(grey[:, y0 - top : y1 - top], skin[:, None, None])  # (1, h, w)
-    return F.max_pool2d(teeth[None], kernel_size=5, stride=1, padding=2)[0, 0]  # (h, w)
+    return cv2.dilate(teeth[0], np.ones((5, 5), np.uint8))  # (h, w): the max over 5x5, nothing from past the edge
 
 
-def _mouth_rows(frames: np.ndarray) -> tuple[torch.Tensor, list[slice], int]:
+def _mouth_rows(frames: np.ndarray) -> tuple[np.ndarray, list[slice], int]:
     """The rows of (t, S, S, 3) uint8 ``frames`` from the skin band above the model's mouth box to the one below it,
-    across the box's columns, as (t, rows, w, 3) float (a copy: frames may be read-only); the skin bands' rows in
+    across the box's columns, as (t, rows, w, 3) float32 (a copy: frames may be read-only); the skin bands' rows in
     them; and the first row's index in the frame."""
     side = frames.shape[1]
-    x0, x1 = (int(round(f * side)) for f in MODEL_MOUTH_BOX[0::2])
+    x0, x1 = (round(f * side) for f in MODEL_MOUTH_BOX[0::2])
     top, bottom = int(MODEL_SKIN_BANDS[0][0] * side), int(MODEL_SKIN_BANDS[1][1] * side)
     bands = [slice(int(a * side) - top, int(b * side) - top) for a, b in MODEL_SKIN_BANDS]
-    return torch.tensor(frames[:, top:bottom, x0:x1]).float(), bands, top
+    return frames[:, top:bottom, x0:x1].astype(np.float32), bands, top
 
 
-def _teeth_cue(grey: torch.Tensor, skin: torch.Tensor) -> torch.Tensor:
+def _lower_median(values: np.ndarray, axis: int) -> np.ndarray:
+    """The median along ``axis``, of an even count the lower of the middle two (as torch.median took it)."""
+    middle = (values.shape[axis] - 1) // 2
+    return np.take(np.partition(values, middle, axis=axis), middle, axis=axis)
+
+
+def _teeth_cue(grey: np.ndarray, skin: np.ndarray) -> np.ndarray:
     """(t, h, w) in [0, 1]: how much each pixel of ``grey`` (t, h, w) looks like teeth against the ``skin`` grey
     (t, 1, 1): brighter than the skin (``TEETH_CUE_LEVEL``; the model's teeth are tinted, not white)."""
     start, full = TEETH_CUE_LEVEL
-    return ((grey / skin.clamp_min(1.0) - start) / (full - start)).clamp(0.0, 1.0)
+    return np.clip((grey / np.maximum(skin, 1.0) - start) / (full - start), 0.0, 1.0)
 
 
-def _teeth(grey: torch.Tensor, skin: float) -> torch.Tensor:
+def _teeth(grey: np.ndarray, skin: float) -> np.ndarray:
     """(h, w) in [0, 1]: how much of ``grey`` the interior draws as teeth: its share of the way from the ``skin``
     grey to white, through ``TEETH_LEVEL``."""
     share = (grey - skin) / max(255.0 - skin, 1.0)
     return smoothstep((share - TEETH_LEVEL[0]) / (TEETH_LEVEL[1] - TEETH_LEVEL[0]))
 
 
-def _bump(x: torch.Tensor) -> torch.Tensor:
+def _bump(x: np.ndarray) -> np.ndarray:
     """1 at 0, falling smoothly (zero slope at both ends) to 0 at 1 and beyond."""
     return 1.0 - smoothstep(x)
 
 
-def _lens(x: torch.Tensor) -> torch.Tensor:
+def _lens(x: np.ndarray) -> np.ndarray:
     """1 at 0, falling as a lens's edge (``LENS_POWER`` of 1 - x^2: steep at the end) to 0 at 1 and beyond."""
-    return (1.0 - x * x).clamp_min(0.0) ** LENS_POWER
+    return np.maximum(1.0 - x * x, 0.0) ** LENS_POWER
 
 
-def _to_uint8(image: torch.Tensor) -> np.ndarray:
-    """(3, h, w) float -> (h, w, 3) uint8, rounded."""
-    return image.add(0.5).clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+def _to_uint8(image: np.ndarray) -> np.ndarray:
+    """(h, w, 3) float -> (h, w, 3) uint8, rounded."""
+    return np.clip(image + 0.5, 0, 255).astype(np.uint8)

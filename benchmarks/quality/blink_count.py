@@ -57,10 +57,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import torch
+    import cv2
     from portrait_judge import portraits
 
-    torch.set_num_threads(1)
+    cv2.setNumThreads(1)  # as a render composites
     photos = portraits()
     print(f"# {Path(__file__).resolve().parents[2]} {args.seconds} s a photo, 30 blinks a minute, head swaying\n")
     print("| photo | drawn | counted | openness alone |")

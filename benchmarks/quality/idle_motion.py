@@ -3,8 +3,8 @@
 A held-out training-style avatar is drawn at 256x256, its face found once, and the frame and its layout scaled to
 each size (the head fills the same share of the frame, as a portrait would). ``IdleMotion.warp`` is then timed on
 ``--frames`` consecutive frames with the default settings: frames without a blink (head sway only) and frames
-inside a blink (sway and both eyelids) are reported apart, mean and 95th percentile, in milliseconds, one torch
-thread (what a render with ``runtime.threads=1`` gives it). ``--long-lashes``: a photograph's lids instead, on
+inside a blink (sway and both eyelids) are reported apart, mean and 95th percentile, in milliseconds, one OpenCV
+thread (what a render gives its compositing). ``--long-lashes``: a photograph's lids instead, on
 tests/face/photos.py's ``long_lashes`` (512x512, its lashes turning with the lid). Usage::
 
     python benchmarks/quality/idle_motion.py                # ~20 s on the 2-core machine
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import cv2  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from avatargen.compose.idle_motion import IdleMotion, IdleMotionSettings  # noqa: E402
@@ -41,7 +41,7 @@ def time_warp(frame: np.ndarray, layout: FaceLayout, frames: int,
     """{"sway": (mean ms, p95 ms), "blink": (...)} over ``frames`` frames of each kind (``photo``: a photograph's
     lids)."""
     motion = IdleMotion(layout, frame.shape[:2], FPS, seed=0, settings=IdleMotionSettings(), textured_lids=photo)
-    motion.warp(frame, 0)  # first call: torch's one-off setup
+    motion.warp(frame, 0)  # first call: OpenCV's one-off setup
     blinking = [i for i in range(FPS * 600) if motion.eye_closure(i) > 0][:frames]
     still = [i for i in range(FPS * 600) if motion.eye_closure(i) == 0][:frames]
     result = {}
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200, help="frames timed per size and kind")
     parser.add_argument("--long-lashes", action="store_true", help="a photograph with long lashes, 512x512")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
     print("| frame | sway ms (mean / p95) | blink ms (mean / p95) |")
     print("|---|---|---|")
     if args.long_lashes:

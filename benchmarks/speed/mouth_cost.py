@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
+import cv2
 from PIL import Image
 
 from avatargen.compose.composite import ReferenceCompositor
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    cv2.setNumThreads(args.threads)  # the compositing's resampling (avatargen/compose/)
     renderer = FaceRenderer(identity_from_seed(1_000_003), 256)
     frames = {"open": renderer.render(FacePose(mouth_open=1.0))[0], "shut": renderer.render(FacePose())[0]}
     print(f"| reference | model mouth | blend ms/frame | warp ms/frame (threads={args.threads}) |\n|---|---|---|---|")

@@ -88,11 +88,11 @@ def test_warp_sees_every_composited_frame_with_its_absolute_index():
 def test_the_mask_holds_the_mouth_of_training_identities_at_its_widest():
     """MOUTH_REGION was measured on seeds 0-59 (benchmarks/quality/mouth_region.py); held-out identities fit it too."""
     for seed in (1_000_000, 1_000_003, 1_000_009, 5, 17):
-        frame, box = FaceRenderer(identity_from_seed(seed), 256).render(FacePose(mouth_open=1.0, mouth_width=1.3))
+        frame, _ = FaceRenderer(identity_from_seed(seed), 256).render(FacePose(mouth_open=1.0, mouth_width=1.3))
         compositor = ReferenceCompositor(frame, (0, 0, 256), 256)
         weight = np.zeros(compositor.size, np.float32)
         y0, y1, x0, x1 = compositor._box
-        weight[y0:y1, x0:x1] = compositor._weight[0, :, :, 0].numpy()
+        weight[y0:y1, x0:x1] = compositor._weight[0, :, :, 0]
         neutral = FaceRenderer(identity_from_seed(seed), 256).render(FacePose())[0]
         moved = np.abs(frame.astype(int) - neutral.astype(int)).max(axis=2) > 8  # what talking changed
         assert weight[moved].min() > 0.5, seed  # inside the mask, not at its feathered edge

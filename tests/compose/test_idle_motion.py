@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from avatargen.compose.idle_motion import IdleMotion, IdleMotionSettings
 from avatargen.compose.layout import FaceLayout
@@ -26,15 +25,6 @@ from tests.eval import clips  # noqa: E402
 FPS = 25
 SECONDS = 10
 SEED = 7
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread, as a render with ``runtime.threads=1`` runs (two on a shared 2-core machine thrash)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _avatar() -> np.ndarray:
@@ -299,6 +289,16 @@ def test_idle_motion_off_gives_every_frame_back_unchanged() -> None:
     changed_rows = np.flatnonzero((shut != avatar).any(axis=(1, 2)))
     eyes_y = blinks_only.layout.points[:4, 1].mean()
     assert len(changed_rows) and np.abs(changed_rows - eyes_y).max() < 0.3 * blinks_only.layout.face_width
+
+
+def test_the_idle_motion_imports_no_torch() -> None:
+    """Rendering a photograph needs no torch: its import alone is about a second of the time to the first frame."""
+    import subprocess
+    import sys
+
+    code = "import sys\nimport avatargen.compose.idle_motion\nassert 'torch' not in sys.modules, 'torch imported'"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_settings_out_of_range_name_the_setting() -> None:

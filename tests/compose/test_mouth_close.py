@@ -25,7 +25,7 @@ def test_the_closed_lips_meet_on_a_smooth_line_as_a_closing_at_four_times_the_si
     closed, shut = close_mouth(picture, lips)
     height, width = picture.shape[:2]
     big = np.asarray(Image.fromarray(picture).resize((width * SCALE, height * SCALE), Image.Resampling.BICUBIC))
-    scaled = lambda points: (points + 0.5) * SCALE - 0.5  # noqa: E731 - pixel centres onto the 4x picture's
+    scaled = lambda points: (points + 0.5) * SCALE - 0.5  # pixel centres onto the 4x picture's
     big_closed, _ = close_mouth(big, Lips(scaled(lips.outer), scaled(lips.inner)))
     oracle = np.asarray(Image.fromarray(big_closed).reduce(SCALE)).astype(int)
     ys, xs = np.mgrid[0:height, 0:width]

@@ -9,11 +9,21 @@ from PIL import Image
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.layout import FaceLayout
-from avatargen.compose.mouth_warp import (JAW_STILL_BELOW, LOWER_SHARE, ModelMapping, MouthCue, MouthWarp,
-                                          SHUT_OPENING_MAX, estimated_lips, mouth_opening, shut_mouth, still_opening)
+from avatargen.compose.mouth_warp import (
+    JAW_STILL_BELOW,
+    LOWER_SHARE,
+    SHUT_OPENING_MAX,
+    ModelMapping,
+    MouthCue,
+    MouthWarp,
+    estimated_lips,
+    mouth_opening,
+    shut_mouth,
+    still_opening,
+)
+from avatargen.data import FacePose, FaceRenderer, identity_from_seed
 from avatargen.face.choice import reference_lips
 from avatargen.face.detector import shared_detector
-from avatargen.data import FacePose, FaceRenderer, identity_from_seed
 from tests.conftest import REPO, run_cli
 
 S = 256
@@ -64,7 +74,7 @@ def test_an_open_generated_mouth_moves_the_reference_lower_lip_down_with_a_dark_
     x, y = np.rint(mouth.lip_centre).astype(int)
     before, after = _lower_lip_bottom(reference, x, y, y - 20), _lower_lip_bottom(out, x, y, y - 20)
     assert after - before == pytest.approx(LOWER_SHARE * opening, abs=1.5)  # the reference's own lip, moved down
-    gap = y + int(round(0.5 * (LOWER_SHARE - (1 - LOWER_SHARE)) * opening))  # the middle of the gap between the lips
+    gap = y + round(0.5 * (LOWER_SHARE - (1 - LOWER_SHARE)) * opening)  # the middle of the gap between the lips
     skin = reference[y - 30, x] @ _GREY
     assert out[gap, x] @ _GREY < 0.4 * skin  # the interior is a dark cavity
     top, bottom, left, right = mouth.box
@@ -142,7 +152,7 @@ def test_a_photograph_keeps_its_own_lip_and_chin_pixels_and_its_collar():
     still = y + int(np.ceil((JAW_STILL_BELOW + 0.3) * mouth.half)) + 1  # where the jaw's motion has faded out
     assert still < 512 - 100 and np.array_equal(wide[still:], photo[still:])  # the collar and the body stay put
     # Below the gap, the lower lip and chin are the photo's own pixels moved down, their detail kept.
-    down = int(round(LOWER_SHARE * mouth.openings(generated[1:])[0][0]))
+    down = round(LOWER_SHARE * mouth.openings(generated[1:])[0][0])
     assert down >= 3
     rows, cols = slice(y + down + 2, y + down + 20), slice(x - 8, x + 9)
     moved = wide[rows, cols].astype(float)

@@ -61,7 +61,7 @@ def test_a_photo_renders_at_its_size_with_only_the_face_moving(tmp_path, speech)
     compositor = ReferenceCompositor(loaded.picture, loaded.crop, 256, loaded.face)
     weight = np.zeros(compositor.size, np.float32)
     y0, y1, x0, x1 = compositor._box
-    weight[y0:y1, x0:x1] = compositor._weight[0, :, :, 0].numpy()
+    weight[y0:y1, x0:x1] = compositor._weight[0, :, :, 0]
     top, bottom, left, right = IdleMotion(compositor.layout(), compositor.size, 25, 0, IdleMotionSettings()).moving_box()
     head = np.zeros(compositor.size, bool)
     head[top:bottom, left:right] = True
