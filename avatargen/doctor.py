@@ -360,10 +360,10 @@ def check_default_render() -> dict[str, Any]:
     name and shape checked against the model, every weight read). ``problems``: why not."""
     import torch
 
-    from avatargen.config.families import family_named
+    from avatargen.config.families import family_named, resolve_checkpoint
     from avatargen.config.loader import load_config, to_config
     from avatargen.errors import AvatarGenError
-    from avatargen.pipeline.build import place_models, resolve_checkpoint, resolve_device
+    from avatargen.pipeline.build import place_models, resolve_device
     from avatargen.pipeline.family import load_engine
     from avatargen.runtime.distributed import ParallelContext, world_info
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
@@ -110,18 +109,23 @@ NOT_FINGERPRINTED = (
 NOT_FINGERPRINTED_SECTIONS = ("batch", "storage")  # how jobs are handed out and where files are kept
 
 
-def fingerprinted_settings(cfg: DictConfig, device: Any, dtype: str = "float32", layout: Any = None) -> dict[str, Any]:
+def fingerprinted_settings(cfg: DictConfig, device: Any, dtype: str = "float32", layout: Any = None,
+                           threads: int | None = None) -> dict[str, Any]:  # fmt: skip
     """The resolved config as ``fingerprint`` digests it: without ``NOT_FINGERPRINTED`` and
-    ``NOT_FINGERPRINTED_SECTIONS``, with the device, thread count and compute dtype this process resolved
-    (``runtime.dtype=auto`` can resolve differently on another machine) and, for a render whose ranks split the work,
-    the guidance and sequence degrees of its ``layout`` (they change float sums)."""
+    ``NOT_FINGERPRINTED_SECTIONS``, with the device, thread count (``threads``; None: torch's) and compute dtype this
+    process resolved (``runtime.dtype=auto`` can resolve differently on another machine) and, for a render whose ranks
+    split the work, the guidance and sequence degrees of its ``layout`` (they change float sums)."""
     container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     for key in NOT_FINGERPRINTED:
         section, _, leaf = key.partition(".")
         container.get(section, {}).pop(leaf, None)
     for section in NOT_FINGERPRINTED_SECTIONS:
         container.pop(section, None)
-    container.setdefault("runtime", {}).update(device=str(device), threads=torch.get_num_threads(), dtype=dtype)
+    if threads is None:
+        import torch
+
+        threads = torch.get_num_threads()
+    container.setdefault("runtime", {}).update(device=str(device), threads=threads, dtype=dtype)
     if layout is not None and layout.split:  # FSDP alone changes no frame: a sharded render resumes in one process
         container["runtime"]["layout"] = {"guidance": layout.guidance, "sequence": layout.sequence}
     return container

@@ -16,10 +16,10 @@ import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from avatargen.config.schema import Config, ModelConfig
-from avatargen.errors import ConfigError
+from avatargen.errors import CheckpointError, ConfigError
 
 # The registry: a family's name and its ``FamilyConfig``.
 FAMILIES: dict[str, str] = {
@@ -63,6 +63,20 @@ def load_object(reference: str) -> Any:
         return getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as error:
         raise ConfigError(f"'{reference}' cannot be loaded ({error}); reinstall the package that provides it") from None
+
+
+def resolve_checkpoint(config: Config, shipped: Mapping[str, Path]) -> Path:
+    """``model.checkpoint``, or the folder ``shipped`` in the package for the model option; fails with the fix when
+    neither exists."""
+    if config.model.checkpoint:
+        return Path(config.model.checkpoint).expanduser()
+    path = shipped.get(config.model.name)
+    if path is None or not path.exists():
+        raise CheckpointError(
+            f"no checkpoint is shipped for model '{config.model.name}'; set model.checkpoint=PATH, "
+            "or model.weights=random for an untrained model (noise video, for tests)"
+        )
+    return path
 
 
 _loaded: dict[str, FamilyConfig] = {}

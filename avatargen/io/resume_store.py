@@ -22,14 +22,15 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
-from torch import Tensor
+from safetensors import SafetensorError, safe_open
 
 from avatargen.errors import BadInputError
 from avatargen.io.owned_names import RESUME_MARKER, is_avatargen_resume_folder, remove_name, resume_folder_for
+
+if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
+    from torch import Tensor
 
 # The format of resume.json and of the checkpoints it lists. A folder of another version is never read: the render
 # starts over (2: the engine's and the family's parts of a checkpoint stored apart; 3: the current run's part id and
@@ -149,7 +150,7 @@ class ResumeStore:
             if file_digest(file) != checkpoint["sha256"]:
                 raise BadInputError(f"resume state '{file}' is damaged (its bytes differ from those written); render "
                                     "without --resume to start over")  # fmt: skip
-            return load_file(str(file), device="cpu")
+            return _read_tensors(file)
         except (SafetensorError, OSError) as error:
             raise BadInputError(
                 f"resume state '{file}' is unreadable ({error}); render without --resume to start over"
@@ -193,7 +194,7 @@ class ResumeStore:
         frames = int(meta["frames"])
         name = f"state-{frames}.safetensors"
         tmp = self.folder / f".{name}.tmp"
-        save_file(tensors, str(tmp))
+        _write_tensors(tensors, tmp)
         digest = file_digest(tmp)
         os.replace(tmp, self.folder / name)
         kept = [c for c in self.checkpoints if c["frames"] != frames]
@@ -226,3 +227,22 @@ class ResumeStore:
         for file in self.folder.glob("state-*.safetensors"):
             if file.name not in listed:
                 file.unlink(missing_ok=True)
+
+
+def _write_tensors(tensors: dict[str, Tensor], path: Path) -> None:
+    """``tensors`` as a safetensors file; a render that runs no model has none, written without torch."""
+    if not tensors:
+        from safetensors.numpy import save_file  # the same format: an empty file needs no framework
+    else:
+        from safetensors.torch import save_file
+    save_file(tensors, str(path))
+
+
+def _read_tensors(path: Path) -> dict[str, Tensor]:
+    """The tensors of a safetensors file, on the CPU; none read (nor torch imported) where it holds none."""
+    with safe_open(str(path), framework="numpy") as opened:
+        if not list(opened.keys()):
+            return {}
+    from safetensors.torch import load_file
+
+    return load_file(str(path), device="cpu")

@@ -15,42 +15,74 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch
 
 from avatargen.config.schema import Config
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.family import ChunkRun, FamilyEngine
 from avatargen.pipeline.inputs import RenderInputs
-from avatargen.pipeline.overlap import overlaps
 from avatargen.pipeline.pipeline import Pipeline
 from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import RollingState
 from avatargen.pipeline.stats import RenderStats
 from avatargen.runtime.memory import keep_freed_heap
-from avatargen.runtime.offload import OffloadMonitor
-from avatargen.runtime.precision import Precision
 
 NO_MODEL = "no model ran: the compositor reads none of its frames"
 
 
-class NoModels:
-    """The ``PlacedModels`` of a render that runs none: nothing placed, nothing computed."""
+class NoQuantization:
+    """No linear layer ran, in int8 or otherwise."""
 
-    def __init__(self, config: Config, device: torch.device) -> None:
-        self.monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, device)
-        self.precision = Precision(torch.float32, NO_MODEL)
+    int8 = False
+
+    def describe(self) -> str:
+        return "none (no model ran)"
+
+
+class NoPrecision:
+    """What a render with no model computes in, as ``Precision`` reports it: the compositor's float32 pixels."""
+
+    name = signature = "float32"
+    quantization = NoQuantization()
+
+    def describe(self) -> str:
+        return f"{self.name} ({NO_MODEL})"
+
+
+class NoMonitor:
+    """The ``OffloadMonitor`` of a render that places nothing: its report, with nothing switched, copied or loaded."""
+
+    def __init__(self, policy: str, resident_blocks: int) -> None:
+        self.policy, self.resident_blocks = policy, resident_blocks
+
+    def reset(self) -> None:
+        pass
+
+    def report(self) -> dict[str, Any]:
+        block = self.policy == "block"
+        return {"policy": self.policy, "resident_blocks": self.resident_blocks if block else None, "switches": 0,
+                "switch_ms_mean": None, "switch_ms_max": None, "h2d_bytes": 0, "h2d_gbps": None, "loads": 0,
+                "evictions": 0, "max_resident_blocks": 0 if block else None, "peak_device_mb": None,
+                "pinned_host_mb": None}  # fmt: skip
+
+
+class NoModels:
+    """The ``PlacedModels`` of a render that runs none: nothing placed, nothing computed, no torch imported."""
+
+    def __init__(self, config: Config) -> None:
+        self.monitor = NoMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks)
+        self.precision = NoPrecision()
 
 
 class BlankSteps:
     """``ChunkSteps`` that generate nothing over ``schedule``, each segment leaving as blank (side, side, 3) frames."""
 
-    def __init__(self, schedule: ChunkSchedule, side: int, device: torch.device) -> None:
+    device = "cpu"  # nothing is computed: a resume point's (empty) state stays where it is read
+
+    def __init__(self, schedule: ChunkSchedule, side: int) -> None:
         self.schedule = schedule
-        self.device = device
         self.audio_context_frames = 1  # a speech drive fed from the stream reads half a frame past a segment
         self.audio_history_frames = 0
         self.side = side
-
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
               read_box: tuple[int, int, int, int] | None, inputs: RenderInputs) -> BlankRun:  # fmt: skip
         # The compositor's per-frame arrays reuse the last segment's freed memory, the heap trimmed every few
@@ -88,17 +120,12 @@ class BlankRun(ChunkRun):
         self.emitted = True
 
 
-def blank_pipeline(config: Config, engine: FamilyEngine, side: int, device: torch.device,
-                   world_size: int = 1) -> Pipeline:  # fmt: skip
-    """The Pipeline of a render whose sinks read none of ``engine``'s (side, side) frames: its schedule, no model
-    (``world_size``: the render's processes)."""
+def blank_pipeline(config: Config, engine: FamilyEngine, side: int) -> Pipeline:
+    """The Pipeline of a render whose sinks read none of ``engine``'s (side, side) frames: its schedule, no model.
+    Never overlapped: its steps do no work for the emission to overlap with."""
     p = config.pipeline
     if engine.schedule is not None:
         schedule = engine.schedule(config, True)
     else:
         schedule = ChunkSchedule(p.n_chunk_frames, 0, False, p.seam_frames, p.anchor_frames)
-    steps = BlankSteps(schedule, side, device)
-    # Overlapped as the family would be where the render runs on several threads (runtime.threads=N; by default it
-    # runs on one, not overlapped: RenderSession.build): the compositing then runs on one intra-op thread.
-    overlap = engine.overlap and overlaps(config, device, world_size)
-    return Pipeline(steps, NoModels(config, device), config.model.sample_rate, config.model.fps, overlap=overlap)
+    return Pipeline(BlankSteps(schedule, side), NoModels(config), config.model.sample_rate, config.model.fps)

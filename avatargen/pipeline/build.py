@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,20 +24,6 @@ from avatargen.runtime.distributed import ParallelContext
 from avatargen.runtime.memory import settle_long_lived_objects
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.precision import Precision, choose_precision
-
-
-def resolve_checkpoint(config: Config, shipped: Mapping[str, Path]) -> Path:
-    """``model.checkpoint``, or the folder ``shipped`` in the package for the model option; fails with the fix when
-    neither exists."""
-    if config.model.checkpoint:
-        return Path(config.model.checkpoint).expanduser()
-    path = shipped.get(config.model.name)
-    if path is None or not path.exists():
-        raise CheckpointError(
-            f"no checkpoint is shipped for model '{config.model.name}'; set model.checkpoint=PATH, "
-            "or model.weights=random for an untrained model (noise video, for tests)"
-        )
-    return path
 
 
 def resolve_device(config: Config) -> torch.device:

@@ -12,12 +12,13 @@ function of the audio, so a resumed render replays it and skips the first ``step
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from avatargen.pipeline.state import LatentWindow, RollingState
+
+if TYPE_CHECKING:  # types only: a render that runs no model imports no torch
+    import torch
+    from torch import Tensor
 
 FAMILY_PREFIX = "family."
 

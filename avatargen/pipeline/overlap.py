@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from avatargen.config.schema import Config, Offload
 from avatargen.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def overlaps(config: Config, device: torch.device, world_size: int) -> bool:
@@ -33,6 +34,8 @@ def overlaps(config: Config, device: torch.device, world_size: int) -> bool:
             raise ConfigError("runtime.overlap=true cannot run a sharded render (its ranks' collectives must run in one "
                               "order); set runtime.overlap=null")  # fmt: skip
         return chosen
+    import torch
+
     return device.type == "cpu" and world_size == 1 and config.runtime.offload == Offload.none and torch.get_num_threads() >= 2
 
 
@@ -59,6 +62,8 @@ class EmitThread:
         self._thread.start()
 
     def _run(self) -> None:
+        import torch
+
         torch.set_num_threads(self._threads)  # per thread: the generating thread keeps its own count
         while True:
             job = self._jobs.get()

@@ -14,7 +14,6 @@ from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-import torch
 
 from avatargen.io.sink import FrameSink
 from avatargen.pipeline.audio_timeline import AudioTimeline
@@ -72,8 +71,9 @@ class Pipeline:
         handed = stats.frames  # frames handed over to be emitted (they reach the sinks in order, maybe later)
         # With overlap the first segment of a render runs here with every thread (it sets the time to the first
         # frame), every step after it with the threads split. A resumed render splits them from its start, so each
-        # step runs with the threads it had in the render it continues.
-        threads = torch.get_num_threads()
+        # step runs with the threads it had in the render it continues. (torch's threads: a render whose steps run no
+        # model is never overlapped, and imports no torch.)
+        threads = _torch_threads() if self.overlap else 1
         prepare_may_move = self.overlap and _shares_threads_evenly(threads)  # see the hand-over below
         emitter = _start_emitter(threads) if self.overlap and resume is not None else None
         schedule = self.schedule
@@ -116,7 +116,7 @@ class Pipeline:
         finally:
             if emitter is not None:
                 emitter.close(cancel=True)  # after drain() nothing waits; after an error the rest is dropped
-                torch.set_num_threads(threads)
+                _set_torch_threads(threads)
         stats.wall_s = time.perf_counter() - started
         return stats
 
@@ -170,7 +170,19 @@ def _shares_threads_evenly(threads: int) -> bool:
     return generating == emitting
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _set_torch_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def _start_emitter(threads: int) -> EmitThread:
     generating, emitting = split_threads(threads)
-    torch.set_num_threads(generating)
+    _set_torch_threads(generating)
     return EmitThread(emitting)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from torch import Tensor
+if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
+    from torch import Tensor
 
 
 @dataclass

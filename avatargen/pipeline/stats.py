@@ -7,12 +7,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Iterator
 
 from avatargen.errors import NonFiniteError
+
+if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
+    from torch import Tensor
 
 
 @dataclass
@@ -58,7 +58,7 @@ class RenderStats:
 
 def check_finite(tensor: Tensor, module: str, where: str) -> None:
     """Stop the render, naming the module, rather than write garbage: NaN/Inf come from a broken checkpoint."""
-    if not torch.isfinite(tensor).all():
+    if not tensor.isfinite().all():
         raise NonFiniteError(
             f"the {module} model produced NaN/Inf {where}; its checkpoint is broken or mismatched: re-create or re-copy it"
         )

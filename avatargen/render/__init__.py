@@ -2,8 +2,9 @@
 opened for the engine (inputs.py), the reference compositor (compositing.py). The CLI parses arguments and prints;
 everything a render does lives here, so scripts can call ``render()`` too.
 
-Importing this package costs nothing: the session and the compositor (torch) are imported when first asked for, so
-that the CLI checks a request (request.py, torch-free) before it pays for torch."""
+Importing this package costs nothing: the session and the compositor (OpenCV, the engine) are imported when first
+asked for, so that the CLI checks a request (request.py) before it pays for them. torch comes only with a model: a
+render whose compositor reads none of its frames never imports it."""
 
 from avatargen.render.request import STREAM, RenderRequest, config_path_for, partial_path_for
 

@@ -16,16 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
-import torch
 from omegaconf import DictConfig
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.families import family_named
+from avatargen.config.families import family_named, resolve_checkpoint
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import square_is_photo
@@ -40,7 +39,6 @@ from avatargen.io.outputs import Output, OutputKind, stdout_output
 from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.blank import blank_pipeline
-from avatargen.pipeline.build import build_pipeline, place_models, resolve_checkpoint, resolve_device
 from avatargen.pipeline.checkpoint import RenderCheckpoint
 from avatargen.pipeline.family import FamilyEngine, load_engine
 from avatargen.pipeline.follower import render_as_follower
@@ -57,6 +55,9 @@ from avatargen.render.request import (STREAM, RenderRequest, check_before_readin
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, fingerprinted_settings, resume_point
 from avatargen.runtime.distributed import ParallelContext, note_kept, rank_failures, solo_parallel, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
+
+if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
+    import torch
 
 
 def _print_to_stderr(message: str) -> None:
@@ -148,6 +149,10 @@ def load_models_early(config: Config, family: FamilyEngine) -> None:
         parallel = solo_parallel(config, family.splittable_work(config))
         if parallel is None:
             return
+        import torch
+
+        from avatargen.pipeline.build import place_models, resolve_device
+
         if config.runtime.threads:  # as run() set them on its thread: the precision probes time with these
             torch.set_num_threads(config.runtime.threads)
         place_models(config, family, resolve_device(config), parallel)
@@ -169,7 +174,9 @@ class RenderSession:
         self.live: list[Output] = []
         self.opened: OpenedInputs
         self.weights = "random"
-        self.device: torch.device
+        self.device: torch.device | str  # "cpu" where no model runs (the compositor works on the CPU)
+        self.models_likely = True  # model_frames_likely_read: the models load beside the face search
+        self.threads: int | None = None  # torch's threads, fixed before the models load (None: torch not asked)
         self.parallel: ParallelContext
         self.lock: OutputLock | None = options.output_lock
         self.playlist_locks: list[OutputLock] = []  # held while publishing to an HLS playlist
@@ -183,15 +190,31 @@ class RenderSession:
 
     def run(self) -> dict[str, Any]:
         self.check()
-        # This thread's torch threads, fixed before the models load on a worker: a thread's first read of its count is
-        # torch's process-wide one, which that worker's probes set to 1 while they time a core. Read in that window,
-        # the render ran on one thread without overlapped emission (a cartoon: RTF 0.50 against 0.30).
-        threads = self.config.runtime.threads or torch.get_num_threads()
-        torch.set_num_threads(threads)
+        # guessed here, not on the worker: there it delayed the models' load into the first A2V window, which then ran
+        # 3-10x slower beside the worker's torch threads (benchmarks/speed/ttff.py, a cartoon); a render whose
+        # compositor reads none of the model's frames imports no torch (a photograph's first frame comes sooner)
+        picture = self.request.image if self.request.video is None else None
+        self.models_likely = not self.family.composited or model_frames_likely_read(self.config, picture)
         try:
+            if self.models_likely:
+                self.family.import_models()  # torch and the models' code, here before the models load on a worker
+                self._fix_threads()
             return self._steps()
         finally:
-            torch.set_num_threads(threads)  # a render with no model ran on one (build); the next one here does not
+            if self.threads is not None:
+                import torch
+
+                torch.set_num_threads(self.threads)  # as they were for this render, whatever a stage set
+
+    def _fix_threads(self) -> None:
+        """This thread's torch threads, fixed before the models load on a worker: a thread's first read of its count
+        is torch's process-wide one, which that worker's probes set to 1 while they time a core. Read in that window,
+        the render ran on one thread without overlapped emission (a cartoon: RTF 0.50 against 0.30)."""
+        if self.threads is None:
+            import torch
+
+            self.threads = self.config.runtime.threads or torch.get_num_threads()
+            torch.set_num_threads(self.threads)
 
     def _steps(self) -> dict[str, Any]:
         self.open_inputs()
@@ -229,10 +252,7 @@ class RenderSession:
         warn = held.append  # list.append is atomic: the audio's thread may add to it too
         block = max(1, int(config.pipeline.audio_block_s * config.model.sample_rate))
         with ThreadPoolExecutor(max_workers=2) as pool:
-            picture = request.image if request.video is None else None
-            # guessed here, not on the worker: there it delayed the models' load into the first A2V window, which
-            # then ran 3-10x slower beside the worker's torch threads (benchmarks/speed/ttff.py, a cartoon)
-            if not self.family.composited or model_frames_likely_read(config, picture):
+            if self.models_likely:
                 pool.submit(load_models_early, config, self.family)
             audio_file = None if self.streamed_audio else pool.submit(
                 open_audio, request.audio_files, request.audio_type, config, block, warn)  # fmt: skip
@@ -275,8 +295,15 @@ class RenderSession:
                            "and benchmarks only)"))  # fmt: skip
         else:
             self.weights = str(resolve_checkpoint(config, self.family.shipped_checkpoints))
-        self.device = resolve_device(config)
-        self.parallel = start_parallel(config, self.device, self.family.splittable_work(config))
+        work = self.family.splittable_work(config)
+        solo = solo_parallel(config, work)
+        if solo is not None and not self.runs_models:
+            self.device, self.parallel = "cpu", solo  # nothing runs on a device: no torch to ask which
+        else:
+            from avatargen.pipeline.build import resolve_device
+
+            self.device = resolve_device(config)
+            self.parallel = start_parallel(config, self.device, work)
         if self.streamed_audio and self.parallel.world.world_size > 1:
             raise BadInputError("--audio - (stdin) works for one process only; render the audio from a file under torchrun")
 
@@ -330,16 +357,21 @@ class RenderSession:
         defaults by whether its frames are composited (the bundled one: its motion frames). Where the compositor
         reads none of the model's frames, no model: the engine over blank steps (avatargen/pipeline/blank.py)."""
         compositor = self.opened.compositor
-        if compositor is not None and not compositor.reads_model():
-            if not self.config.runtime.threads:
-                # The compositing is then the render's only torch work, small ops on one thread (not overlapped); a
-                # second thread only took CPU from ffmpeg (docs/speed-measures.md, "Photographs: the compositing's cost")
-                torch.set_num_threads(1)
-            world_size = self.parallel.world.world_size
-            self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size, self.device, world_size)
+        if not self.runs_models:
+            self.pipeline = blank_pipeline(self.config, self.family, compositor.model_size)
             return
+        from avatargen.pipeline.build import build_pipeline
+
+        self._fix_threads()  # where the guess said no model: now, before they load
         self.pipeline = build_pipeline(self.config, self.family, self.device, self.parallel,
                                        composited=compositor is not None)  # fmt: skip
+
+    @property
+    def runs_models(self) -> bool:
+        """Whether the render builds and runs the family's models: not where its compositor reads none of their
+        frames (a photograph whose speech drives its mouth)."""
+        compositor = self.opened.compositor
+        return compositor is None or compositor.reads_model()
 
     def _run(self, resume: RenderCheckpoint | None) -> RenderRun:
         """What shapes the work on every rank: a source video, the speakers, the part of each frame the compositor
@@ -363,8 +395,9 @@ class RenderSession:
             self.store = ResumeStore(file)
             config = self.config
             weights = [] if config.model.weights == WeightsSource.random else self.family.weight_files(config)
+            threads = None if self.runs_models else config.runtime.threads or 1  # None: torch's; no model: one
             settings = fingerprinted_settings(self.cfg, self.device, self.pipeline.models.precision.signature,
-                                              self.parallel.layout)  # fmt: skip
+                                              self.parallel.layout, threads)  # fmt: skip
             found = fingerprint(request.picture, request.audio, request.prompt, settings, weights)
             found.update(input_digests(request.video, request.audio_files, list(request.person_boxes),
                                        request.audio_type, file_digest))  # fmt: skip

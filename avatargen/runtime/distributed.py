@@ -19,18 +19,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from avatargen.config.schema import Config
 from avatargen.errors import EXIT_FAILURE, AvatarGenError
-from avatargen.runtime.guidance import GuidanceSplit
 from avatargen.runtime.layout import ParallelLayout, SplittableWork, resolve_layout
-from avatargen.runtime.numa import pin_rank
-from avatargen.runtime.pipeline_parallel import PipelineRanks, PipelineStop, stage_order
 from avatargen.runtime.world import WorldInfo, full_world, solo_rank, world_info
+
+if TYPE_CHECKING:  # types only: a render alone in its process (solo_parallel) imports no torch here
+    import torch
+
+    from avatargen.runtime.guidance import GuidanceSplit
+    from avatargen.runtime.pipeline_parallel import PipelineRanks
 
 __all__ = ["ParallelContext", "RankFailedError", "WorldInfo", "ensure_process_group", "full_world", "rank_failures",
            "solo_parallel", "solo_rank", "start_parallel", "world_info"]  # fmt: skip
@@ -43,6 +43,9 @@ def backend_for(device: torch.device) -> str:
 
 def ensure_process_group(device: torch.device, timeout_s: float) -> None:
     """Join torchrun's process group once per process (idempotent); destroyed at exit."""
+    import torch
+    import torch.distributed as dist
+
     if dist.is_initialized():
         return
     if device.type == "cuda":
@@ -56,6 +59,8 @@ def ensure_process_group(device: torch.device, timeout_s: float) -> None:
 
 
 def _destroy() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -83,6 +88,8 @@ class ParallelContext:
     @property
     def pipeline_ranks(self) -> PipelineRanks | None:
         """This rank's stage of a pipeline of denoising steps (stages on ranks 1, ..., N - 1, 0), or None."""
+        from avatargen.runtime.pipeline_parallel import PipelineRanks, stage_order
+
         if self.layout.pipeline == 1:
             return None
         order = stage_order(self.world.world_size)
@@ -95,11 +102,15 @@ class ParallelContext:
 
     def guidance_split(self) -> GuidanceSplit:
         """How a sampling step's guidance passes are shared over this rank's guidance group (all here without)."""
+        from avatargen.runtime.guidance import GuidanceSplit
+
         return GuidanceSplit(self.work_mesh.get_group("guidance") if self.layout.guidance > 1 else None)
 
     def device_for(self, device: torch.device) -> torch.device:
         """Each rank of a CUDA job drives the GPU of its local rank."""
         if device.type == "cuda" and self.world.world_size > 1:
+            import torch
+
             return torch.device("cuda", self.world.local_rank)
         return device
 
@@ -108,6 +119,11 @@ class ParallelContext:
         SIGINT/SIGTERM must end the render at the same step everywhere, or the next collective would hang)."""
         if not self.joined:
             return flag
+        import torch
+        import torch.distributed as dist
+
+        from avatargen.runtime.pipeline_parallel import PipelineStop
+
         if self.layout.pipeline > 1:  # stop between blocks on the first stage; the others where its end reaches them
             first = self.pipeline_ranks.stage == 0
             return PipelineStop(flag, first, _store(), f"avatargen/stop/{_generation}")
@@ -123,6 +139,8 @@ class ParallelContext:
         """Rank 0's ``value`` on every rank (pickled; small objects and CPU tensors, e.g. a resume point)."""
         if not self.joined:
             return value
+        import torch.distributed as dist
+
         box = [value]
         dist.broadcast_object_list(box, src=0)  # CPU objects: gloo, also beside nccl
         return box[0]
@@ -164,6 +182,8 @@ def start_parallel(config: Config, device: torch.device, splittable: SplittableW
     world = world_info()
     layout = resolve_layout(config, world.world_size, splittable)
     if config.runtime.numa:  # first: the process group's and CUDA's threads then inherit the binding
+        from avatargen.runtime.numa import pin_rank
+
         pin_rank(world, device)
     ensure_process_group(device, config.runtime.dist_timeout_s)
     if layout.pipeline > 1:  # point-to-point sends over the default group: no mesh
@@ -186,10 +206,19 @@ class RankFailedError(AvatarGenError):
 
 
 def _store() -> Any:
+    import torch.distributed as dist
+
     try:
         return dist.distributed_c10d._get_default_store()
     except Exception:  # no store (private API moved): fall back to the generic message
         return None
+
+
+def _group_joined() -> bool:
+    """Whether this process joined a process group (torch imported only where it can have)."""
+    import torch.distributed as dist
+
+    return dist.is_initialized()
 
 
 def _one_line(error: BaseException) -> str:
@@ -256,7 +285,7 @@ def rank_failures() -> Iterator[None]:
         yield
     except BaseException as error:
         world = world_info()
-        if world.world_size == 1 or not dist.is_initialized() or isinstance(error, (KeyboardInterrupt, SystemExit)):
+        if world.world_size == 1 or not _group_joined() or isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
         store = _store()
         others = _posted(store, generation, world, wait_s=0.0 if isinstance(error, AvatarGenError) else 3.0)

@@ -99,11 +99,10 @@ def test_a_render_that_runs_no_model_keeps_its_freed_heap_between_segments_too()
     # in afresh (581k page faults per 120 s of video against 359k: docs/speed-measures.md).
     script = textwrap.dedent(
         """
-        import torch
         from avatargen.pipeline.blank import BlankSteps
         from avatargen.runtime.memory import TRIM_INTERVAL_S, process_trimmer
         assert process_trimmer().interval_s == 0.0  # untouched: trimmed after every segment
-        BlankSteps(None, 256, torch.device("cpu")).start(None, "", None, None, None)
+        BlankSteps(None, 256).start(None, "", None, None, None)
         print(process_trimmer().interval_s == TRIM_INTERVAL_S)
         """
     )

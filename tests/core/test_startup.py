@@ -54,6 +54,22 @@ def test_a_quiet_render_with_the_shipped_model_imports_neither_torch_dynamo_nor_
 
 
 
+def test_a_photo_rendered_with_its_speech_imports_no_torch_and_a_cartoon_does(tmp_path) -> None:
+    """A photograph whose speech drives its mouth reads none of the model's frames: no model is built, and torch
+    (about a second of the time to the first frame) is never imported; its video is the one the models gave
+    (tests/render/test_photo_runs_no_model.py). A cartoon needs its models, and torch."""
+    from tests.eval import clips
+
+    audio = write_speechlike_wav(tmp_path / "a.wav", 0.5)
+    photo = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
+    cartoon = REPO / "examples" / "avatar_1.png"
+    for picture, imports_torch in ((photo, False), (cartoon, True)):
+        out = tmp_path / f"{picture.stem}.mp4"
+        result, _, report = _run_cli(["render", "-i", str(picture), "-a", str(audio), "-o", str(out), "--quiet"])
+        assert result.returncode == 0 and out.stat().st_size > 0, result.stderr
+        assert report["torch"] is imports_torch, f"{picture.name}: torch imported: {report['torch']}"
+
+
 @pytest.mark.parametrize("problem, says", [
     ("image", "image file '{image}' does not exist; check the path"),
     ("audio", "audio file '{audio}' does not exist; check the path"),

@@ -8,18 +8,18 @@ import copy
 import threading
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 
 import torch
 
 from avatargen.config.schema import Config, WeightsSource
+from avatargen.config.families import resolve_checkpoint
 from avatargen.families.tiny.config import SHIPPED_CHECKPOINTS, check_checkpoint_architecture
+from avatargen.families.tiny.plan import BUILD_THREADS
 from avatargen.families.tiny.models import MODEL_CLASSES
 from avatargen.modules import Module, ModuleSpec
-from avatargen.pipeline.build import resolve_checkpoint, resolve_precision
+from avatargen.pipeline.build import resolve_precision
 from avatargen.pipeline.parts import ModelPart, place_parts
 from avatargen.runtime.distributed import ParallelContext, world_info
-from avatargen.runtime.layout import SplittableWork
 from avatargen.runtime.offload import OffloadMonitor, Resident
 from avatargen.runtime.placement import RandomInit
 from avatargen.runtime.precision import Precision
@@ -65,23 +65,6 @@ def module_specs(config: Config) -> list[ModuleSpec]:
     return [ModuleSpec(name, partial(model_class, getattr(config.model, name))) for name, model_class in MODEL_CLASSES.items()]
 
 
-def weight_files(config: Config) -> list[Path]:
-    """The safetensors files a render reads (none for random weights)."""
-    if config.model.weights == WeightsSource.random:
-        return []
-    checkpoint = resolve_checkpoint(config, SHIPPED_CHECKPOINTS)
-    return sorted(checkpoint.glob("*.safetensors")) if checkpoint.is_dir() else [checkpoint]
-
-
-def parallel_work(config: Config) -> SplittableWork:
-    """What one render of the bundled model can split over torchrun's ranks: the A2V's tokens (about 1,200 a window),
-    on request (``runtime.sequence_parallel=N``) but not by ``auto``: on a CPU, N ranks of one thread split them no
-    faster than one process's N threads, while every rank would still run SR and the decoder whole; on a GPU a
-    1,200-token forward is too short for the exchanges to pay (docs/distributed.md, "The bundled model"). One sampling
-    pass a step: no guidance to split."""
-    return SplittableWork(sequence=True, sequence_by_default=False)
-
-
 def model_parts(config: Config) -> list[ModelPart]:
     """The five models, in load order: loaded strictly (names and shapes checked) from the memory-mapped checkpoint
     (its architecture checked against the config first), or randomly initialised from ``seed`` where they live."""
@@ -106,11 +89,6 @@ def model_set(config: Config, modules: dict[str, Module], monitor: OffloadMonito
                                        resident=config.runtime.offload.value == "none")  # fmt: skip
     models.precision = replace(precision, quantization=quantization)
     return models
-
-
-# One thread while placing: hundreds of small copies and inits; on two threads under load they took 0.66 s against
-# 0.05 s for the tiny model, the same weights to the bit (copies and the seeded init do not depend on the thread count).
-BUILD_THREADS = 1
 
 
 def build_modules(config: Config, device: torch.device, parallel: ParallelContext | None = None,

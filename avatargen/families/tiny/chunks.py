@@ -24,12 +24,13 @@ from torch import Tensor
 
 from avatargen.config.schema import Config
 from avatargen.families.tiny.build import TinyModelSet
-from avatargen.families.tiny.config import INTERPOLATES, TinyModelConfig, motion_frames_for
+from avatargen.families.tiny.config import TinyModelConfig
+from avatargen.families.tiny.plan import chunk_schedule
 from avatargen.families.tiny.models.vae import DecoderCache
 from avatargen.families.tiny.stages import A2VStage, ContextGenStage, DecodeRegion, ReferenceContext, SRStage, StreamingDecodeStage
 from avatargen.pipeline.audio_timeline import AudioTimeline
 from avatargen.pipeline.family import ChunkRun
-from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
+from avatargen.pipeline.schedule import Emit, IChunk, NChunk
 from avatargen.pipeline.state import LatentWindow, RollingState
 from avatargen.pipeline.stats import RenderStats, check_finite
 from avatargen.runtime.memory import keep_freed_heap
@@ -41,13 +42,6 @@ class Segment:
 
     latents: Tensor  # (1, C, T, h, w)
     upscaled: Tensor | None = None  # (1, C, t, H, W): frames 0..t-1 upscaled (t: about half the segment)
-
-
-def chunk_schedule(config: Config, composited: bool | None = None) -> ChunkSchedule:
-    """The bundled family's chunk schedule (``FamilyEngine.schedule``): its motion frames and I chunks by default."""
-    p = config.pipeline
-    motion = motion_frames_for(config, composited)
-    return ChunkSchedule(p.n_chunk_frames, motion, p.interpolates(INTERPOLATES), p.seam_frames, p.anchor_frames)
 
 
 class TinyChunks:

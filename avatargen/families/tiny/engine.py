@@ -7,12 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from avatargen.families.tiny.build import BUILD_THREADS, model_parts, model_set, parallel_work, weight_files
-from avatargen.families.tiny.chunks import TinyChunks, chunk_schedule
 from avatargen.families.tiny.config import FAMILY, SHIPPED_CHECKPOINTS
 from avatargen.families.tiny.notes import reference_notes
-from avatargen.pipeline.build import resolve_precision
-from avatargen.pipeline.family import FamilyEngine
+from avatargen.families.tiny.plan import BUILD_THREADS, chunk_schedule, parallel_work, weight_files
+from avatargen.pipeline.family import FamilyEngine, Imported
 
 if TYPE_CHECKING:  # a type only: a render does not read the training recipe
     from avatargen.families.tiny.train.config import RecipeConfig
@@ -28,10 +26,11 @@ def train(recipe: RecipeConfig, out: Path) -> dict:
 
 ENGINE = FamilyEngine(
     family=FAMILY,
-    model_parts=model_parts,
-    precision=resolve_precision,  # runtime.dtype resolved for the device (bf16 where it runs faster)
-    model_set=model_set,
-    chunk_steps=TinyChunks,
+    # The models' code (torch) is imported when a render first builds them: a render that runs none never does.
+    model_parts=Imported("avatargen.families.tiny.build:model_parts"),
+    precision=Imported("avatargen.pipeline.build:resolve_precision"),  # runtime.dtype for the device (bf16 where faster)
+    model_set=Imported("avatargen.families.tiny.build:model_set"),
+    chunk_steps=Imported("avatargen.families.tiny.chunks:TinyChunks"),
     schedule=chunk_schedule,  # also that of a render that runs no model (avatargen/pipeline/blank.py)
     weight_files=weight_files,
     shipped_checkpoints=SHIPPED_CHECKPOINTS,
