@@ -197,7 +197,10 @@ class RenderSession:
         self.models_likely = not self.family.composited or model_frames_likely_read(self.config, picture)
         try:
             if self.models_likely:
+                importing = time.perf_counter()
                 self.family.import_models()  # torch and the models' code, here before the models load on a worker
+                # start-up, not the render (as for a batch worker's later renders): ttff_s and wall_s leave it out
+                self.started += time.perf_counter() - importing
                 self._fix_threads()
             return self._steps()
         finally:
