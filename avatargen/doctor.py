@@ -369,6 +369,12 @@ def check_default_render() -> dict[str, Any]:
 
     found: dict[str, Any] = {"model": None, "checkpoint": None, "device": None, "problems": []}
     try:
+        from avatargen.compose.opencv import cv2  # the compositor's OpenCV loads, version 5 or newer
+
+        found["opencv"] = cv2.__version__
+    except AvatarGenError as error:
+        found["problems"].append(str(error))
+    try:
         config = to_config(load_config([]))
         engine = load_engine(family_named(config.model.family))
         found["model"] = config.model.name

@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-import cv2
 import numpy as np
 from PIL import Image
 
 from avatargen.compose.layout import FaceLayout
+from avatargen.compose.opencv import cv2
 from avatargen.face.detector import Face
 from avatargen.face.lips import Lips
 

@@ -27,11 +27,11 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import cv2
 import numpy as np
 
 from avatargen.compose.idle_settings import IdleMotionSettings
 from avatargen.compose.layout import FaceLayout
+from avatargen.compose.opencv import cv2
 from avatargen.numeric import (
     LUMA,
     SeededUniform,

@@ -18,10 +18,10 @@ between the contours), keeping at least ``LIP_KEPT`` of the lip (``_interior_edg
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 from PIL import Image, ImageDraw
 
+from avatargen.compose.opencv import cv2
 from avatargen.face.lips import Lips
 from avatargen.numeric import column_median, nearest_pixels
 

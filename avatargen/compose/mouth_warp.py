@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
-import cv2
 import numpy as np
 
 from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_interior import MouthInterior, estimated_teeth, own_teeth
+from avatargen.compose.opencv import cv2
 from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.face.lips import Lips
 from avatargen.numeric import LUMA, column_median, nearest_pixels, smoothstep

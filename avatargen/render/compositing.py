@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from functools import partial
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
-import cv2
 import numpy as np
 from PIL import Image
 
@@ -19,15 +18,15 @@ from avatargen.compose.idle_motion import IdleMotion
 from avatargen.compose.layout import FaceLayout
 from avatargen.compose.mouth_choice import mouth_for
 from avatargen.compose.mouth_warp import MouthWarp
+from avatargen.compose.opencv import cv2
 from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.config.schema import Config, MouthMode
 from avatargen.config.validate import idle_motion_settings
 from avatargen.face.choice import reference_lips
-from avatargen.face.lips import lips_installed
 from avatargen.face.domain import PHOTO_FLAT_SHARE, flat_grey_share, square_is_photo
+from avatargen.face.lips import lips_installed
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.image import Reference
-
 
 GUESS_MAX_PIXELS = 4_000_000  # ``model_frames_likely_read`` decodes no larger picture (~0.1 s of the main thread)
 

@@ -132,3 +132,18 @@ def test_checking_a_config_of_any_family_imports_neither_torch_nor_transformers(
                             env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_an_opencv_that_cannot_load_is_refused_in_one_line_with_its_fix(tmp_path) -> None:
+    # e.g. a GUI build of OpenCV (another package's) over the headless one, on a machine without libGL
+    audio = write_speechlike_wav(tmp_path / "a.wav", 0.5)
+    out = tmp_path / "out.mp4"
+    code = ("import runpy, sys; sys.modules['cv2'] = None; sys.argv = ['avatargen', *sys.argv[1:]]; "
+            "runpy.run_module('avatargen', run_name='__main__')")  # fmt: skip
+    args = ["render", "-i", str(REPO / "examples" / "avatar_1.png"), "-a", str(audio), "-o", str(out)]
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: OpenCV cannot be imported") and "opencv-python-headless>=5" in lines[0]
+    assert not out.exists()
