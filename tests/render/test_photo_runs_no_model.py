@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import cv2
 import numpy as np
 import pytest
 import soundfile as sf
@@ -52,8 +53,9 @@ def test_a_photo_with_its_audio_file_builds_and_runs_no_model_and_shows_the_same
 
 
 def test_a_photo_composites_on_one_thread_and_the_next_render_in_the_process_gets_them_all(tmp_path, speech):
-    """With no model, the compositing is all the torch work: a second thread only took CPU from the encoder beside it.
-    A batch worker's next render (a cartoon) runs on the process's threads again."""
+    """With no model, the compositing (OpenCV) is all the work beside the encoder: on one thread, not overlapped; a
+    second thread only took CPU from the encoder. torch's threads stay the process's: a batch worker's next render
+    (a cartoon) runs on all of them, overlapped."""
     photo = clips.write_png(tmp_path / "astronaut.png", clips.astronaut())
     threads = ["model.weights=random"]  # runtime.threads left to the render
     previous = torch.get_num_threads()
@@ -61,7 +63,7 @@ def test_a_photo_composites_on_one_thread_and_the_next_render_in_the_process_get
     try:
         report = render(RenderRequest(photo, speech, tmp_path / "photo.mp4"), load_config(threads),
                         warn=lambda line: None)  # fmt: skip
-        assert report["overlap"] is False and torch.get_num_threads() == 2
+        assert report["overlap"] is False and cv2.getNumThreads() == 1 and torch.get_num_threads() == 2
         cartoon = render(RenderRequest(REPO / "examples" / "avatar_1.png", speech, tmp_path / "cartoon.mp4"),
                          load_config(threads), warn=lambda line: None)  # fmt: skip
         assert cartoon["overlap"] is True  # two threads: the emission overlapped with the generation
