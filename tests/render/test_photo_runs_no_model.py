@@ -1,23 +1,28 @@
 """A photograph rendered with its audio file runs no model: its speech opens the mouth and the interior is drawn in
 the photo's colours, so nothing reads the model's frames. None of the model stages is built, loaded or run (what
 ran, not how long it took), and the video is the one the models' frames gave; a cartoon still runs them. Streamed on
-stdin, the same speech makes the same video."""
+stdin, the same speech makes the same video; killed, the render resumes to it."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import cv2
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from PIL import Image
 
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.config.loader import load_config
 from avatargen.pipeline import build
 from avatargen.render import RenderRequest, render
-from tests.conftest import FAST, REPO, run_cli
+from tests.conftest import FAST, REPO, kill_tree, run_cli, write_speechlike_wav
 from tests.eval import clips
 from tests.ffmpeg_probe import decode_frames
 
@@ -87,3 +92,27 @@ def test_a_photo_makes_the_same_video_from_stdin_as_from_its_file(tmp_path, spee
     assert from_file.returncode == 0 and from_stdin.returncode == 0, from_stdin.stderr
     assert not MODEL_STAGES & set(json.loads(from_stdin.stdout)["stages_run"])
     np.testing.assert_array_equal(decode_frames(outs["stdin"]), decode_frames(outs["file"]))
+
+
+def test_a_photo_render_killed_after_its_checkpoints_resumes_to_the_uninterrupted_video(tmp_path):
+    """A render with no model saves resume points with an empty state (written and read without torch): SIGKILLed
+    after two, ``--resume`` continues from the last its video covers, and the joined video is the uninterrupted one."""
+    small = Image.fromarray(clips.astronaut()).resize((256, 256), Image.Resampling.LANCZOS)  # quick to render
+    photo = clips.write_png(tmp_path / "astronaut.png", np.asarray(small))
+    audio = write_speechlike_wav(tmp_path / "a.wav", 20.0)  # ~1 s of rendering: time to stop it midway
+    reference, out = tmp_path / "reference.mp4", tmp_path / "out.mp4"
+    assert run_cli("render", "-i", str(photo), "-a", str(audio), "-o", str(reference), "-q").returncode == 0
+    process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(photo), "-a", str(audio), "-o",
+                                str(out), "-q"], env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    states = out.with_name("out.resume")
+    while len(list(states.glob("state-*.safetensors"))) < 2:
+        assert process.poll() is None, "the render ended before it could be killed"
+        time.sleep(0.01)
+    kill_tree(process.pid)
+    process.wait()
+    resumed = run_cli("render", "-i", str(photo), "-a", str(audio), "-o", str(out), "-q", "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["resumed_from"] > 0 and not MODEL_STAGES & set(report["stages_run"])
+    np.testing.assert_array_equal(decode_frames(out), decode_frames(reference))
