@@ -234,12 +234,14 @@ def resume_point(
                             f"{error.__class__.__name__} {error}); render without --resume to start over") from None
 
 
-def checkpoint_saver(store: ResumeStore, after: Callable[[], None] | None = None) -> Callable[[RenderCheckpoint], None]:
-    """Saves each checkpoint into ``store``, then calls ``after`` (e.g. a copy of the resume state to a bucket)."""
+def checkpoint_saver(store: ResumeStore, after: Callable[[], None] | None = None,
+                     written: Callable[[], int] | None = None) -> Callable[[RenderCheckpoint], None]:  # fmt: skip
+    """Saves each checkpoint into ``store``, then calls ``after`` (e.g. a copy of the resume state to a bucket);
+    ``written()``: the frames this run handed to the encoder so far (``ResumeStore.save`` keeps what covers them)."""
 
     def save(checkpoint: RenderCheckpoint) -> None:
         try:
-            store.save(*checkpoint.to_tensors())
+            store.save(*checkpoint.to_tensors(), written() if written is not None else None)
         except OSError as err:
             if err.errno in (errno.ENOSPC, errno.EFBIG):
                 raise disk_full_error(store.folder, err.strerror) from None

@@ -8,9 +8,10 @@ at any moment leaves a consistent folder)::
     OUT.resume/state-<F>.safetensors rolling state after frame F (a few hundred KiB, the same size for any duration)
     OUT.resume/part-<k>.mp4          video of earlier runs (run k's frames [start, end))
 
-The current run writes ``OUT.partial.mp4``; on resume it becomes the next part. At most three checkpoints are kept:
-the one the current run started from and the last two (ffmpeg may not have written the frames of the very last one
-when the process is killed; the one before it then is).
+The current run writes ``OUT.partial.mp4``; on resume it becomes the next part. Kept: the checkpoint the current run
+started from, the last ``WRITTEN_KEPT`` whose frames reached the encoder (when the process is killed, ffmpeg has not
+written the frames in its look-ahead and the fragment it is filling: up to about two checkpoints), and those whose
+frames have not reached it yet (behind ``--realtime``'s pacer the generation runs checkpoints ahead of the video).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from avatargen.io.owned_names import RESUME_MARKER, is_avatargen_resume_folder, 
 
 if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
     from torch import Tensor
+
+WRITTEN_KEPT = 3  # checkpoints kept among those whose frames reached the encoder (see the module docstring)
 
 # The format of resume.json and of the checkpoints it lists. A folder of another version is never read: the render
 # starts over (2: the engine's and the family's parts of a checkpoint stored apart; 3: the current run's part id and
@@ -189,8 +192,9 @@ class ResumeStore:
         self._write_index()
         self._remove_unlisted()
 
-    def save(self, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
-        """Add the checkpoint after ``meta['frames']`` frames; keeps the run's start and the last two."""
+    def save(self, tensors: dict[str, Tensor], meta: dict[str, Any], written: int | None = None) -> None:
+        """Add the checkpoint after ``meta['frames']`` frames; keeps the run's start, the last few of those within the
+        ``written`` frames this run handed to the encoder (None: all), and every one past them."""
         frames = int(meta["frames"])
         name = f"state-{frames}.safetensors"
         tmp = self.folder / f".{name}.tmp"
@@ -199,8 +203,10 @@ class ResumeStore:
         os.replace(tmp, self.folder / name)
         kept = [c for c in self.checkpoints if c["frames"] != frames]
         start = [c for c in kept if c["frames"] == self.run_start]
-        recent = [c for c in kept if c["frames"] != self.run_start][-1:]
-        self.checkpoints = start + recent + [{"frames": frames, "file": name, "sha256": digest, "meta": meta}]
+        later = [c for c in kept if c["frames"] != self.run_start]
+        later.append({"frames": frames, "file": name, "sha256": digest, "meta": meta})
+        reached = len(later) if written is None else sum(c["frames"] <= self.run_start + written for c in later)
+        self.checkpoints = start + later[max(0, reached - WRITTEN_KEPT):]  # in frame order: those reached first
         self._write_index()
         self._remove_unlisted()
 

@@ -468,8 +468,8 @@ class RenderSession:
             should_stop = None if self.streamed_audio else self.parallel.agreed(self.stop.requested)  # a stream stops at its end
             run = replace(self._run(self.checkpoint), should_stop=should_stop)
             if store is not None:
-                run = replace(run, checkpoints=self.grid,
-                              on_checkpoint=checkpoint_saver(store, self.options.after_checkpoint))  # fmt: skip
+                saver = checkpoint_saver(store, self.options.after_checkpoint, lambda: self.outputs.frames_written)
+                run = replace(run, checkpoints=self.grid, on_checkpoint=saver)
             pipeline.models.monitor.reset()  # the modules outlive a render (batch reuses them); their costs do not
             args = (self.opened.reference, self.opened.blocks(), sinks, self.request.prompt)
             if progress_cm is not None:

@@ -94,19 +94,22 @@ def test_a_photo_makes_the_same_video_from_stdin_as_from_its_file(tmp_path, spee
     np.testing.assert_array_equal(decode_frames(outs["stdin"]), decode_frames(outs["file"]))
 
 
-def test_a_photo_render_killed_after_its_checkpoints_resumes_to_the_uninterrupted_video(tmp_path):
+@pytest.mark.parametrize("paced, states", [([], 2), (["--realtime"], 4)])
+def test_a_photo_render_killed_after_its_checkpoints_resumes_to_the_uninterrupted_video(tmp_path, paced, states):
     """A render with no model saves resume points with an empty state (written and read without torch): SIGKILLed
-    after two, ``--resume`` continues from the last its video covers, and the joined video is the uninterrupted one."""
+    after a few, ``--resume`` continues from the last its video covers, and the joined video is the uninterrupted one.
+    Behind ``--realtime``'s pacer the generation runs checkpoints ahead of the video: those its video covers are kept
+    too (the last two only were: nothing left to resume from)."""
     small = Image.fromarray(clips.astronaut()).resize((256, 256), Image.Resampling.LANCZOS)  # quick to render
     photo = clips.write_png(tmp_path / "astronaut.png", np.asarray(small))
     audio = write_speechlike_wav(tmp_path / "a.wav", 20.0)  # ~1 s of rendering: time to stop it midway
     reference, out = tmp_path / "reference.mp4", tmp_path / "out.mp4"
     assert run_cli("render", "-i", str(photo), "-a", str(audio), "-o", str(reference), "-q").returncode == 0
-    process = subprocess.Popen([sys.executable, "-m", "avatargen", "render", "-i", str(photo), "-a", str(audio), "-o",
-                                str(out), "-q"], env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+    command = [sys.executable, "-m", "avatargen", "render", "-i", str(photo), "-a", str(audio), "-o", str(out), "-q"]
+    process = subprocess.Popen([*command, *paced], env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    states = out.with_name("out.resume")
-    while len(list(states.glob("state-*.safetensors"))) < 2:
+    folder = out.with_name("out.resume")
+    while len(list(folder.glob("state-*.safetensors"))) < states:
         assert process.poll() is None, "the render ended before it could be killed"
         time.sleep(0.01)
     kill_tree(process.pid)
