@@ -6,7 +6,8 @@ still runs the one chunk engine (avatargen/pipeline/pipeline.py): the audio read
 timeline order, stops, resume points, progress and stats as for any family; only its steps do no work, and each
 segment leaves as blank frames of the model's size, which the compositor covers with the picture. Its schedule is
 the family's (``FamilyEngine.schedule``), so keyframes and resume points fall where they would with the model: the
-same video, bit for bit; a family that gives none has N chunks alone.
+same video, bit for bit; a family that gives none has N chunks alone. Nothing here imports torch, and such a render
+never does (tests/core/test_startup.py).
 """
 
 from __future__ import annotations

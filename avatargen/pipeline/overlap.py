@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 from avatargen.config.schema import Config, Offload
 from avatargen.errors import ConfigError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
     import torch
 
 
