@@ -119,3 +119,13 @@ def test_a_photo_render_killed_after_its_checkpoints_resumes_to_the_uninterrupte
     report = json.loads(resumed.stdout)
     assert report["resumed_from"] > 0 and not MODEL_STAGES & set(report["stages_run"])
     np.testing.assert_array_equal(decode_frames(out), decode_frames(reference))
+
+
+@pytest.mark.parametrize("policy", ["none", "model", "block"])
+def test_a_render_with_no_model_reports_offload_as_a_monitor_that_placed_nothing(policy):
+    """``--json``'s ``offload`` of a photo's render (no torch: ``NoMonitor``) has the keys and values of the models'
+    monitor on the CPU before anything was placed, so scripts read one shape."""
+    from avatargen.pipeline.blank import NoMonitor
+    from avatargen.runtime.offload import OffloadMonitor
+
+    assert NoMonitor(policy, 3).report() == OffloadMonitor(policy, 3, torch.device("cpu")).report()
