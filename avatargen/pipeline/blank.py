@@ -84,6 +84,7 @@ class BlankSteps:
         self.audio_context_frames = 1  # a speech drive fed from the stream reads half a frame past a segment
         self.audio_history_frames = 0
         self.side = side
+
     def start(self, reference_rgb: np.ndarray, prompt: str, stats: RenderStats,
               read_box: tuple[int, int, int, int] | None, inputs: RenderInputs) -> BlankRun:  # fmt: skip
         # The compositor's per-frame arrays reuse the last segment's freed memory, the heap trimmed every few

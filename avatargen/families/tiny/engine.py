@@ -28,7 +28,7 @@ ENGINE = FamilyEngine(
     family=FAMILY,
     # The models' code (torch) is imported when a render first builds them: a render that runs none never does.
     model_parts=Imported("avatargen.families.tiny.build:model_parts"),
-    precision=Imported("avatargen.pipeline.build:resolve_precision"),  # runtime.dtype for the device (bf16 where faster)
+    precision=Imported("avatargen.pipeline.build:resolve_precision"),  # runtime.dtype for the device (bf16: faster)
     model_set=Imported("avatargen.families.tiny.build:model_set"),
     chunk_steps=Imported("avatargen.families.tiny.chunks:TinyChunks"),
     schedule=chunk_schedule,  # also that of a render that runs no model (avatargen/pipeline/blank.py)
