@@ -26,6 +26,7 @@ from avatargen.pipeline.schedule import ChunkSchedule, Emit, IChunk, NChunk
 from avatargen.pipeline.state import RollingState
 from avatargen.pipeline.stats import RenderStats
 from avatargen.runtime.memory import keep_freed_heap
+from avatargen.runtime.offload_monitor import OffloadMonitor
 
 NO_MODEL = "no model ran: the compositor reads none of its frames"
 
@@ -49,28 +50,11 @@ class NoPrecision:
         return f"{self.name} ({NO_MODEL})"
 
 
-class NoMonitor:
-    """The ``OffloadMonitor`` of a render that places nothing: its report, with nothing switched, copied or loaded."""
-
-    def __init__(self, policy: str, resident_blocks: int) -> None:
-        self.policy, self.resident_blocks = policy, resident_blocks
-
-    def reset(self) -> None:
-        pass
-
-    def report(self) -> dict[str, Any]:
-        block = self.policy == "block"
-        return {"policy": self.policy, "resident_blocks": self.resident_blocks if block else None, "switches": 0,
-                "switch_ms_mean": None, "switch_ms_max": None, "h2d_bytes": 0, "h2d_gbps": None, "loads": 0,
-                "evictions": 0, "max_resident_blocks": 0 if block else None, "peak_device_mb": None,
-                "pinned_host_mb": None}  # fmt: skip
-
-
 class NoModels:
     """The ``PlacedModels`` of a render that runs none: nothing placed, nothing computed, no torch imported."""
 
     def __init__(self, config: Config) -> None:
-        self.monitor = NoMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks)
+        self.monitor = OffloadMonitor(config.runtime.offload.value, config.runtime.offload_resident_blocks, "cpu")
         self.precision = NoPrecision()
 
 
