@@ -50,6 +50,7 @@ def test_a_photo_with_its_audio_file_builds_and_runs_no_model_and_shows_the_same
     assert not MODEL_STAGES & set(report["stages_run"]), report["stages_run"]
     assert report["stages_run"]["publish"] > 0 and report["frames"] == len(frames) == 38
     assert report["motion_frames"] == 2 and report["i_chunks"] == 2  # the family's schedule: the same keyframes
+    assert report["offload"]["loads"] == report["offload"]["switches"] == 0  # the models' report: nothing placed
 
     monkeypatch.setattr(ReferenceCompositor, "reads_model", lambda self: True)  # as before: the models run
     with_models, model_frames = _render(photo, speech, tmp_path / "models.mp4")
@@ -94,17 +95,27 @@ def test_a_photo_makes_the_same_video_from_stdin_as_from_its_file(tmp_path, spee
     np.testing.assert_array_equal(decode_frames(outs["stdin"]), decode_frames(outs["file"]))
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple:
+    """A small photo, 20 s of speech (~1 s of rendering: time to stop it midway) and the frames of their render."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    small = Image.fromarray(clips.astronaut()).resize((256, 256), Image.Resampling.LANCZOS)  # quick to render
+    photo = clips.write_png(folder / "astronaut.png", np.asarray(small))
+    audio = write_speechlike_wav(folder / "a.wav", 20.0)
+    reference = folder / "reference.mp4"
+    assert run_cli("render", "-i", str(photo), "-a", str(audio), "-o", str(reference), "-q").returncode == 0
+    return photo, audio, decode_frames(reference)
+
+
 @pytest.mark.parametrize("paced, states", [([], 2), (["--realtime"], 4)])
-def test_a_photo_render_killed_after_its_checkpoints_resumes_to_the_uninterrupted_video(tmp_path, paced, states):
+def test_a_photo_render_killed_after_its_checkpoints_resumes_to_the_uninterrupted_video(tmp_path, uninterrupted,
+                                                                                        paced, states):  # fmt: skip
     """A render with no model saves resume points with an empty state (written and read without torch): SIGKILLed
     after a few, ``--resume`` continues from the last its video covers, and the joined video is the uninterrupted one.
     Behind ``--realtime``'s pacer the generation runs checkpoints ahead of the video: those its video covers are kept
     too (the last two only were: nothing left to resume from)."""
-    small = Image.fromarray(clips.astronaut()).resize((256, 256), Image.Resampling.LANCZOS)  # quick to render
-    photo = clips.write_png(tmp_path / "astronaut.png", np.asarray(small))
-    audio = write_speechlike_wav(tmp_path / "a.wav", 20.0)  # ~1 s of rendering: time to stop it midway
-    reference, out = tmp_path / "reference.mp4", tmp_path / "out.mp4"
-    assert run_cli("render", "-i", str(photo), "-a", str(audio), "-o", str(reference), "-q").returncode == 0
+    photo, audio, reference = uninterrupted
+    out = tmp_path / "out.mp4"
     command = [sys.executable, "-m", "avatargen", "render", "-i", str(photo), "-a", str(audio), "-o", str(out), "-q"]
     process = subprocess.Popen([*command, *paced], env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -118,14 +129,4 @@ def test_a_photo_render_killed_after_its_checkpoints_resumes_to_the_uninterrupte
     assert resumed.returncode == 0, resumed.stderr
     report = json.loads(resumed.stdout)
     assert report["resumed_from"] > 0 and not MODEL_STAGES & set(report["stages_run"])
-    np.testing.assert_array_equal(decode_frames(out), decode_frames(reference))
-
-
-@pytest.mark.parametrize("policy", ["none", "model", "block"])
-def test_a_render_with_no_model_reports_offload_as_a_monitor_that_placed_nothing(policy):
-    """``--json``'s ``offload`` of a photo's render (no torch: ``NoMonitor``) has the keys and values of the models'
-    monitor on the CPU before anything was placed, so scripts read one shape."""
-    from avatargen.pipeline.blank import NoMonitor
-    from avatargen.runtime.offload import OffloadMonitor
-
-    assert NoMonitor(policy, 3).report() == OffloadMonitor(policy, 3, torch.device("cpu")).report()
+    np.testing.assert_array_equal(decode_frames(out), reference)
