@@ -27,6 +27,7 @@ from avatargen.io.owned_names import part_id_of
 from avatargen.io.encoder import disk_full_error
 from avatargen.io.resume_store import OtherFormatError, ResumeStore, file_digest, text_digest
 from avatargen.pipeline.checkpoint import RenderCheckpoint
+from avatargen.threads import torch_thread_count
 
 
 class StopRequests:
@@ -122,9 +123,7 @@ def fingerprinted_settings(cfg: DictConfig, device: Any, dtype: str = "float32",
     for section in NOT_FINGERPRINTED_SECTIONS:
         container.pop(section, None)
     if threads is None:
-        import torch
-
-        threads = torch.get_num_threads()
+        threads = torch_thread_count()
     container.setdefault("runtime", {}).update(device=str(device), threads=threads, dtype=dtype)
     if layout is not None and layout.split:  # FSDP alone changes no frame: a sharded render resumes in one process
         container["runtime"]["layout"] = {"guidance": layout.guidance, "sequence": layout.sequence}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 from avatargen.config.schema import Config, Offload
 from avatargen.errors import ConfigError
+from avatargen.threads import set_torch_thread_count, torch_thread_count
 
 if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
     import torch
@@ -34,9 +35,8 @@ def overlaps(config: Config, device: torch.device, world_size: int) -> bool:
             raise ConfigError("runtime.overlap=true cannot run a sharded render (its ranks' collectives must run in one "
                               "order); set runtime.overlap=null")  # fmt: skip
         return chosen
-    import torch
-
-    return device.type == "cpu" and world_size == 1 and config.runtime.offload == Offload.none and torch.get_num_threads() >= 2
+    alone_on_a_cpu = device.type == "cpu" and world_size == 1
+    return alone_on_a_cpu and config.runtime.offload == Offload.none and torch_thread_count() >= 2
 
 
 def split_threads(threads: int) -> tuple[int, int]:
@@ -62,9 +62,7 @@ class EmitThread:
         self._thread.start()
 
     def _run(self) -> None:
-        import torch
-
-        torch.set_num_threads(self._threads)  # per thread: the generating thread keeps its own count
+        set_torch_thread_count(self._threads)  # per thread: the generating thread keeps its own count
         while True:
             job = self._jobs.get()
             try:

@@ -25,6 +25,7 @@ from avatargen.pipeline.schedule import Emit, IChunk, NChunk, Step
 from avatargen.pipeline.state import RollingState
 from avatargen.pipeline.stats import Progress, RenderStats, check_finite
 from avatargen.runtime.memory import process_trimmer
+from avatargen.threads import set_torch_thread_count, torch_thread_count
 
 __all__ = ["Pipeline", "Progress", "RenderRun", "RenderStats", "check_finite"]
 
@@ -73,7 +74,7 @@ class Pipeline:
         # frame), every step after it with the threads split. A resumed render splits them from its start, so each
         # step runs with the threads it had in the render it continues. (torch's threads: a render whose steps run no
         # model is never overlapped, and imports no torch.)
-        threads = _torch_threads() if self.overlap else 1
+        threads = torch_thread_count() if self.overlap else 1
         prepare_may_move = self.overlap and _shares_threads_evenly(threads)  # see the hand-over below
         emitter = _start_emitter(threads) if self.overlap and resume is not None else None
         schedule = self.schedule
@@ -116,7 +117,7 @@ class Pipeline:
         finally:
             if emitter is not None:
                 emitter.close(cancel=True)  # after drain() nothing waits; after an error the rest is dropped
-                _set_torch_threads(threads)
+                set_torch_thread_count(threads)
         stats.wall_s = time.perf_counter() - started
         return stats
 
@@ -170,19 +171,7 @@ def _shares_threads_evenly(threads: int) -> bool:
     return generating == emitting
 
 
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
-def _set_torch_threads(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-
-
 def _start_emitter(threads: int) -> EmitThread:
     generating, emitting = split_threads(threads)
-    _set_torch_threads(generating)
+    set_torch_thread_count(generating)
     return EmitThread(emitting)

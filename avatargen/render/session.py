@@ -55,6 +55,7 @@ from avatargen.render.request import (STREAM, RenderRequest, check_before_readin
 from avatargen.resume import StopRequests, checkpoint_saver, fingerprint, fingerprinted_settings, resume_point
 from avatargen.runtime.distributed import ParallelContext, note_kept, rank_failures, solo_parallel, start_parallel
 from avatargen.runtime.memory import current_rss_mb, peak_rss_mb
+from avatargen.threads import set_torch_thread_count, torch_thread_count
 
 if TYPE_CHECKING:  # a type only: a render that runs no model imports no torch
     import torch
@@ -149,12 +150,10 @@ def load_models_early(config: Config, family: FamilyEngine) -> None:
         parallel = solo_parallel(config, family.splittable_work(config))
         if parallel is None:
             return
-        import torch
-
         from avatargen.pipeline.build import place_models, resolve_device
 
         if config.runtime.threads:  # as run() set them on its thread: the precision probes time with these
-            torch.set_num_threads(config.runtime.threads)
+            set_torch_thread_count(config.runtime.threads)
         place_models(config, family, resolve_device(config), parallel)
     except Exception:  # noqa: BLE001 - raised again, in order, when build_pipeline builds them
         pass
@@ -205,19 +204,15 @@ class RenderSession:
             return self._steps()
         finally:
             if self.threads is not None:
-                import torch
-
-                torch.set_num_threads(self.threads)  # as they were for this render, whatever a stage set
+                set_torch_thread_count(self.threads)  # as they were for this render, whatever a stage set
 
     def _fix_threads(self) -> None:
         """This thread's torch threads, fixed before the models load on a worker: a thread's first read of its count
         is torch's process-wide one, which that worker's probes set to 1 while they time a core. Read in that window,
         the render ran on one thread without overlapped emission (a cartoon: RTF 0.50 against 0.30)."""
         if self.threads is None:
-            import torch
-
-            self.threads = self.config.runtime.threads or torch.get_num_threads()
-            torch.set_num_threads(self.threads)
+            self.threads = self.config.runtime.threads or torch_thread_count()
+            set_torch_thread_count(self.threads)
 
     def _steps(self) -> dict[str, Any]:
         self.open_inputs()

@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from avatargen.runtime.probe import one_cpu_thread
+from avatargen.threads import torch_threads
 from avatargen.runtime.quantize import OFF, Quantization
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -116,7 +116,7 @@ def time_cpu_speedup(dtype: torch.dtype, size: int = PROBE_SIZE, rounds: int = C
     CPU runs ``dtype`` natively. The thread count is restored afterwards."""
     operands = (_matmul_operands(torch.float32, size), _matmul_operands(dtype, size))
     best = [float("inf"), float("inf")]  # fp32, dtype
-    with one_cpu_thread(), torch.inference_mode():
+    with torch_threads(1), torch.inference_mode():  # times a core, not the scheduler
         for a, b in operands:
             torch.mm(a, b)  # warm-up: kernel choice, first touches
         for _ in range(rounds):

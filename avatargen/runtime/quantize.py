@@ -28,7 +28,8 @@ import torch
 from torch import Tensor, nn
 
 from avatargen.errors import ConfigError
-from avatargen.runtime.probe import best_time_s, one_cpu_thread
+from avatargen.runtime.probe import best_time_s
+from avatargen.threads import torch_threads
 
 PROBE_SHAPE = (256, 192, 768)  # (rows, in, out): the A2V MLP's first layer over a quarter of a window's frame tokens
 PROBE_REPEATS = 4  # best of
@@ -125,7 +126,7 @@ def probe_int8_speedup(engine: str) -> float:
     previous = torch.backends.quantized.engine
     try:
         torch.backends.quantized.engine = engine
-        with one_cpu_thread(), torch.inference_mode():
+        with torch_threads(1), torch.inference_mode():  # times a core, not the scheduler
             int8 = Int8Linear(layer)  # packed for ``engine``
             return best_time_s(lambda: layer(x), PROBE_REPEATS) / best_time_s(lambda: int8(x), PROBE_REPEATS)
     finally:
