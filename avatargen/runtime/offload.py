@@ -43,7 +43,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor, nn
 
-from avatargen.runtime.offload_monitor import OffloadMonitor, Span, _mark, _timing_event
+from avatargen.runtime.offload_monitor import OffloadMonitor, Span, mark_event, timing_event
 
 # -- policies ------------------------------------------------------------------------------------------------------
 
@@ -109,9 +109,9 @@ class WholeModel(Placement):
         self.group = group
 
     def _enter(self) -> None:
-        start = _mark(self.device) if self.cuda else None
+        start = mark_event(self.device) if self.cuda else None
         self.group.load(self.device, copy_stream=None)
-        span = (start, _mark(self.device)) if start is not None else None
+        span = (start, mark_event(self.device)) if start is not None else None
         self.monitor.loaded(self.name, None, self.group.nbytes, span)
 
     def _exit(self) -> None:
@@ -178,7 +178,7 @@ class FlatGroup:
                 tensor.data = view
             return None
         compute = torch.cuda.current_stream(device)
-        start, self.ready = _timing_event(), _timing_event()
+        start, self.ready = timing_event(), timing_event()
         with torch.cuda.stream(copy_stream):  # allocation and copy on the side stream
             start.record(copy_stream)
             flat = self.host_flat.to(device, non_blocking=True)  # pinned -> one async DMA
@@ -326,10 +326,10 @@ class BlockStream(Placement):
             self._load_block(ahead, keep=window)
         self.monitor.note("compute", self.name, index)
         # The first block after entry: events before and after the compute stream's wait measure its stall.
-        before = _mark(self.device) if self._first_pending and self.copy_stream is not None else None
+        before = mark_event(self.device) if self._first_pending and self.copy_stream is not None else None
         self.blocks[index].wait(self.device)
         if self._first_pending:
-            span = (before, _mark(self.device)) if before is not None else None
+            span = (before, mark_event(self.device)) if before is not None else None
             self.monitor.first_block(time.perf_counter() - started, span)
             self._first_pending = False
 

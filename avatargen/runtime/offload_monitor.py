@@ -18,17 +18,18 @@ if TYPE_CHECKING:
 Span = tuple["torch.cuda.Event", "torch.cuda.Event"]  # (start, end) recorded on a CUDA stream
 
 
-def _timing_event() -> "torch.cuda.Event":
+def timing_event() -> "torch.cuda.Event":
+    """A CUDA event that records its time (recorded later, on a stream)."""
     import torch
 
     return torch.cuda.Event(enable_timing=True)
 
 
-def _mark(device: "torch.device") -> "torch.cuda.Event":
+def mark_event(device: "torch.device") -> "torch.cuda.Event":
     """A timing event recorded now on ``device``'s current (compute) stream."""
     import torch
 
-    event = _timing_event()
+    event = timing_event()
     event.record(torch.cuda.current_stream(device))
     return event
 
@@ -92,7 +93,8 @@ class OffloadMonitor:
             self._open = _Switch(host_s=self._exit_s)
             self._exit_s = 0.0
             if self.cuda:
-                start = self._last_end if self._last_end is not None else _mark(self.device)  # first stage: from now
+                first = self._last_end is None  # the first stage: from now
+                start = mark_event(self.device) if first else self._last_end
                 self._open.spans.append((start, start))  # completed by entered()
 
     def entered(self, host_s: float) -> None:
@@ -101,7 +103,7 @@ class OffloadMonitor:
                 return
             self._open.host_s += host_s
             if self.cuda:
-                ready = _mark(self.device)  # after the compute stream's wait for the group the stage needs first
+                ready = mark_event(self.device)  # after the compute stream's wait for the group the stage needs first
                 self._open.spans[-1] = (self._open.spans[-1][0], ready)
 
     def first_block(self, host_s: float, span: Span | None) -> None:
@@ -115,7 +117,7 @@ class OffloadMonitor:
         with self._lock:
             self._close_switch()
             if self.cuda:
-                self._last_end = _mark(self.device)  # after the stage's last kernel on the compute stream
+                self._last_end = mark_event(self.device)  # after the stage's last kernel on the compute stream
 
     def left(self, host_s: float) -> None:
         with self._lock:
