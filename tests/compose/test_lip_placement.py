@@ -155,3 +155,35 @@ def test_a_cartoon_grinning_open_is_closed_in_pauses_and_opened_by_the_speech(tm
     for pause in np.flatnonzero(silent)[[2, -3]]:
         assert np.array_equal(frames[pause][mouth], compositor.background[mouth]), pause  # ... in the pauses
     assert np.abs(frames[15][mouth].astype(int) - closed).mean() > 10  # open on a loud frame
+
+
+@pytest.mark.parametrize("turned", [True, False])
+def test_a_turned_faces_drawn_teeth_centre_on_its_lips_midline(tmp_path, monkeypatch, turned):
+    """Grace Hopper turned ~30 degrees (the face mesh's nose 0.81 of the way across, as a real turn): her lips'
+    midline lies 0.16 half-widths past the corners' midpoint, towards the far corner. Her drawn teeth move most of the
+    way there from where they were, centred between the corners, as a viewer expects them under the nose. A face
+    that looks at the camera keeps them where they were, pixel for pixel."""
+    from avatargen.compose import mouth_warp
+    from tests.eval import clips
+
+    picture = photos.yawed(clips.grace_hopper(), (250, 230), 110.0, 45.0) if turned else clips.grace_hopper()
+    centres, frames = [], []
+    for midline_from in (mouth_warp.TURNED_MIDLINE, float("inf")):  # as built, then centred between the corners
+        monkeypatch.setattr(mouth_warp, "TURNED_MIDLINE", midline_from)
+        compositor, loaded, _ = _composited(tmp_path, picture)
+        mouth = compositor.mouth
+        assert isinstance(mouth, MouthWarp)
+        lips, half = mouth.lips, mouth.half
+        along = lambda points: (np.asarray(points, float) - lips.centre) @ lips.along / half  # noqa: E731
+        midline = float(np.median(along([lips.inner[5], lips.inner[15], lips.outer[5], lips.outer[15]])))
+        frame = compositor.compose(_talking(loaded.square), 0)[-1].astype(float)  # the widest opening
+        near = lambda image: np.linalg.norm(image - mouth._anatomy.teeth, axis=2)  # noqa: E731 (her teeth's colour)
+        ys, xs = np.nonzero((near(frame) < 25) & (near(compositor.background.astype(float)) > 60))  # drawn teeth
+        assert len(xs) > 30, len(xs)
+        centres.append(float(along(np.stack([xs, ys], axis=1)).mean()))
+        frames.append(frame)
+    if turned:
+        assert midline > 0.12 and centres[0] - centres[1] > 0.4 * midline, (midline, centres)
+    else:
+        assert abs(midline) < mouth_warp.TURNED_MIDLINE, midline
+        np.testing.assert_array_equal(frames[0], frames[1])
