@@ -99,9 +99,9 @@ LOWER_SHARE = 0.8  # of the opening: the lower lip and jaw move down by this sha
 # within 0.35 mouth widths of the lip line, inside the lips' reach: avatargen eval's mouth spill)
 MAX_OPENING_HALF_WIDTHS = 0.88  # (0.30 eye spans before, on a face like the training faces)
 EDGE_HALF_WIDTHS = 0.075  # the interior's edge is feathered over this (at least a pixel) under the lips
-# The lips' midline this far (half-widths) or more off the corners' midpoint: a turned face, whose drawn teeth centre on
-# it (the test photos read -0.05..+0.05, the astronaut's cylinder-warped turn among them; Grace Hopper turned as a real
-# ~30-degree turn reads +0.16)
+# The lips' midline this far (half-widths) or more off the corners' midpoint: a turned face, whose opening and drawn
+# teeth centre on it (the test photos read -0.05..+0.05, the astronaut's cylinder-warped turn among them; Grace Hopper
+# turned as a real ~30-degree turn reads +0.16)
 TURNED_MIDLINE = 0.08
 CAVITY_SHADE = 0.3  # the cavity's tone: the reference's lip colour times this ...
 CAVITY_LIGHTS = (0.7, 1.3)  # ... times this, from the model's darkest cavity pixels to its skin level (tongue, depth)
@@ -252,19 +252,20 @@ class MouthWarp:
         split_at = np.interp(along_mouth, *split).astype(np.float32)  # (h, w)
         self._below = down - split_at  # (h, w) output pixels below the lip line
         below_lip = self._below / half  # (h, w) half-widths
-        self._lip_profile = shape(np.abs(along_mouth))  # (h, w): 1 at the centre, 0 at the corners
         self._along = along_mouth
-        # A turned face's teeth and shading have their middle on its lips' midline (the mesh's middle points, off the
-        # corners' midpoint), each side stretched to its own corner (the far one foreshortened).
+        # A turned face's opening, teeth and shading have their middle on its lips' midline (the mesh's middle points,
+        # off the corners' midpoint), each side stretched to its own corner (the far one foreshortened).
         middle = float(np.median([(point - lips.centre) @ u / half for point in
                                   (lips.inner[5], lips.inner[15], lips.outer[5], lips.outer[15])]))  # fmt: skip
         middle = float(np.clip(middle, -0.5, 0.5)) if abs(middle) >= TURNED_MIDLINE else 0.0
-        self._anatomy_along = (along_mouth - middle) / np.where(along_mouth >= middle, 1.0 - middle, 1.0 + middle)
+        sides = np.where(along_mouth >= middle, np.float32(1.0 - middle), np.float32(1.0 + middle))  # (h, w) float32
+        self._anatomy_along = (along_mouth - np.float32(middle)) / sides  # (h, w): -1, 1 at the corners, 0 mid
+        self._lip_profile = shape(np.abs(self._anatomy_along))  # (h, w): 1 at the midline, 0 at the corners
         # (h, w): 0 down to the lower lip's edge (the lip keeps its thickness), 1 from where the jaw moves in full
         jaw = smoothstep((below_lip - lip_depth / half) / (full_below - lip_depth / half))
         half_width = 1.0 + (self._jaw_half_width - 1.0) * jaw
         fade = 1.0 - smoothstep((below_lip - full_below) / (still_below - full_below))
-        across = np.abs(along_mouth) / half_width
+        across = np.abs(self._anatomy_along) / half_width
         if photo:  # the lips' lens gives way to a smooth fall-off across the chin (no crease at the jaw's sides)
             self._lower_profile = ((1.0 - jaw) * _lens(across) + jaw * _bump(across)) * fade  # (h, w)
         else:

@@ -161,8 +161,9 @@ def test_a_cartoon_grinning_open_is_closed_in_pauses_and_opened_by_the_speech(tm
 def test_a_turned_faces_drawn_teeth_centre_on_its_lips_midline(tmp_path, monkeypatch, turned):
     """Grace Hopper turned ~30 degrees (the face mesh's nose 0.81 of the way across, as a real turn): her lips'
     midline lies 0.16 half-widths past the corners' midpoint, towards the far corner. Her drawn teeth move most of the
-    way there from where they were, centred between the corners, as a viewer expects them under the nose. A face
-    that looks at the camera keeps them where they were, pixel for pixel."""
+    way there from where they were, centred between the corners, as a viewer expects them under the nose (her
+    opening's lens centres there too: portrait_judge.py's dlib figures). A face that looks at the camera keeps its
+    mouth as it was, pixel for pixel."""
     from avatargen.compose import mouth_warp
     from tests.eval import clips
 
