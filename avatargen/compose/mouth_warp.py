@@ -255,8 +255,7 @@ class MouthWarp:
         self._along = along_mouth
         # A turned face's opening, teeth and shading have their middle on its lips' midline (the mesh's middle points,
         # off the corners' midpoint), each side stretched to its own corner (the far one foreshortened).
-        middle = float(np.median([(point - lips.centre) @ u / half for point in
-                                  (lips.inner[5], lips.inner[15], lips.outer[5], lips.outer[15])]))  # fmt: skip
+        middle = float(np.median((lips.middles - lips.centre) @ u / half))
         middle = float(np.clip(middle, -0.5, 0.5)) if abs(middle) >= TURNED_MIDLINE else 0.0
         sides = np.where(along_mouth >= middle, np.float32(1.0 - middle), np.float32(1.0 + middle))  # (h, w) float32
         self._anatomy_along = (along_mouth - np.float32(middle)) / sides  # (h, w): -1, 1 at the corners, 0 mid

@@ -100,6 +100,12 @@ class Lips:
         left, right = self.corners
         return (left + right) / 2
 
+    @property
+    def middles(self) -> np.ndarray:
+        """(4, 2) the lips' middle points (the mesh's, on the face's midline: off ``centre`` on a turned face): inner
+        lower, inner upper, outer lower, outer upper."""
+        return np.stack([self.inner[5], self.inner[15], self.outer[5], self.outer[15]])
+
     def moved(self, scale: float, offset: tuple[float, float]) -> "Lips":
         """The same lips in a frame scaled by ``scale`` and then shifted by ``offset`` (x, y) pixels."""
         shift = np.asarray(offset, dtype=np.float64)

@@ -32,8 +32,8 @@ from typing import Callable
 
 import torch
 
-from avatargen.threads import torch_threads
 from avatargen.runtime.quantize import OFF, Quantization
+from avatargen.threads import torch_threads
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")

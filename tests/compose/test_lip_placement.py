@@ -176,7 +176,7 @@ def test_a_turned_faces_drawn_teeth_centre_on_its_lips_midline(tmp_path, monkeyp
         assert isinstance(mouth, MouthWarp)
         lips, half = mouth.lips, mouth.half
         along = lambda points: (np.asarray(points, float) - lips.centre) @ lips.along / half  # noqa: E731
-        midline = float(np.median(along([lips.inner[5], lips.inner[15], lips.outer[5], lips.outer[15]])))
+        midline = float(np.median(along(lips.middles)))
         frame = compositor.compose(_talking(loaded.square), 0)[-1].astype(float)  # the widest opening
         near = lambda image: np.linalg.norm(image - mouth._anatomy.teeth, axis=2)  # noqa: E731 (her teeth's colour)
         ys, xs = np.nonzero((near(frame) < 25) & (near(compositor.background.astype(float)) > 60))  # drawn teeth
