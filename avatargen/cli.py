@@ -287,6 +287,7 @@ def eval_command(
     sheet: Optional[Path] = typer.Option(None, "--sheet", help="Also draw a contact sheet and a plot of sync, identity and seams over time to this PNG.", show_default=False),
     mouth_sheet: Optional[Path] = typer.Option(None, "--mouth-sheet", help="Also draw the mouths of the 10 loudest syllables, cropped and enlarged 2x, to this PNG.", show_default=False),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a file or link at a sheet's name even if avatargen did not write it; without it such a file is refused (exit 2). avatargen's own earlier sheet is always replaced."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
 ) -> None:
     """Measure face presence, identity, lip sync, sharpness, seams, flicker, head motion and blinks of a video.
@@ -306,7 +307,7 @@ def eval_command(
 
         sheets = {"--sheet": sheet, "--mouth-sheet": mouth_sheet}
         _check_sheets({flag: path for flag, path in sheets.items() if path is not None},
-                      [video, audio, *([reference] if reference is not None else [])])  # fmt: skip
+                      [video, audio, *([reference] if reference is not None else [])], overwrite)  # fmt: skip
         wants_curves = sheet is not None or mouth_sheet is not None
         result = evaluate_video(video, audio, reference=reference, seams=seam_list, curves=wants_curves)
         if sheet is not None:
@@ -327,9 +328,11 @@ def eval_command(
     _run(action, debug)
 
 
-def _check_sheets(sheets: dict[str, Path], inputs: list[Path]) -> None:
+def _check_sheets(sheets: dict[str, Path], inputs: list[Path], overwrite: bool) -> None:
     """Before anything is measured: each sheet is a PNG in a folder that takes it, none is an input (by file
-    identity: links count), and the two are not one file."""
+    identity: links count), the two are not one file, and what is at their names is avatargen's (or ``overwrite``:
+    docs/owned-names.md)."""
+    from avatargen.io.owned_names import check_owned_names
     from avatargen.io.targets import refuse_writing_inputs, write_problem
 
     for flag, path in sheets.items():
@@ -341,6 +344,7 @@ def _check_sheets(sheets: dict[str, Path], inputs: list[Path]) -> None:
     refuse_writing_inputs(sheets.values(), inputs, fix="give the sheet another name")
     if len(sheets) == 2 and len({os.path.realpath(p) for p in sheets.values()}) == 1:
         raise BadInputError("--sheet and --mouth-sheet name the same file; give each its own name")
+    check_owned_names([(path, "png") for path in sheets.values()], overwrite, writer="eval")
 
 
 @app.command(epilog=EXIT_CODES)
@@ -376,6 +380,7 @@ def synth(
     seconds: float = typer.Option(6.0, "--seconds", help="Length of each example."),
     seed: int = typer.Option(1_000_000, "--seed", help="First identity seed (>= 1,000,000: identities never trained on)."),
     size: int = typer.Option(256, "--size", help="Frame size in pixels."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace files or links at the examples' names even if avatargen did not write them; without it such a file is refused (exit 2). avatargen's own earlier examples are always replaced."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
 ) -> None:
     """Generate synthetic talking-avatar examples: reference PNG, speech WAV, ground-truth MP4 and JSON."""
@@ -383,7 +388,7 @@ def synth(
     def action() -> None:
         from avatargen.data.cli import synth_main
 
-        synth_main(out, count, seconds, seed, size)
+        synth_main(out, count, seconds, seed, size, overwrite=overwrite)
 
     _run(action, debug)
 

@@ -18,6 +18,7 @@ import numpy as np
 from avatargen.eval.video import analysis_size, probe_video
 from avatargen.io.ffmpeg import ffmpeg_exe, local_file
 from avatargen.io.image import load_reference_image
+from avatargen.io.owned_names import fresh_file, pil_png_mark, png_mark
 
 THUMB = 160
 LATER_S = 120.0  # the "2 min" tile: how the face holds up over a long render
@@ -98,7 +99,8 @@ def write_mouth_sheet(path: Path, video: Path, result: dict, count: int = 10, zo
         left = gap + i * (crop_w + gap)
         sheet.paste(crop, (left, gap))
         draw.text((left, gap + crop_h + 1), f"{t} ({t / result['fps']:.1f} s)", fill="black")
-    sheet.save(path)
+    with fresh_file(path) as file:
+        sheet.save(file, format="PNG", pnginfo=pil_png_mark())
     return path
 
 
@@ -149,7 +151,8 @@ def write_sheet(path: Path, video: Path, result: dict, reference: Path | None = 
     change.set_title(f"seams: {found}{known}", fontsize=9)
     change.set_xlabel("seconds")
     figure.tight_layout()
-    figure.savefig(path)
+    with fresh_file(path) as file:
+        figure.savefig(file, format="png", metadata=png_mark())
     plt.close(figure)
     return path
 

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import stat
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,8 @@ YAML_HEADER = "# avatargen: the config this video was rendered with (avatargen c
 RESUME_MARKER = ".avatargen-resume"  # inside OUT.resume/: avatargen made this folder
 OVERWRITE_FIX = "move it away, choose another output name, or pass --overwrite to replace it"
 _MOOV_LIMIT = 64 << 20  # a header larger than this is no header avatargen wrote
+_JSON_LIMIT = 64 << 20  # a JSON file larger than this is none avatargen wrote
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def resume_folder_for(output: Path) -> Path:
@@ -77,6 +80,69 @@ def is_avatargen_mp4(path: Path) -> bool:
     """Whether MP4 ``path`` (not followed if a link) carries avatargen's tag in its header (``moov`` box)."""
     header = _mp4_header(path)
     return header is not None and MP4_TAG.encode() in header
+
+
+def png_mark() -> dict[str, str]:
+    """The PNG text chunk that marks a PNG as avatargen's (Pillow's ``PngInfo.add_text``, matplotlib's ``metadata``)."""
+    return {"Software": MP4_TAG}
+
+
+def pil_png_mark():
+    """``png_mark`` as Pillow's ``PngInfo`` (``Image.save(..., pnginfo=pil_png_mark())``)."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    for key, value in png_mark().items():
+        info.add_text(key, value)
+    return info
+
+
+def _is_avatargen_png(path: Path) -> bool:
+    """Whether PNG ``path`` (a link not followed) has ``png_mark``'s text chunk."""
+    wanted = b"Software\x00" + MP4_TAG.encode()
+    with _regular_file(path) as file:
+        if file is None or file.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+            return False
+        while len(head := file.read(8)) == 8:  # each chunk: length, type, data, CRC
+            length, kind = struct.unpack(">I4s", head)
+            if kind == b"IEND":
+                return False
+            if kind == b"tEXt" and length == len(wanted):
+                if file.read(length) == wanted:
+                    return True
+                length = 0
+            file.seek(length + 4, os.SEEK_CUR)
+    return False
+
+
+def _is_avatargen_wav(path: Path) -> bool:
+    """Whether WAV ``path`` (a link not followed) names avatargen as its software (``LIST``/``INFO``/``ISFT``, what
+    soundfile writes for ``SoundFile.software``)."""
+    with _regular_file(path) as file:
+        if file is None or (riff := file.read(12))[:4] != b"RIFF" or riff[8:] != b"WAVE":
+            return False
+        while len(head := file.read(8)) == 8:
+            kind, length = head[:4], struct.unpack("<I", head[4:])[0]
+            if kind == b"LIST" and length < (1 << 16):
+                data = file.read(length)
+                if data[:4] == b"INFO" and b"ISFT" in data and MP4_TAG.encode() in data:
+                    return True
+                length = len(data)
+            else:
+                file.seek(length, os.SEEK_CUR)
+            file.seek(length % 2, os.SEEK_CUR)  # chunks are padded to an even length
+    return False
+
+
+def _is_avatargen_json(path: Path) -> bool:
+    """Whether ``path`` (a link not followed) is a JSON object whose ``made_by`` names avatargen."""
+    with _regular_file(path) as file:
+        data = file.read(_JSON_LIMIT + 1) if file is not None else b""
+    try:
+        loaded = json.loads(data) if 0 < len(data) <= _JSON_LIMIT else None
+    except ValueError:
+        return False
+    return isinstance(loaded, dict) and str(loaded.get("made_by", "")).startswith("avatargen")
 
 
 def part_id_of(path: Path) -> str | None:
@@ -125,8 +191,9 @@ def is_avatargen_resume_folder(folder: Path) -> bool:
 
 
 def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> str | None:
-    """Why ``path`` (of ``kind`` mp4, partial, yaml, lock, resume, temp, join; a publish's playlist, segment) is not
-    avatargen's own, or None when it is free or avatargen's (a rerun may replace it)."""
+    """Why ``path`` (of ``kind`` mp4, partial, yaml, lock, resume, temp, join; a publish's playlist, segment; an eval
+    sheet's or a synth example's png, wav, json) is not avatargen's own, or None when it is free or avatargen's (a
+    rerun may replace it)."""
     if not os.path.lexists(path):
         return None
     if kind == "temp":  # a hidden temporary name: a file or link there is a killed render's, a folder is not
@@ -161,6 +228,10 @@ def foreign_reason(path: Path, kind: str, resume_folder: Path | None = None) -> 
     if kind == "segment" and is_avatargen_segment(path):
         return None
     if kind == "playlist" and _is_avatargen_playlist(path):
+        return None
+    if (kind == "png" and _is_avatargen_png(path)) or (kind == "wav" and _is_avatargen_wav(path)):
+        return None
+    if kind == "json" and _is_avatargen_json(path):
         return None
     return "is a file avatargen did not write"
 
@@ -267,10 +338,11 @@ def another_renders_name(path: Path, what: str = "output") -> str | None:
     return None
 
 
-def check_owned_names(names: list[tuple[Path, str]], overwrite: bool, resume_folder: Path | None = None) -> None:
-    """Refuse (``BadInputError``, exit 2) a render whose names hold something that is not avatargen's, before anything
-    is written. With ``overwrite`` files and links are replaced (a link as a link), folders still refused at file
-    names (a folder at the resume folder's name is replaced)."""
+def check_owned_names(names: list[tuple[Path, str]], overwrite: bool, resume_folder: Path | None = None,
+                      writer: str = "this render") -> None:  # fmt: skip
+    """Refuse (``BadInputError``, exit 2) a render (or another ``writer``) whose names hold something that is not
+    avatargen's, before anything is written. With ``overwrite`` files and links are replaced (a link as a link),
+    folders still refused at file names (a folder at the resume folder's name is replaced)."""
     for path, kind in names:
         reason = foreign_reason(path, kind, resume_folder)
         if reason is None:
@@ -279,9 +351,9 @@ def check_owned_names(names: list[tuple[Path, str]], overwrite: bool, resume_fol
         if overwrite and (kind == "resume" or not is_folder) and kind not in ("temp", "join"):
             continue
         if is_folder and kind != "resume" and kind != "join":
-            raise BadInputError(f"'{path}' {reason}, where this render writes a file; move it away or choose another "
+            raise BadInputError(f"'{path}' {reason}, where {writer} writes a file; move it away or choose another "
                                 "output name")  # fmt: skip
-        raise BadInputError(f"'{path}' {reason}; this render would replace it: {OVERWRITE_FIX}")
+        raise BadInputError(f"'{path}' {reason}; {writer} would replace it: {OVERWRITE_FIX}")
 
 
 def remove_name(path: Path) -> None:
@@ -330,20 +402,28 @@ def fd_url(fd: int) -> str:
     return f"file:/proc/self/fd/{fd}"
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a fresh hidden temporary file (never a link's target), synced, then
-    renamed over ``path`` (a link there is replaced, not followed)."""
+@contextmanager
+def fresh_file(path: Path) -> Iterator[BinaryIO]:
+    """A file open for writing that becomes ``path`` when the block ends without an error: a fresh hidden temporary
+    file beside it (never a link's target), synced, then renamed over ``path`` (a link there is replaced, not
+    followed). On an error the temporary file is removed and ``path`` is untouched."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = create_fresh(tmp)
     try:
         with os.fdopen(fd, "wb") as file:
-            file.write(text.encode())
+            yield file
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
     except BaseException:
         remove_name(tmp)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (``fresh_file``)."""
+    with fresh_file(path) as file:
+        file.write(text.encode())
 
 
 def open_no_follow(path: Path, flags: int, mode: int = 0o644) -> int:

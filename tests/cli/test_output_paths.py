@@ -102,3 +102,20 @@ def test_the_two_sheets_cannot_be_one_file(tmp_path):
     pytest.importorskip("dlib", reason="avatargen eval needs avatargen[eval]")
     result = _eval(tmp_path, "--sheet", "s.png", "--mouth-sheet", "./s.png")
     assert result.returncode == 2 and "--sheet and --mouth-sheet name the same file" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--sheet", "--mouth-sheet"])
+@pytest.mark.parametrize("what", ["a user's file", "a link to a user's file"])
+def test_a_sheet_name_holding_what_avatargen_did_not_write_is_refused_and_kept(tmp_path, flag, what):
+    pytest.importorskip("dlib", reason="avatargen eval needs avatargen[eval]")
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"the user's picture")
+    sheet = "mine.png" if what == "a user's file" else "link.png"
+    if sheet == "link.png":
+        (tmp_path / sheet).symlink_to(mine)
+    result = _eval(tmp_path, flag, sheet)
+    assert result.returncode == 2, result.stderr
+    (line,) = _error_lines(result.stderr)
+    reason = "is a file avatargen did not write" if sheet == "mine.png" else "is a symbolic link"
+    assert line == f"error: '{sheet}' {reason}; eval would replace it: move it away, choose another output name, or pass --overwrite to replace it"
+    assert mine.read_bytes() == b"the user's picture"

@@ -12,6 +12,7 @@ from avatargen.data.motion import audio_envelope, motion_track, num_frames
 from avatargen.data.pose import FacePose, Style, style_from_prompt
 from avatargen.data.render import FaceRenderer
 from avatargen.data.speech import espeak_available, procedural_speech, synthesize_speech
+from tests.conftest import run_cli
 
 SIZE = 128  # small frames keep the suite fast; the geometry is resolution-independent
 
@@ -99,3 +100,20 @@ def test_procedural_speech_has_pauses_and_clip_frame_count_rule():
     clip = make_clip(1_000_001, 2, 1.37, size=64, prefer_espeak=False, prompt="smiling")
     assert len(clip.frames) == round(len(clip.audio) / clip.sample_rate * clip.fps) == len(clip.openness)
     assert clip.mouth_boxes.shape == (len(clip.frames), 4) and clip.reference.shape == (64, 64, 3)
+
+
+def test_synth_refuses_a_users_file_or_link_and_replaces_its_own(tmp_path):
+    out, kept = tmp_path / "examples", tmp_path / "notes.wav"
+    out.mkdir()
+    kept.write_bytes(b"the user's recording")
+    (out / "0000.wav").symlink_to(kept)
+    (out / "0000.json").write_text("the user's notes")
+    synth = ("synth", "--out", str(out), "--count", "1", "--seconds", "0.5", "--size", "64")
+    refused = run_cli(*synth)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "0000.wav' is a symbolic link; synth would replace it" in refused.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["0000.json", "0000.wav"]  # nothing written
+    assert run_cli(*synth, "--overwrite").returncode == 0
+    assert kept.read_bytes() == b"the user's recording" and not (out / "0000.wav").is_symlink()  # replaced as a link
+    assert run_cli(*synth).returncode == 0, "a rerun replaces the examples it wrote (each carries avatargen's mark)"
+    assert sorted(p.name for p in out.iterdir()) == ["0000.json", "0000.mp4", "0000.wav", "0000_ref.png"]

@@ -16,6 +16,7 @@ from tests.conftest import REPO
 pytest.importorskip("dlib", reason="the evaluator needs avatargen[eval]")
 
 from tests.eval import clips  # noqa: E402
+from avatargen.io.owned_names import foreign_reason  # noqa: E402
 
 
 def test_without_the_eval_extra_one_line_says_how_to_install_it_and_exit_is_2(tmp_path: Path) -> None:
@@ -35,15 +36,19 @@ def test_eval_json_and_sheet_on_a_talking_photo(tmp_path: Path) -> None:
     wav = clips.write_wav(tmp_path / "talk.wav", audio)
     reference = clips.write_png(tmp_path / "ref.png", clips.astronaut())
     sheet, mouths = tmp_path / "sheet.png", tmp_path / "mouths.png"
+    (tmp_path / "mine.png").write_bytes(b"the user's picture")
+    mouths.symlink_to(tmp_path / "mine.png")  # --overwrite replaces the link as a link, its target untouched
     result = subprocess.run(
         [sys.executable, "-m", "avatargen", "eval", str(video), "-a", str(wav), "-r", str(reference),
-         "--sheet", str(sheet), "--mouth-sheet", str(mouths), "--json"],
+         "--sheet", str(sheet), "--mouth-sheet", str(mouths), "--json", "--overwrite"],
         capture_output=True, text=True, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["offset_frames"] == 0 and report["face_found"] == 1.0 and "curves" not in report
     assert report["mouth_spill_frames"] == 0.0  # the clip's cavity is drawn on her mouth, the crop drifting with it
+    assert (tmp_path / "mine.png").read_bytes() == b"the user's picture" and not mouths.is_symlink()
+    assert foreign_reason(sheet, "png") is None and foreign_reason(mouths, "png") is None  # a rerun replaces them
     image = np.asarray(Image.open(sheet))
     assert image.shape[0] > 600 and image.shape[1] > 1000 and image.std() > 20  # a drawn sheet, not a blank
     # The mouth sheet: ten crops of the loudest syllables, each showing the clip's dark mouth cavity wide open.
