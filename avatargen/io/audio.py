@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from avatargen.errors import AudioDecoderStopped, BadInputError
+from avatargen.io.audio_mix import FROM_FILE_START
 from avatargen.io.ffmpeg import StderrTail, ffmpeg_reason, local_file, read_checked_input, start_ffmpeg
 from avatargen.io.input_files import AUDIO_FIX
 
@@ -144,8 +145,10 @@ def wav_shortfall(path: Path) -> str | None:
 
 def model_audio_args(sample_rate: int) -> list[str]:
     """ffmpeg output arguments: the first audio stream as float32 mono at ``sample_rate`` on stdout."""
-    # ffmpeg's default downmix sums stereo at -3 dB each (loud stereo then clips past 1.0); average instead.
-    return ["-map", "0:a:0", "-vn", "-ac", "1", "-ar", str(sample_rate), "-af", "aresample=rematrix_maxval=1.0",
+    # ffmpeg's default downmix sums stereo at -3 dB each (loud stereo then clips past 1.0); average instead. A stream
+    # that starts after its file gets silence in front (io.audio_mix.FROM_FILE_START): the file's own timeline.
+    return ["-map", "0:a:0", "-vn", "-ac", "1", "-ar", str(sample_rate), "-af",
+            f"{FROM_FILE_START}:rematrix_maxval=1.0",
             "-f", "f32le", "-flush_packets", "1", "pipe:1"]  # fmt: skip
 
 

@@ -8,6 +8,11 @@ from pathlib import Path
 
 from avatargen.io.ffmpeg import local_file
 
+# An audio stream that starts after its file does (a video's sound track delayed against its picture) gets silence in
+# front, from 0: the model, the encoder, a resume's seek and the joiner all read the file's own timeline. A stream
+# that starts with its file is untouched (async=1: the start alone is corrected, nothing later).
+FROM_FILE_START = "aresample=async=1:first_pts=0"
+
 
 @dataclass(frozen=True)
 class AudioMix:
@@ -21,11 +26,12 @@ class AudioMix:
         on, from ``start_s`` seconds of the timeline on; the mapping names one audio stream."""
         if len(self.paths) == 1:
             seek = ["-ss", f"{start_s:.6f}"] if start_s else []
-            return [*seek, "-i", local_file(self.paths[0])], ["-map", f"{first_input}:a:0"]
+            return ([*seek, "-i", local_file(self.paths[0])],
+                    ["-filter_complex", f"[{first_input}:a:0]{FROM_FILE_START}[mix]", "-map", "[mix]"])  # fmt: skip
         inputs = [arg for path in self.paths for arg in ("-i", local_file(path))]
         labels = [f"[{first_input + k}:a:0]" for k in range(len(self.paths))]
         # one sample format and layout before joining (concat needs them equal; amix gets the same input)
-        parts = [f"{label}aresample=48000,aformat=sample_fmts=fltp:channel_layouts=stereo[p{k}]"
+        parts = [f"{label}{FROM_FILE_START},aresample=48000,aformat=sample_fmts=fltp:channel_layouts=stereo[p{k}]"
                  for k, label in enumerate(labels)]  # fmt: skip
         joined = "".join(f"[p{k}]" for k in range(len(self.paths)))
         if self.arrangement == "add":

@@ -8,12 +8,33 @@ import subprocess
 import sys
 import time
 
+import imageio_ffmpeg
 import numpy as np
 import pytest
 import yaml
 
 from tests.conftest import FAST, REPO, kill_tree, run_cli, write_speechlike_wav
-from tests.ffmpeg_probe import decode_frames, probe
+from avatargen.io.audio import load_audio
+from tests.ffmpeg_probe import decode_frames, probe, stream_start_times
+
+
+def test_a_sound_track_that_starts_after_its_file_keeps_its_place_against_the_frames(tmp_path, face_png, speech_wav):
+    # A video's sound delayed 0.6 s against its picture: frames, sound and the model's hearing all run on the file's
+    # own timeline (silence first), so the lips move with the voice where a player plays it.
+    delayed = tmp_path / "delayed.mp4"
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "color=size=64x64:rate=25",
+                    "-itsoffset", "0.6", "-i", str(speech_wav), "-map", "0:v", "-map", "1:a", "-t", "3.6",
+                    "-c:v", "libx264", "-c:a", "aac", str(delayed)], check=True)  # fmt: skip
+    heard = load_audio(delayed, 16000)
+    assert np.abs(heard[: int(0.55 * 16000)]).max() < 1e-3 < np.abs(heard[int(0.6 * 16000) :]).max()
+    out = tmp_path / "out.mp4"
+    assert run_cli("render", "-i", str(face_png), "-a", str(delayed), "-o", str(out), "-q", *FAST).returncode == 0
+    assert stream_start_times(out) == {"video": 0.0, "audio": 0.0}
+    info = probe(out)
+    assert info["frames"] == round(len(heard) / 16000 * 25) and abs(info["audio_duration_s"] - len(heard) / 16000) < 0.05
+    played = load_audio(out, 16000)
+    onset = lambda wave: int(np.argmax(np.abs(wave) > 0.05))  # noqa: E731  the first loud sample
+    assert abs(onset(played) - onset(heard)) < 0.02 * 16000, (onset(played), onset(heard))
 
 
 def test_render_writes_a_playable_mp4_with_exact_frames_and_aligned_audio(tmp_path, face_png, speech_wav):
