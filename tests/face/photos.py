@@ -26,6 +26,12 @@ def tilted(degrees: float = 20.0) -> np.ndarray:
     return np.asarray(image.rotate(degrees, Image.Resampling.BICUBIC, center=ASTRONAUT_FACE, fillcolor=(96, 96, 104)))
 
 
+def web_palette() -> np.ndarray:
+    """(512, 512, 3): the astronaut through Pillow's default ``convert("P")`` (the 216-colour web palette, dithered:
+    neighbouring pixels alternate between palette colours)."""
+    return np.asarray(Image.fromarray(astronaut()).convert("P").convert("RGB"))
+
+
 def half_body(scale: float = 0.5) -> np.ndarray:
     """(720, 560, 3): the astronaut scaled by ``scale`` in a larger picture, below a plain wall: a small face."""
     small = Image.fromarray(astronaut()).resize((round(512 * scale),) * 2, Image.Resampling.LANCZOS)
@@ -222,4 +228,5 @@ TEST_PHOTOS = {
     "tilted": tilted,
     "half_body": half_body,
     "smiling_render": smiling_render,
+    "web_palette": web_palette,
 }

@@ -42,7 +42,7 @@ def test_the_lip_contours_sit_on_the_astronauts_lips_around_her_teeth():
 
 
 @needs_mesh
-@pytest.mark.parametrize("name", ["tilted", "half_body", "grace_hopper", "smiling_render"])
+@pytest.mark.parametrize("name", ["tilted", "half_body", "grace_hopper", "smiling_render", "web_palette"])
 def test_lips_are_found_on_every_test_photo(name):
     picture = photos.TEST_PHOTOS[name]()
     search = reference_lips(picture, shared_detector().find(picture))
