@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -88,16 +89,27 @@ def _normal_key(key: str, shown: str) -> str:
     return "" if normal == "." else normal
 
 
+_OTHER_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")  # http://, https://, ftp://, file://, ...
+
+
 def where(text: str | Path) -> Where:
-    """A path or an object URL from what a user wrote."""
-    return ObjectUrl.parse(str(text)) if is_url(text) else Path(text)
+    """A path or an object URL from what a user wrote; a URL of another scheme (``http://``) is refused in one line
+    (as a path it would read as a folder ``http:``, its '//' collapsed)."""
+    if is_url(text):
+        return ObjectUrl.parse(str(text))
+    if isinstance(text, str) and text.startswith("file://"):
+        raise BadInputError(f"'{text}' is a file URL; give the file's path: '{text.removeprefix('file://')}'")
+    if isinstance(text, str) and _OTHER_URL.match(text):
+        raise BadInputError(f"'{text}' is a URL; avatargen reads local files and s3://BUCKET/KEY objects: download it "
+                            "first (curl -o NAME URL) and give the file")  # fmt: skip
+    return Path(text)
 
 
 def resolve_against(base: Where, text: str) -> Where:
     """``text`` (a path, or an object URL) as seen from folder ``base``: URLs and absolute paths stand as they are,
     a relative name is inside ``base`` (a local folder or a bucket prefix)."""
-    if is_url(text):
-        return ObjectUrl.parse(text)
+    if is_url(text) or _OTHER_URL.match(text):
+        return where(text)
     if isinstance(base, ObjectUrl):
         if text.startswith("/"):
             raise BadInputError(f"'{text}' is a local path, but '{base}' is in a bucket; give an s3:// URL or a name "

@@ -77,6 +77,18 @@ def test_names_that_look_like_ffmpeg_urls_are_plain_local_files(tmp_path):
     assert not list((tmp_path / "x").iterdir()) and not (tmp_path / "y.partial.mp4").exists()
 
 
+@pytest.mark.parametrize("flag", ["-i", "-a"])
+def test_a_url_of_another_scheme_than_s3_is_one_line_naming_what_to_give(tmp_path, flag):
+    face, audio = write_face_png(tmp_path / "face.png"), write_speechlike_wav(tmp_path / "a.wav", 0.4)
+    given = {"-i": str(face), "-a": str(audio)}
+    for url, says in [("http://127.0.0.1:9/x", "download it first"), (f"file://{given[flag]}", f"'{given[flag]}'")]:
+        result = run_cli("render", *[a for k, v in {**given, flag: url}.items() for a in (k, v)], "-o", "o.mp4", "-q",
+                         *FAST, cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        (line,) = _error_lines(result.stderr)
+        assert line.startswith(f"error: '{url}' is a") and says in line, line
+
+
 # --- 2. one writer per output ----------------------------------------------------------------------------------
 
 
