@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from avatargen.bulk.locations import ObjectUrl, Where, identity, inside, resolve_against
+from avatargen.bulk.locations import ObjectUrl, Where, identity, inside, mp4_name_problem, resolve_against
 from avatargen.errors import BadInputError
 
 JOB_KEYS = ("image", "video", "audio", "prompt", "output", "overrides", "person_boxes", "audio_type")
@@ -271,8 +271,8 @@ def row_to_job(index: int, row: dict[str, Any], base: Where, out_dir: Where, whe
         extra = tuple(resolve_against(base, a) for a in audio[1:])
     except BadInputError as err:
         problems.append(str(err))
-    if output is not None and output.suffix.lower() != ".mp4":
-        problems.append(f"output '{fields['output']}' must end in .mp4 (the container written is MP4)")
+    if output is not None and mp4_name_problem(output) is not None:
+        problems.append(f"output '{fields['output']}' {mp4_name_problem(output)}")
     elif output is not None and not allow_outside and not inside(output, out_dir):
         problems.append(f"output '{fields['output']}' is outside --out-dir '{out_dir}'; give a path inside it, or pass "
                         "--allow-outside-out-dir")  # fmt: skip

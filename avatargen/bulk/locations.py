@@ -105,6 +105,16 @@ def where(text: str | Path) -> Where:
     return Path(text)
 
 
+def mp4_name_problem(output: Where) -> str | None:
+    """What is wrong with ``output`` as the name of an MP4 avatargen writes (it ends in .mp4, with a name before
+    that), or None."""
+    if output.name.lower() == ".mp4":
+        return "has no name before .mp4; give one, e.g. talk.mp4"
+    if output.suffix.lower() != ".mp4":
+        return "must end in .mp4 (the container written is MP4)"
+    return None
+
+
 def resolve_against(base: Where, text: str) -> Where:
     """``text`` (a path, or an object URL) as seen from folder ``base``: URLs and absolute paths stand as they are,
     a relative name is inside ``base`` (a local folder or a bucket prefix)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from avatargen.bulk.locations import mp4_name_problem
 from avatargen.config.schema import Config
 from avatargen.errors import BadInputError, CheckpointError
 from avatargen.io.audio_stream import RawPcm
@@ -207,8 +208,11 @@ def check_output_names(output: Path, save_config: bool, overwrite: bool) -> None
 
 
 def _check_output(output: Path) -> None:
-    if output.suffix.lower() != ".mp4":
-        raise BadInputError(f"output '{output}' must end in .mp4 (the container written is MP4)")
+    if output.is_dir():
+        raise BadInputError(f"output '{output}' is a folder; give a file name ending in .mp4, e.g. {output / 'talk.mp4'}")
+    problem = mp4_name_problem(output)
+    if problem is not None:
+        raise BadInputError(f"output '{output}' {problem}")
     shared = another_renders_name(output)
     if shared is not None:
         raise BadInputError(shared)
@@ -216,8 +220,6 @@ def _check_output(output: Path) -> None:
     if loop is not None:
         raise BadInputError(f"cannot write to output folder '{output.parent}' ('{loop}' is a symbolic link loop); "
                             "choose a writable folder")  # fmt: skip
-    if output.exists() and output.is_dir():
-        raise BadInputError(f"output '{output}' is a folder; give a file name ending in .mp4")
     limit = name_max(nearest_existing(output))
     longest = max(len(os.fsencode(name)) for name in names_written_beside(output))
     if longest > limit:

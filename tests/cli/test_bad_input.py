@@ -251,3 +251,13 @@ def test_silent_audio_renders_into_a_new_folder(tmp_path, face_png):
     info = probe(out)
     assert info["frames"] == 25 and abs(info["audio_duration_s"] - 1.0) < 0.04
 
+
+
+@pytest.mark.parametrize("output, says", [("nm/.mp4", "'nm/.mp4' has no name before .mp4"),
+                                          ("out/", "'out' is a folder; give a file name ending in .mp4, e.g. out/talk.mp4"),
+                                          ("o.mov", "'o.mov' must end in .mp4")])  # fmt: skip
+def test_an_output_name_that_is_no_mp4_name_says_what_is_missing(tmp_path, face_png, speech_wav, output, says):
+    (tmp_path / "out").mkdir()
+    result = run_cli("render", "-i", str(face_png), "-a", str(speech_wav), "-o", output, "-q", *FAST, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: output {says}"), result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "out" / "talk.mp4").exists()
