@@ -25,11 +25,12 @@ from avatargen.errors import ConfigError
 
 MAX_NESTING = 32  # levels of a dotted key or of a value's lists and mappings: far past any config, far below recursion limits
 SHOWN_CHARS = 80  # of an override echoed in a message
+REASON_CHARS = 240  # of OmegaConf's reason in a message (it may quote a value: a long one is cut)
 
 
-def _shown(text: str) -> str:
-    """``text`` as a message quotes it: at most ``SHOWN_CHARS`` characters."""
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+def _shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as a message quotes it: at most ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _bracket_depth(text: str) -> int:
@@ -141,7 +142,7 @@ def _defaults_choices(root: DictConfig, path: Path) -> dict[str, str]:
 
 def _one_line(error: OmegaConfBaseException) -> str:
     message = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
-    return _shown(message.replace("Key '", "key '"))
+    return _shown(message.replace("Key '", "key '"), REASON_CHARS)
 
 
 def _valid_keys(node: Any) -> str:

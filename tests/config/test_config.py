@@ -76,7 +76,9 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        (["seed=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'seed' could not be resolved"),
+        (["seed=${oc.env:AVATARGEN_UNSET_VARIABLE}"],
+         "config key 'seed' could not be resolved (KeyError raised while resolving interpolation: \"Environment "
+         "variable 'AVATARGEN_UNSET_VARIABLE' not found\"); fix or remove the ${...} interpolation"),  # whole
         (["pipeline.n_chunk_frames=${pipeline.n_chunk_frames}"], "config key 'pipeline.n_chunk_frames' could not be resolved"),
         (["+meta.where=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'meta.where' could not be resolved"),
         (["model.a2v.heads=0"], "model.a2v.heads must be in [1, 16384], got 0"),
