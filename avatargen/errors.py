@@ -42,7 +42,7 @@ class CheckpointError(BadInputError):
 
 class ResumeMismatchError(BadInputError):
     """``--resume`` of a render whose inputs or config differ from the stopped one's. Exit code 2. ``what``: what
-    differs, for a caller that starts over instead (a batch job): ``the config differ from the stopped render's
+    differs, for a caller that starts over instead (a batch job): ``the config differs from the stopped render's
     (seed was 0, is 3)``."""
 
     def __init__(self, message: str, what: str = ""):

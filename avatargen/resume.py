@@ -206,7 +206,8 @@ def resume_point(
         which = ""
         if "config" in changed and store.settings is not None and settings is not None:
             which = f" ({changed_settings(store.settings, settings)})"
-        what = f"the {', '.join(changed)} differ from the stopped render's{which}"
+        named = changed[0] if len(changed) == 1 else f"{', '.join(changed[:-1])} and {changed[-1]}"
+        what = f"the {named} {'differs' if len(changed) == 1 else 'differ'} from the stopped render's{which}"
         raise ResumeMismatchError(
             f"cannot resume '{output_name}': {what}; resume with the same inputs and config, or render without "
             "--resume to start over", what,

@@ -124,7 +124,7 @@ def test_resume_with_other_inputs_or_config_is_refused(tmp_path, inputs):
     other = write_speechlike_wav(tmp_path / "other.wav", 4.0)
     result = run_cli("render", "-i", str(face), "-a", str(other), "-o", str(out), "-q", *OVERLAPPED, "seed=3", "--resume")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "cannot resume" in result.stderr and "audio, config" in result.stderr
+    assert "cannot resume" in result.stderr and "the audio and config differ from the stopped render" in result.stderr
     assert "(seed was 0, is 3)" in result.stderr, "the changed config key is named"
     assert out.with_name("o.resume").is_dir(), "a refused resume keeps the state for the right command"
 

@@ -83,7 +83,7 @@ def own_cache_folder(tmp_path, monkeypatch):
 
 def test_auto_decides_from_the_probe_saved_for_this_machine_not_from_a_new_timing(own_cache_folder):
     """A timed probe on a busy CPU can land on either side of the threshold; two renders on one machine must not pick
-    two dtypes (different frames, and a --resume refused as 'the config differ')."""
+    two dtypes (different frames, and a --resume refused as 'the config differs')."""
     first = choose_precision("auto", CPU, flags=NATIVE)  # measured now and saved
     saved = saved_probe_path()
     assert saved.parent == own_cache_folder and saved.is_file()
