@@ -520,8 +520,8 @@ class RenderSession:
             self._close_stopped(stats)
         if self.opened.audio.damage is not None:
             what = "audio from stdin" if self.streamed_audio else f"audio file '{request.audio}'"
-            self.warn(f"warning: {what} is damaged ({self.opened.audio.damage}); the video covers the "
-                      f"{stats.frames / fps:.2f} s that decoded")  # fmt: skip
+            self.warn(f"warning: {what} is damaged ({self.opened.audio.damage}); the video covers what decoded "
+                      f"({stats.frames} frames, {stats.frames / fps:.2f} s)")  # fmt: skip
         finishing = time.perf_counter()
         earlier = [(p.file, p.end - p.start) for p in store.parts] if store is not None else []
         self.outputs.publish(earlier, self.partial, before_publish=self._save_config)  # the config first: OUT.mp4 never comes without it
