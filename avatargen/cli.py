@@ -189,6 +189,9 @@ def render(
         if str(output) == "-" and _STDOUT_CLOSED:
             raise PublishError("--output - writes MPEG-TS to stdout, but stdout is closed; pipe it into a program "
                                "(| ffplay -) or give --output OUT.mp4")  # fmt: skip
+        if str(output) == "-" and sys.stdout.isatty():  # binary video would scroll over the terminal
+            raise BadInputError("--output - writes MPEG-TS to stdout, but stdout is a terminal; pipe it into a program "
+                                "(| ffplay -), redirect it (> talk.ts), or give --output OUT.mp4")  # fmt: skip
         if not any(isinstance(x, ObjectUrl) for x in (image, video, output, *audio)):
             # said now, before torch is imported (~2 s); the render checks again, with its model family's engine
             check_before_reading(request, to_config(cfg), None, resume, overwrite)

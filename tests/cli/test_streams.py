@@ -86,6 +86,24 @@ def test_a_render_report_to_a_closed_stdout_is_exit_2_with_the_video_written(tmp
     assert probe(out)["frames"] == 10
 
 
+def test_video_to_a_terminal_is_refused_in_one_line_before_any_byte(inputs):
+    face, audio = inputs
+    leader, follower = os.openpty()  # a real terminal as stdout
+    try:
+        done = _cli("render", "-i", str(face), "-a", str(audio), "-o", "-", *FAST, stdout=follower)
+        os.set_blocking(leader, False)
+        try:
+            shown = os.read(leader, 1 << 16)
+        except BlockingIOError:
+            shown = b""
+    finally:
+        os.close(leader), os.close(follower)
+    assert done.returncode == 2 and _error_lines(done.stderr) == [
+        "error: --output - writes MPEG-TS to stdout, but stdout is a terminal; pipe it into a program (| ffplay -), "
+        "redirect it (> talk.ts), or give --output OUT.mp4"], done.stderr  # fmt: skip
+    assert shown == b""
+
+
 def test_video_to_a_full_stdout_is_one_line_and_exit_3_without_disk_advice(inputs):
     """`-o - > /dev/full` used to say 'out of disk space ... choose another output folder': there is no folder."""
     face, audio = inputs
