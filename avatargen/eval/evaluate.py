@@ -82,6 +82,13 @@ def evaluate_video(
         if taken := sorted(keys.keys() & result.keys()):
             raise ValueError(f"metric {type(metric).__name__} gives keys another already gave: {taken}")
         result.update(keys)
+    audio_s, video_s = len(waveform) / AUDIO_SAMPLE_RATE, n / rate
+    if n and audio_s < 0.5 * video_s:  # another file's audio, most likely: a sync figure would mean nothing
+        result.update(offset_frames=None, sync_note=f"the audio ({audio_s:.2f} s) covers under half of the video "
+                      f"({video_s:.2f} s): lip sync not measured; give the video's own audio")  # fmt: skip
+    elif n and abs(audio_s - video_s) > max(0.5, 0.1 * video_s):
+        notes.append(f"the audio ({audio_s:.2f} s) and the video ({video_s:.2f} s) differ in length: lip sync is "
+                     "measured over the time they share; check that it is the video's own audio")  # fmt: skip
     if curves:
         result["curves"] = {"loudness": [round(float(r), 5) for r in context.loudness(n)]}
         for metric in metrics:

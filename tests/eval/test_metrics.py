@@ -57,6 +57,15 @@ def test_silent_audio_gives_no_offset_and_says_the_audio_is_silent(talk: dict) -
     assert any("silent" in note for note in result["notes"])
 
 
+def test_an_audio_of_another_length_is_said_and_a_much_shorter_one_gives_no_offset(talk: dict) -> None:
+    short = clips.write_wav(talk["folder"] / "short.wav", talk["audio_samples"][: int(0.3 * clips.SR)])
+    result = evaluate_video(talk["video"], short)
+    assert result["offset_frames"] is None and "covers under half of the video" in result["sync_note"]
+    longer = np.concatenate([talk["audio_samples"], np.zeros(int(SECONDS * clips.SR), np.float32)])
+    result = evaluate_video(talk["video"], clips.write_wav(talk["folder"] / "longer.wav", longer))
+    assert result["offset_frames"] == 0 and any("differ in length" in note for note in result["notes"])
+
+
 def test_a_looped_clip_is_still_found_in_sync() -> None:
     """Audio that repeats (a 3-s clip looped four times): a chance shift by a whole number of loops is in sync, not
     chance, and must not count as the best out-of-sync score (it matched the peak, and the offset was lost)."""
