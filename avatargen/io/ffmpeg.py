@@ -197,6 +197,7 @@ class InputInfo:
 
     error: str | None = None  # why ffmpeg could not open it; None when it could
     duration_s: float | None = None  # container duration, absent for some streams ("Duration: N/A")
+    start_s: float = 0.0  # when the file's first stream starts ("start: 1.400000": MPEG-TS rarely starts at 0)
     stream_kinds: list[str] = field(default_factory=list)  # "Audio", "Video", ... in stream order
     stream_codecs: list[str] = field(default_factory=list)  # "pcm_f32le", "h264", ... in stream order
 
@@ -207,6 +208,7 @@ class InputInfo:
 
 
 _DURATION = re.compile(r"Duration: (\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
+_START = re.compile(r"Duration: .*, start: (-?\d+(?:\.\d+)?)")
 _STREAM = re.compile(r"^\s*Stream #\d+:\d+\S*: (\w+): ?(\w*)")
 
 
@@ -294,6 +296,9 @@ def _read_input_info(path: str | Path) -> InputInfo:
         if duration and info.duration_s is None:
             hours, minutes, seconds = duration.groups()
             info.duration_s = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        start = _START.search(line)
+        if start and not info.start_s:
+            info.start_s = float(start.group(1))
         stream = _STREAM.match(line)
         if stream:
             info.stream_kinds.append(stream.group(1))

@@ -77,7 +77,8 @@ def join_parts(parts: list[tuple[Path, int]], audio: Path | AudioMix, output: Pa
     listing = links / "parts.ffconcat"
     listing.write_text("\n".join(lines) + "\n")
     total_s = sum(frames for _, frames in parts) / fps
-    audio_input, audio_map = (audio if isinstance(audio, AudioMix) else AudioMix((Path(audio),))).ffmpeg_args(1)
+    mix = audio if isinstance(audio, AudioMix) else AudioMix((Path(audio),))
+    audio_input, audio_map = mix.ffmpeg_args(1, copyts=True)  # -copyts below
     try:
         # -copyts: the concat demuxer shifts its timestamps by the first part's start time, which the AAC priming of
         # its audio makes -21 ms; copied as they are, the video starts at 0 as an uninterrupted render's does, and the

@@ -77,6 +77,42 @@ def test_parts_and_audio_whose_names_look_like_urls_join_into_one_video(tmp_path
     assert info["frames"] == 50 and abs(info["audio_duration_s"] - 2.0) < 0.05
 
 
+@pytest.mark.parametrize("delay", ["file starts late", "track starts late"])
+def test_a_resumed_videos_sound_is_where_the_uninterrupted_one_puts_it(tmp_path, delay):
+    """The parts of a resumed render are joined under ffmpeg's -copyts, which keeps a file's own start time: an
+    MPEG-TS audio file starting at 1.4 s had 1.4 s of silence put in front of its voice; a video's sound track
+    delayed against its picture keeps that delay, as the encoder did (``FROM_FILE_START``)."""
+    import imageio_ffmpeg
+
+    from avatargen.io.audio import load_audio
+    from avatargen.io.mp4_join import join_parts
+    from tests.conftest import write_speechlike_wav
+
+    wav = write_speechlike_wav(tmp_path / "voice.wav", 1.6)
+    ffmpeg = [imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error"]
+    if delay == "file starts late":
+        audio = tmp_path / "voice.ts"
+        command = [*ffmpeg, "-i", str(wav), "-c:a", "aac", "-output_ts_offset", "1.4", "-f", "mpegts", str(audio)]
+    else:
+        audio = tmp_path / "voice.mp4"
+        command = [*ffmpeg, "-f", "lavfi", "-i", "color=size=32x32:rate=25", "-itsoffset", "0.4", "-i", str(wav),
+                   "-map", "0:v", "-map", "1:a", "-t", "2.0", "-c:a", "aac", str(audio)]  # fmt: skip
+    subprocess.run(command, check=True)
+    heard = load_audio(audio, 16000)  # the timeline the model renders
+    frames = round(len(heard) / 16000 * 25)
+    whole, parts = tmp_path / "whole.mp4", []
+    with Encoder(whole, 64, 64, 25, audio) as writer:
+        writer.write(gradient(frames))
+    for number, (start, count) in enumerate(((0, 25), (25, frames - 25))):
+        with Encoder(tmp_path / f"{number}.mp4", 64, 64, 25, audio, start_frame=start) as writer:
+            writer.write(gradient(count))
+        parts.append((tmp_path / f"{number}.mp4", count))
+    join_parts(parts, audio, tmp_path / "joined.mp4", 25)
+    onset = lambda wave: int(np.argmax(np.abs(wave) > 0.05))  # noqa: E731  the first loud sample
+    for made in (whole, tmp_path / "joined.mp4"):
+        assert abs(onset(load_audio(made, 16000)) - onset(heard)) < 0.02 * 16000, made
+
+
 def test_mpeg_ts_on_stdout_leaves_with_the_first_frame_not_the_second(tmp_path):
     """A player reading ``-o -`` gets a frame as soon as it is encoded: ffmpeg's tee muxer held each (with the audio)
     until the next came, a frame of latency."""
