@@ -182,8 +182,13 @@ class BucketOutDir:
             file.flush()
             self.store.upload(Path(file.name), self.root / name, {OWNER_KEY: MADE_BY.replace(" ", "-")})
 
-    def finished(self, output: ObjectUrl) -> bool:
-        return self.store.head(output) is not None
+    def finished(self, output: ObjectUrl, overwrite: bool = False) -> bool:
+        found = self.store.head(output)
+        ours = found is not None and found.metadata.get("made-with") == "avatargen"
+        if found is not None and not ours and not overwrite:
+            raise BadInputError(f"'{output}' is an object avatargen did not write; this job would replace it: "
+                                f"{OVERWRITE_FIX}")  # fmt: skip
+        return ours
 
     def failure(self, claim: ObjectUrl) -> dict[str, Any] | None:
         found = self.store.read(claim.with_name(failed_name(claim)))

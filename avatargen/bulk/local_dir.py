@@ -24,8 +24,8 @@ from avatargen.bulk.outdir import FAILED_SUFFIX, failed_name, failure_record, is
 from avatargen.bulk.status import MANIFEST_NAME, JobState, bad_row_label
 from avatargen.errors import BadInputError
 from avatargen.io.output_lock import OutputLock, is_locked, lock_path_for, read_holder
-from avatargen.io.owned_names import (OVERWRITE_FIX, foreign_reason, is_avatargen_resume_folder, remove_name,
-                                      resume_folder_for)
+from avatargen.io.owned_names import (OVERWRITE_FIX, foreign_reason, is_avatargen_mp4, is_avatargen_resume_folder,
+                                      remove_name, resume_folder_for)
 
 
 def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
@@ -78,8 +78,9 @@ class LocalOutDir:
             remove_name(path)  # --overwrite: a link is replaced as a link, never written through
         write_atomic(path, chunks)
 
-    def finished(self, output: Path) -> bool:
-        return output.is_file()
+    def finished(self, output: Path, overwrite: bool = False) -> bool:
+        # Any file: a video from before avatargen marked its files carries no mark (docs/owned-names.md).
+        return output.is_file() and (not overwrite or is_avatargen_mp4(output))
 
     def failure(self, claim: Path) -> dict[str, Any] | None:
         try:

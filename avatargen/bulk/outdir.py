@@ -44,7 +44,9 @@ class OutDir(Protocol):
     def write_side(self, name: str, chunks: Iterable[bytes]) -> None:
         """Write the side file ``name`` (a manifest, the report) whole, replacing the old one at once."""
 
-    def finished(self, output: Where) -> bool: ...
+    def finished(self, output: Where, overwrite: bool = False) -> bool:
+        """Whether ``output``'s finished video is there (the job is skipped); with ``overwrite`` only avatargen's
+        own: a user's file is rendered over. BadInputError for a user's object in a bucket without ``overwrite``."""
 
     def failure(self, claim: Where) -> dict[str, Any] | None:
         """The failure recorded for ``claim``'s job, or None."""

@@ -23,6 +23,7 @@ from avatargen.bulk.remote_render import ClaimLostError, render_anywhere
 from avatargen.bulk.results import JobResult, result_for
 from avatargen.config.loader import load_config
 from avatargen.io.console import RANDOM_WEIGHTS, kind_of
+from avatargen.io.owned_names import OVERWRITE_FIX
 from avatargen.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
@@ -79,9 +80,9 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
         return result_for(
             job, ctx.rank, "failed", started, error=job.problem, exit_code=EXIT_BAD_INPUT, worker=WORKER, ran=True
         )
-    if ctx.out_dir.finished(job.output):
-        return result_for(job, ctx.rank, "skipped", started)
     try:
+        if ctx.out_dir.finished(job.output, job.overwrite):
+            return result_for(job, ctx.rank, "skipped", started)
         cfg = load_config([*ctx.overrides, *job.overrides])
         outside = outside_out_dir(cfg, ctx.confine) if ctx.confine is not None else None
         if outside is not None:
@@ -124,9 +125,12 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
 
 
 def failed_before(job: Job, ctx: JobContext) -> JobResult | None:
-    """The job's recorded failure as a result, unless there is none or it is to be retried."""
+    """The job's recorded failure as a result, unless there is none or it is to be retried: ``--retry-failed``, or
+    ``--overwrite`` where the failure was a name of the job's holding what avatargen did not write (its fix)."""
     failure = ctx.out_dir.failure(job.claimed_as)
     if failure is None or (ctx.retry_before is not None and float(failure.get("time", 0)) < ctx.retry_before):
+        return None
+    if job.overwrite and OVERWRITE_FIX in str(failure.get("error")):
         return None
     return result_for(job, ctx.rank, "failed", time.perf_counter(), error=str(failure.get("error")),
                       exit_code=int(failure.get("exit_code", EXIT_FAILURE)), worker=f"{failure.get('host')}:{failure.get('pid')}")  # fmt: skip
@@ -142,7 +146,7 @@ def claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult
     started = time.perf_counter()
     out_dir = ctx.out_dir
     try:
-        if job.problem is None and out_dir.finished(job.output):
+        if job.problem is None and out_dir.finished(job.output, job.overwrite):
             return result_for(job, ctx.rank, "skipped", started)
         failed = failed_before(job, ctx)
         if failed is not None:
@@ -155,9 +159,7 @@ def claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult
     if claim is None:
         return None
     try:
-        if job.problem is None and out_dir.finished(
-            job.output
-        ):  # finished by another worker between the look and the claim
+        if job.problem is None and out_dir.finished(job.output, job.overwrite):  # by another worker in between
             return result_for(job, ctx.rank, "skipped", started)
         failed = failed_before(job, ctx)
         if failed is not None:

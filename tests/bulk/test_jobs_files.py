@@ -84,6 +84,30 @@ def test_a_users_files_at_the_batch_side_names_are_refused_unless_overwrite(tmp_
     assert (out / "x.mp4").is_file()
 
 
+def test_a_users_file_at_a_jobs_output_is_kept_as_finished_and_overwrite_renders_over_it(tmp_path):
+    """A file at OUT.mp4 is the job's finished video (one from before avatargen marked its files carries no mark);
+    with --overwrite only avatargen's own is: a user's file is rendered over, and a job that failed for a name it
+    would replace (a user's folder at OUT.resume) is tried again, --overwrite being what its error said to pass."""
+    from avatargen.io.owned_names import is_avatargen_mp4
+
+    write_face_png(tmp_path / "face.png")
+    write_speechlike_wav(tmp_path / "a.wav", 0.4)
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(json.dumps({"image": "face.png", "audio": "a.wav", "output": f"{n}.mp4"}) + "\n"
+                            for n in ("x", "y")))  # fmt: skip
+    out = tmp_path / "out"
+    (out / "y.resume").mkdir(parents=True)
+    (out / "y.resume" / "mine.txt").write_text("my notes")
+    (out / "x.mp4").write_text("my video")
+    first = run_cli("batch", str(jobs), "--out-dir", str(out), *FAST)
+    report = json.loads((out / "batch_report.json").read_text())
+    assert first.returncode == 2 and [j["status"] for j in report["jobs"]] == ["skipped", "failed"], first.stderr
+    assert "or pass --overwrite to replace it" in report["jobs"][1]["error"] and (out / "x.mp4").read_text() == "my video"
+    assert run_cli("batch", str(jobs), "--out-dir", str(out), "--overwrite", *FAST).returncode == 0
+    report = json.loads((out / "batch_report.json").read_text())
+    assert [j["status"] for j in report["jobs"]] == ["ok", "ok"] and all(is_avatargen_mp4(out / f"{n}.mp4") for n in "xy")
+
+
 def test_ray_missing_is_one_line_with_the_install_command(tmp_path):
     hidden = tmp_path / "no_ray"
     (hidden / "ray").mkdir(parents=True)

@@ -190,6 +190,21 @@ def test_a_batch_in_a_bucket_fails_a_missing_input_alone_naming_its_url_and_neve
     assert not any(j["ran"] for j in report["jobs"])  # failures recorded in the bucket are not tried again
 
 
+def test_a_users_object_at_a_jobs_output_fails_that_job_until_overwrite_renders_over_it(s3_server, bucket, s3_env,
+                                                                                         tmp_path):  # fmt: skip
+    upload_jobs(s3_server, bucket, tmp_path, [0.4])
+    client = s3_server.client()
+    client.put_object(Bucket=bucket, Key="out/v0.mp4", Body=b"my precious video")  # no made-with metadata
+    batch = ("batch", f"s3://{bucket}/in/jobs.jsonl", "--out-dir", f"s3://{bucket}/out", *BULK)
+    refused = run_cli(*batch, env=s3_env)
+    report = json.loads(client.get_object(Bucket=bucket, Key="out/batch_report.json")["Body"].read())
+    assert refused.returncode == 2 and report["jobs"][0]["status"] == "failed", refused.stderr
+    assert f"'s3://{bucket}/out/v0.mp4' is an object avatargen did not write" in report["jobs"][0]["error"]
+    assert client.get_object(Bucket=bucket, Key="out/v0.mp4")["Body"].read() == b"my precious video"
+    assert run_cli(*batch, "--overwrite", env=s3_env).returncode == 0  # its failure retried: --overwrite is its fix
+    assert client.head_object(Bucket=bucket, Key="out/v0.mp4")["Metadata"].get("made-with") == "avatargen"
+
+
 def probe_bytes(data: bytes, folder: Path) -> int:
     """Frames of the MP4 ``data`` (0 where it does not decode)."""
     path = folder / f"seen-{time.monotonic_ns()}.mp4"
