@@ -114,9 +114,9 @@ def render(
     publish: Optional[List[str]] = typer.Option(None, "--publish", help="Also publish live while rendering (repeatable): DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY. Same encode as the file.", show_default=False),
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
-    audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM [default: 1].", show_default=False),
+    audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM \\[default: 1].", show_default=False),
     prompt: str = typer.Option("", "--prompt", "-p", help="Text prompt (scene, style) for the models that read one (docs/models.md); the bundled model shows no visible style (docs/model-card.md, Prompts).", show_default="none"),
-    face: Optional[int] = typer.Option(None, "--face", help="Which face of the image to animate, counted left to right from 1 (pipeline.face) [default: the largest].", show_default=False),
+    face: Optional[int] = typer.Option(None, "--face", help="Which face of the image to animate, counted left to right from 1 (pipeline.face) \\[default: the largest].", show_default=False),
     json_out: bool = typer.Option(False, "--json/--no-json", help="Print one JSON object with frames, timing, RTF and memory.", show_default=True),
     evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Measure the finished video (lip sync, identity, seams, flicker) and add it to the report.", show_default=True),
     quiet: bool = typer.Option(False, "--quiet/--no-quiet", "-q", help="No progress bar.", show_default=True),
@@ -354,7 +354,7 @@ def _check_sheets(sheets: dict[str, Path], inputs: list[Path], overwrite: bool) 
 def train(
     out: Path = typer.Option(..., "--out", help="Folder for the trained checkpoint (five .safetensors + model.yaml)."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
-    family: Optional[str] = typer.Option(None, "--family", help="The model family whose recipe runs [default: the default model's, the bundled one].", show_default=False),
+    family: Optional[str] = typer.Option(None, "--family", help="The model family whose recipe runs \\[default: the default model's, the bundled one].", show_default=False),
     overrides: Optional[List[str]] = typer.Argument(None, help="Recipe overrides key=value (see avatargen/families/tiny/train/config.py).", show_default=False),
 ) -> None:
     """Train a family's models on generated talking-avatar data (the bundled family: deterministic for a seed; CPU or GPU)."""
@@ -400,8 +400,8 @@ def synth(
 def batch(
     jobs: str = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV, a file or s3://BUCKET/KEY; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder. Or the word status: show the state of the out-dir given after it."),
     out_dir: Optional[str] = typer.Option(None, "--out-dir", help="Folder (or s3://BUCKET/PREFIX) for the outputs and batch_report.json (shared by every worker).", show_default=False),
-    ray: bool = typer.Option(False, "--ray/--no-ray", help="Run the jobs on a Ray cluster (batch.engine=ray): long-lived worker actors keep the model loaded; a lost node's job resumes on another (pip install 'avatargen[ray]'; docs/batch.md).", show_default=True),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --ray: the cluster to join (HOST:PORT, ray://HOST:10001, auto; batch.ray.address) [default: RAY_ADDRESS, else a local Ray on this machine].", show_default=False),
+    ray: bool = typer.Option(False, "--ray/--no-ray", help="Run the jobs on a Ray cluster (batch.engine=ray): long-lived worker actors keep the model loaded; a lost node's job resumes on another (pip install 'avatargen\\[ray]'; docs/batch.md).", show_default=True),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --ray: the cluster to join (HOST:PORT, ray://HOST:10001, auto; batch.ray.address) \\[default: RAY_ADDRESS, else a local Ray on this machine].", show_default=False),
     retry_failed: bool = typer.Option(False, "--retry-failed/--no-retry-failed", help="Try again the jobs that failed for good (OUT.failed.json) before this worker started.", show_default=True),
     allow_outside_out_dir: bool = typer.Option(False, "--allow-outside-out-dir/--no-allow-outside-out-dir", help="Let jobs write outside --out-dir (absolute or ../ outputs, output.publish elsewhere); refused by default.", show_default=True),
     json_out: bool = typer.Option(False, "--json/--no-json", help="With status: print one JSON object.", show_default=True),

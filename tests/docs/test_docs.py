@@ -211,6 +211,19 @@ def test_every_subcommand_has_working_help():
         assert result.exit_code == 0 and "Usage" in result.stdout, (path, result.output)
 
 
+def test_every_options_help_is_shown_whole():
+    """Rich reads '[default: 1]' or "avatargen[ray]" in a help text as markup and drops it unless escaped."""
+    group = typer.main.get_command(app)
+    commands = [([name], command) for name, command in group.commands.items()]
+    commands += [(["weights", "check"], group.commands["weights"].commands["check"])]
+    for path, command in commands:
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "1000"}).stdout
+        shown = " ".join(shown.replace("│", " ").split())
+        for param in command.params:
+            text = " ".join((getattr(param, "help", None) or "").replace("\\[", "[").split())
+            assert text in shown, (path, param.name, text)
+
+
 def test_the_parser_catches_what_it_should():
     with pytest.raises(UsageError):
         parse(["render", "--no-such-option"], complete=False)
