@@ -163,9 +163,8 @@ def iter_jobs(jobs_file: Where, out_dir: Where, allow_outside: bool = False,
                 hashlib.blake2b(identity(job.output).encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big"
             )
             if digest in seen:  # x.mp4, d/../x.mp4 and link/x.mp4 are one file
-                job.problem = (
-                    f"output '{job.output}' is also the output of job {seen[digest]}; give each job its own output"
-                )
+                job.problem = (f"{where}: output '{job.output}' is also the output of job {seen[digest]}; give each "
+                               "job its own output")  # fmt: skip
             seen.setdefault(digest, index)
         job.claim = job.output if job.problem is None else bad_row_claim(out_dir, index, job.problem)
         yield job
@@ -210,6 +209,10 @@ def _csv_rows(lines: Iterator[tuple[int, str | None]], name: str) -> Iterator[tu
         where = f"{name} line {numbers[-1]}"
         if any("\x00" in (v or "") for v in row.values() if isinstance(v, str)):
             yield {}, where, f"{where}: longer than {MAX_LINE_BYTES >> 20} MiB or not UTF-8 text; fix the row"
+            continue
+        if None in row:  # more fields than the header names: an unquoted comma, most likely
+            yield {}, where, (f"{where}: {len(reader.fieldnames or []) + len(row[None])} fields under a header of "
+                              f"{len(reader.fieldnames or [])}; quote a field that holds a comma")  # fmt: skip
             continue
         yield (
             {

@@ -45,6 +45,14 @@ def test_an_over_long_line_and_a_deeply_nested_row_fail_alone(tmp_path):
     assert fine.problem is None and fine.output == tmp_path / "out" / "ok.mp4"
 
 
+def test_a_csv_row_with_more_fields_than_its_header_is_a_bad_row_not_a_silently_shorter_one(tmp_path):
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("image,audio,prompt,output,overrides\nf.png,a.wav,,v.mp4,seed=1,extra\nf.png,a.wav,,w.mp4,seed=1\n")
+    shifted, fine = read_jobs(jobs, tmp_path / "out")
+    assert shifted.problem == "jobs.csv line 2: 6 fields under a header of 5; quote a field that holds a comma"
+    assert fine.problem is None
+
+
 def test_an_output_that_is_not_mp4_is_a_bad_row_and_does_not_fail_the_mp4_of_the_same_name(tmp_path):
     write_face_png(tmp_path / "face.png")
     write_speechlike_wav(tmp_path / "a.wav", 0.4)

@@ -131,8 +131,9 @@ def test_one_output_named_two_ways_is_a_duplicate_and_status_lists_it_once(tmp_p
                             for name in ("x.mp4", "d/../x.mp4", "link/x.mp4", "y.mp4")))  # fmt: skip
     first, dotted, linked, other = read_jobs(jobs, out)
     assert first.problem is None and other.problem is None
-    for twin in (dotted, linked):
-        assert "is also the output of job 0; give each job its own output" in twin.problem
+    for line, twin in ((2, dotted), (3, linked)):
+        assert twin.problem.startswith(f"jobs.jsonl line {line}: output ") and twin.problem.endswith(
+            "is also the output of job 0; give each job its own output")  # fmt: skip
     from avatargen.bulk.local_dir import LocalOutDir
     from avatargen.bulk.status import MANIFEST_NAME
     from avatargen.bulk.batch_files import manifest_chunks
