@@ -228,6 +228,9 @@ class BucketOutDir:
                 names.add(relative)
         outputs: list[str] = []
         manifest = self.store.read(self.root / MANIFEST_NAME)
+        if manifest is None and not names and not resume:  # a prefix with no object under it: a typo, most likely
+            raise BadInputError(f"out-dir '{self.root}' does not exist (no object under it); give the --out-dir of a "
+                                "batch")  # fmt: skip
         try:
             outputs = [str(o) for o in json.loads(manifest[0])["outputs"]] if manifest is not None else []
         except (ValueError, KeyError, TypeError):
@@ -262,7 +265,7 @@ class BucketOutDir:
             return JobState(str(url), "done")
         if f"{stem}.lock" in names:
             held = BucketClaim(self.store, url, "", self.lease_s).holder()
-            if held is not None and held[2] <= self.lease_s:
+            if held is not None and held[2] <= self.lease_s and not _holder_gone(held[0]):
                 return JobState(str(url), "running", held[0].get("host"), held[0].get("pid"), resumable=resumable)
         if failure is not None:
             return JobState(str(url), "failed", str(failure.get("host")), failure.get("pid"), str(failure.get("error")))

@@ -205,6 +205,13 @@ def test_a_users_object_at_a_jobs_output_fails_that_job_until_overwrite_renders_
     assert client.head_object(Bucket=bucket, Key="out/v0.mp4")["Metadata"].get("made-with") == "avatargen"
 
 
+def test_status_of_a_prefix_holding_nothing_says_so_as_for_a_missing_folder(s3_server, bucket, s3_env):
+    result = run_cli("batch", "status", f"s3://{bucket}/nothing-here", env=s3_env)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"error: out-dir 's3://{bucket}/nothing-here' does not exist (no object under it); give the --out-dir of a "
+        "batch"], result.stderr  # fmt: skip
+
+
 def probe_bytes(data: bytes, folder: Path) -> int:
     """Frames of the MP4 ``data`` (0 where it does not decode)."""
     path = folder / f"seen-{time.monotonic_ns()}.mp4"
