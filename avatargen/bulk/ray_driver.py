@@ -72,7 +72,7 @@ def connect(ray: Any, config: Config, debug: bool = False) -> str:
         _check_reachable(address)
         ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        raise BadInputError(f"cannot join the Ray cluster at '{address}' ({str(err).splitlines()[0][:200]}); start it "
+        raise BadInputError(f"cannot join the Ray cluster at '{address}' ({_first_line(err, 200)}); start it "
                             "(ray start --head) or fix batch.ray.address / --ray-address") from None  # fmt: skip
     return f"the Ray cluster at {address}"
 
@@ -239,7 +239,7 @@ class Dispatcher:
             self.lost.append((time.monotonic(), worker))  # Ray restarts it; it takes jobs again once it answers
             if self.stop.signum is not None:
                 return  # stopping: the job resumes on the next run
-            reason = str(error).strip().splitlines()[0][:160]
+            reason = _first_line(error, 160)
             if attempt > max_retries:
                 error_text = f"its worker was lost {attempt} times (last: {reason}); batch.max_retries={max_retries}"
                 self.outputs.record_failure(job.claimed_as, error_text, EXIT_FAILURE)
@@ -320,3 +320,9 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
         raise RenderInterrupted(f"batch stopped by {name}: {log.counts['stopped']} job(s) kept their resume state; "
                                 f"continue with: {resume_command}", 128 + stop.signum)  # fmt: skip
     return code
+
+
+def _first_line(error: BaseException, limit: int) -> str:
+    """The first line of ``error``'s message, cut at a word within ``limit`` characters (a Ray error runs long)."""
+    line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return line if len(line) <= limit else f"{line[:limit].rsplit(' ', 1)[0]} ..."

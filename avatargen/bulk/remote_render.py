@@ -31,6 +31,7 @@ from avatargen.bulk.s3 import Store, store_for
 from avatargen.config.loader import to_config
 from avatargen.config.schema import StorageConfig
 from avatargen.errors import AvatarGenError, BadInputError
+from avatargen.io.console import say
 from avatargen.io.owned_names import OVERWRITE_FIX
 from avatargen.render import RenderRequest, render
 from avatargen.render.request import config_path_for
@@ -118,6 +119,8 @@ def _render_to_bucket(store: Store, request: RenderRequest, output: ObjectUrl, c
         _refuse_foreign_objects(store, output, settings.output.save_config, bool(options.get("overwrite")))
         folder.mkdir(parents=True)
         local_output = folder / output.name
+        told = options.get("warn", say)  # a note names the object, not the scratch file it is made in
+        options = {**options, "warn": lambda message: told(message.replace(str(local_output), str(output)))}
         mirror = ResumeMirror(store, output, local_output, verify=claim.verify)
         if options.get("resume"):
             mirror.restore()
