@@ -289,7 +289,7 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
     next(jobs(), None)  # so is the jobs file
     joined = connect(ray, config)
     log = ResultLog()
-    code = EXIT_FAILURE
+    code, count = EXIT_FAILURE, 0
     with DriverStop() as stop:
         try:
             workers_wanted = worker_count(ray, config)
@@ -317,8 +317,10 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
             ray.shutdown()
     if stop.signum is not None:
         name = signal.Signals(stop.signum).name
-        raise RenderInterrupted(f"batch stopped by {name}: {log.counts['stopped']} job(s) kept their resume state; "
-                                f"continue with: {resume_command}", 128 + stop.signum)  # fmt: skip
+        unstarted = max(0, count - len(log))
+        raise RenderInterrupted(f"batch stopped by {name}: {log.counts['stopped']} job(s) kept their resume state"
+                                + (f", {unstarted} not started" if unstarted else "")
+                                + f"; continue with: {resume_command}", 128 + stop.signum)  # fmt: skip
     return code
 
 
