@@ -353,7 +353,8 @@ def _check_sheets(sheets: dict[str, Path], inputs: list[Path], overwrite: bool) 
 
 @app.command(epilog=EXIT_CODES)
 def train(
-    out: Path = typer.Option(..., "--out", help="Folder for the trained checkpoint (five .safetensors + model.yaml)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the trained checkpoint (five .safetensors + model.yaml); a new or empty one."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Train into a folder that is not empty, replacing what is at the checkpoint's names; without it such a folder is refused (exit 2)."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors."),
     family: Optional[str] = typer.Option(None, "--family", help="The model family whose recipe runs \\[default: the default model's, the bundled one].", show_default=False),
     overrides: Optional[List[str]] = typer.Argument(None, help="Recipe overrides key=value (see avatargen/families/tiny/train/config.py).", show_default=False),
@@ -370,11 +371,27 @@ def train(
             raise ConfigError(f"the '{name}' family has no training recipe here; train the default model's family: "
                               "leave --family out")  # fmt: skip
         recipe = load_object(chosen.recipe)(overrides or [])
+        _check_train_folder(out, overwrite)
         from avatargen.pipeline.family import load_engine
 
         print(json.dumps(load_engine(chosen).train(recipe, out)))
 
     _run(action, debug)
+
+
+def _check_train_folder(out: Path, overwrite: bool) -> None:
+    """Before any training: ``out`` is a folder that can be made, and empty unless ``overwrite`` (a run replaces its
+    checkpoint files and starts its log afresh at once: a user's files there, or an earlier checkpoint, would go)."""
+    from avatargen.io.targets import nearest_existing
+
+    if out.exists() and not out.is_dir():
+        raise BadInputError(f"--out '{out}' is a file; give a folder for the checkpoint")
+    if not out.exists() and not nearest_existing(out).is_dir():
+        raise BadInputError(f"--out '{out}' cannot be made: '{nearest_existing(out)}' is a file; give a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise BadInputError(f"--out '{out}' is not empty; a run writes its checkpoint there (model.yaml, five "
+                            ".safetensors, train_log.jsonl, summary.json, recipe.yaml) and replaces what is at those "
+                            "names: give a new or empty folder, or pass --overwrite")  # fmt: skip
 
 
 @app.command(epilog=EXIT_CODES)

@@ -111,14 +111,24 @@ def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path)
      "error: training config: Key 'bogus' not in 'RecipeConfig'"),
     (["train", "--out", "{tmp}/trained", "--family", "wan"],
      "error: the 'wan' family has no training recipe here; train the default model's family: leave --family out"),
+    (["train", "--out", "{tmp}/used"],  # a run truncated its log and replaced its files at once
+     "error: --out '{tmp}/used' is not empty; a run writes its checkpoint there (model.yaml, five .safetensors, "
+     "train_log.jsonl, summary.json, recipe.yaml) and replaces what is at those names: give a new or empty folder, "
+     "or pass --overwrite"),
+    (["train", "--out", "{tmp}/a_file/sub"],
+     "error: --out '{tmp}/a_file/sub' cannot be made: '{tmp}/a_file' is a file; give a folder"),
 ])  # fmt: skip
 def test_a_weights_check_or_training_run_refused_for_its_arguments_never_imports_torch(
     tmp_path: Path, command: list[str], says: str
 ) -> None:
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "vae.safetensors").write_text("the user's weights")
+    (tmp_path / "a_file").write_text("a file")
     args = [part.format(tmp=tmp_path) for part in command]
     result, lines, report = _run_cli(args)
     assert result.returncode == 2 and lines == [says.format(tmp=tmp_path)], result.stderr
     assert report["torch"] is False, f"a refused {command[0]} imported torch"
+    assert (tmp_path / "used" / "vae.safetensors").read_text() == "the user's weights"
 
 
 def test_checking_a_config_of_any_family_imports_neither_torch_nor_transformers() -> None:
