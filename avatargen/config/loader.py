@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from avatargen.config.families import extra_model_options, family_named
 from avatargen.config.schema import GROUPS, Config
@@ -180,8 +180,12 @@ def _apply_value(cfg: DictConfig, override: Override) -> None:
                 f"'+{override.key}' cannot add keys to the typed '{top}' section; valid keys {where}: {_valid_keys(parent)}"
             )
         OmegaConf.set_struct(cfg, False)
-        OmegaConf.update(cfg, override.key, override.value, force_add=True)
-        OmegaConf.set_struct(cfg, True)
+        try:
+            OmegaConf.update(cfg, override.key, override.value, force_add=True)
+        except OmegaConfBaseException as error:
+            raise ConfigError(f"config key '{override.key}': {_one_line(error)}") from error
+        finally:
+            OmegaConf.set_struct(cfg, True)
         return
     if not exists:
         if isinstance(parent, DictConfig):
@@ -268,8 +272,13 @@ def _resolve_interpolations(cfg: DictConfig) -> None:
 def to_config(cfg: DictConfig) -> Config:
     """The typed dataclass view of a composed config (extra '+' sections are dropped here; they only travel in YAML)."""
     schema = _structured_schema(family_named(str(cfg.model.family)).model_config)
-    typed = OmegaConf.merge(schema, OmegaConf.masked_copy(cfg, list(Config.__dataclass_fields__)))
-    return OmegaConf.to_object(typed)  # type: ignore[return-value]
+    sections = list(Config.__dataclass_fields__)
+    try:
+        typed = OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.masked_copy(cfg, sections)))
+    except InterpolationResolutionError:  # a typed key that refers to an added one ('+meta.x'), which the mask drops
+        resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+        typed = OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.masked_copy(resolved, sections)))
+    return typed  # type: ignore[return-value]
 
 
 @functools.cache

@@ -26,6 +26,10 @@ def test_overrides_set_values_pick_groups_and_add_keys():
     assert config.pipeline.interpolate is False
     assert cfg.meta.job == 42
     assert config.output.preset == "ultrafast"
+    # a typed key may refer to an added one, in either order (it failed as 'unexpected InterpolationKeyError', exit 1)
+    refers = "pipeline.n_chunk_frames=${meta.x}"
+    for order in ([refers, "+meta.x=24"], ["+meta.x=24", refers]):
+        assert to_config(load_config(order)).pipeline.n_chunk_frames == 24
 
 
 @pytest.mark.parametrize(
@@ -81,6 +85,7 @@ def test_cli_config_errors_exit_2_with_one_line_and_no_traceback(override, names
          "variable 'AVATARGEN_UNSET_VARIABLE' not found\"); fix or remove the ${...} interpolation"),  # whole
         (["pipeline.n_chunk_frames=${pipeline.n_chunk_frames}"], "config key 'pipeline.n_chunk_frames' could not be resolved"),
         (["+meta.where=${oc.env:AVATARGEN_UNSET_VARIABLE}"], "config key 'meta.where' could not be resolved"),
+        (["+meta.x=${seed"], "config key 'meta.x': no viable alternative at input '${seed'"),  # was exit 1, 3 lines
         (["model.a2v.heads=0"], "model.a2v.heads must be in [1, 16384], got 0"),
         (["model.sr.heads=3"], "model.sr cannot be built from its config (dim (128) must be divisible by heads (3))"),
         (["model.a2v.patch_size=3"], "model.a2v cannot be built"),
