@@ -43,14 +43,17 @@ def test_each_problem_is_one_line_and_the_exit_code_is_2(tmp_path):
     save_file({"diffusion_model.blocks.0.ffn.0.lora_down.weight": torch.zeros(2, 7),
                "diffusion_model.blocks.0.ffn.0.lora_up.weight": torch.zeros(128, 2)}, tmp_path / "other.safetensors")  # fmt: skip
     torch.save({"x": _RunsCode()}, root / WAN_DIR / "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth")
-    result = run_cli("weights", "check", str(root), "model=wan_tiny", f"model.wan.lora=[{tmp_path / 'other.safetensors'}]",
-                     cwd=tmp_path)  # fmt: skip
+    (tmp_path / "photo.safetensors").write_bytes(b"\x89PNG not a LoRA")  # was 'unexpected SafetensorError', exit 1
+    loras = f"model.wan.lora=[{tmp_path / 'other.safetensors'},{tmp_path / 'photo.safetensors'}]"
+    result = run_cli("weights", "check", str(root), "model=wan_tiny", loras, cwd=tmp_path)
     assert result.returncode == 2
     problems = [line for line in result.stderr.splitlines() if line.startswith("problem: ")]
     assert "problem: dit: missing file InfiniteTalk/single/infinitetalk.safetensors" in problems
     assert "problem: dit: missing tensor audio_proj.proj1.weight" in problems
     assert "problem: vae: tensor conv2.weight is (16, 16, 1, 1, 2) in the file, the model has (16, 16, 1, 1, 1)" in problems
     assert any(line.startswith("problem: lora: ") and "blocks.0.ffn.0.weight" in line for line in problems)
+    assert any(line.startswith(f"problem: lora: {tmp_path / 'photo.safetensors'} could not be read as safetensors")
+               for line in problems)  # fmt: skip
     assert not any("text_encoder" in line or "audio_encoder" in line for line in problems)
     clip = "problem: image_encoder: file Wan2.1-I2V-14B-480P/models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth is"
     assert [line for line in problems if "image_encoder" in line] == [f"{clip} not a weights-only .pth (it needs Python "

@@ -175,7 +175,12 @@ def check_wan_weights(config: Config, root: Path) -> WeightsCheck:
             other.append(f"lora: missing file {file}")
             continue
         try:
-            check_targets(parse_lora(load_file(str(path))), dit_shapes)
+            tensors = load_file(str(path))
+        except (SafetensorError, OSError) as error:
+            other.append(f"lora: {file} could not be read as safetensors ({error}); re-copy it")
+            continue
+        try:
+            check_targets(parse_lora(tensors), dit_shapes)
         except ValueError as error:
             other.append(f"lora: {file} does not fit the DiT ({error})")
     return WeightsCheck(str(root), modules, other)

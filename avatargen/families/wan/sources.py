@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
@@ -51,7 +52,12 @@ def dit_source(root: Path, wan: WanModelConfig) -> TensorSource:
         if not path.is_file():
             raise CheckpointError(f"model.wan.lora: '{path}' does not exist; give the LoRA file's path")
         try:
-            deltas.update(parse_lora(load_file(str(path))))  # LoRAs are small (low-rank pairs)
+            tensors = load_file(str(path))  # LoRAs are small (low-rank pairs)
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"model.wan.lora: '{path}' could not be read as safetensors ({error}); give the "
+                                  "LoRA's .safetensors file, re-copied if it is damaged") from error  # fmt: skip
+        try:
+            deltas.update(parse_lora(tensors))
             check_targets(deltas, source.shapes())
         except ValueError as error:
             raise CheckpointError(f"model.wan.lora: '{path}' does not fit this DiT ({str(error)[:300]})") from error

@@ -75,3 +75,19 @@ def test_a_lora_for_another_model_is_refused_with_every_bad_tensor_named() -> No
 def test_an_unpaired_low_rank_entry_is_refused() -> None:
     with pytest.raises(ValueError, match="no matching lora_up.weight"):
         parse_lora({"diffusion_model.blocks.0.self_attn.q.lora_down.weight": torch.zeros(4, 64)})
+
+
+@pytest.mark.parametrize("content", [b"", b"\x89PNG a photo, not a LoRA"], ids=["empty", "foreign"])
+def test_a_lora_file_that_is_not_safetensors_is_one_checkpoint_error_naming_it(tmp_path, content) -> None:
+    """It was 'unexpected SafetensorError' (exit 1) in a render."""
+    from avatargen.config.loader import load_config, to_config
+    from avatargen.errors import CheckpointError
+    from avatargen.families.wan.sources import dit_source
+    from tests.models.wan.wan_tiny_folder import write_wan_tiny_folder
+
+    root = write_wan_tiny_folder(tmp_path / "weights")
+    lora = tmp_path / "lora.safetensors"
+    lora.write_bytes(content)
+    wan = to_config(load_config(["model=wan_tiny", f"model.wan.lora=[{lora}]"])).model.wan
+    with pytest.raises(CheckpointError, match=rf"^model.wan.lora: '{lora}' could not be read as safetensors \("):
+        dit_source(root, wan)
