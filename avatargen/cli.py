@@ -112,7 +112,7 @@ def render(
     person_box: Optional[List[str]] = typer.Option(None, "--person-box", help="Two speakers: X0,Y0,X1,Y1 (pixels of the picture) of each speaker, in the order of the -a files; default: found in the picture.", show_default=False),
     audio_type: str = typer.Option("para", "--audio-type", help="Two speakers: para (they talk at once) or add (the first file, then the second)."),
     output_text: Optional[str] = typer.Option(None, "--output", "-o", help="Output MP4 (H.264 + AAC); its config is saved as OUT.yaml. s3://BUCKET/KEY.mp4 uploads it when finished (docs/batch.md). - writes MPEG-TS to stdout (| ffplay -).", show_default=False),
-    publish: Optional[List[str]] = typer.Option(None, "--publish", help="Also publish live while rendering (repeatable): DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY. Same encode as the file.", show_default=False),
+    publish: Optional[List[str]] = typer.Option(None, "--publish", help="Also publish live while rendering (repeatable): DIR/NAME.m3u8 (HLS), rtmp://HOST[:PORT]/APP/KEY, or webrtc://127.0.0.1:PORT (a viewer page and WHEP; with --realtime; docs/live.md). Same encode as the file.", show_default=False),
     realtime: bool = typer.Option(False, "--realtime/--no-realtime", help="Pace the output to the wall clock (live sessions); underruns are counted and reported.", show_default=True),
     audio_rate: Optional[int] = typer.Option(None, "--audio-rate", help="With --audio -: the stream is raw s16le PCM at this sample rate (not WAV).", show_default=False),
     audio_channels: Optional[int] = typer.Option(None, "--audio-channels", help="With --audio-rate: channels of the raw PCM \\[default: 1].", show_default=False),

@@ -19,7 +19,7 @@ from avatargen.io.targets import write_problem
 
 # The fragmented-MP4 flags every MP4 avatargen writes uses (see Encoder for why each is there).
 MP4_MOVFLAGS = "+frag_keyframe+empty_moov+delay_moov+default_base_moof"
-PUBLISH_FIX = "give DIR/NAME.m3u8 (HLS) or rtmp://HOST[:PORT]/APP/KEY"
+PUBLISH_FIX = "give DIR/NAME.m3u8 (HLS), rtmp://HOST[:PORT]/APP/KEY, or webrtc://127.0.0.1:PORT (with --realtime)"
 
 
 class OutputKind(StrEnum):

@@ -50,7 +50,7 @@ def test_publish_targets_are_checked_before_rendering(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(BadInputError, match="cannot write the HLS playlist folder"):
         parse_publish_target(str(tmp_path / "file" / "live.m3u8"), 1.0, 0)
-    with pytest.raises(BadInputError, match="neither an HLS playlist nor an RTMP URL"):
+    with pytest.raises(BadInputError, match="neither an HLS playlist nor an RTMP URL; .*or webrtc://127.0.0.1:PORT"):
         parse_publish_target(str(tmp_path / "live.mp4"), 1.0, 0)
     assert parse_publish_target("rtmp://127.0.0.1:1935/live/key", 1.0, 0).muxer == "flv"
 
