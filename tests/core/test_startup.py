@@ -109,6 +109,9 @@ def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path)
      "error: model.family 'wan2' is not a model family; known families: liveavatar, tiny, wan"),
     (["train", "--out", "{tmp}/trained", "bogus.key=1"],
      "error: training config: Key 'bogus' not in 'RecipeConfig'"),
+    (["train", "--out", "{tmp}/trained", "clip_seconds=0"],  # failed after ~30 s of training
+     "error: training config: clip_seconds=0 gives 0 frames; the A2V phases cut windows of 18: give clip_seconds "
+     ">= 0.72"),
     (["train", "--out", "{tmp}/trained", "--family", "wan"],
      "error: the 'wan' family has no training recipe here; train the default model's family: leave --family out"),
     (["train", "--out", "{tmp}/used"],  # a run truncated its log and replaced its files at once

@@ -95,3 +95,27 @@ def test_the_teacher_attention_is_one_the_a2v_has():
     assert load_recipe([]).a2v_teacher_attention == "full"
     with pytest.raises(ConfigError, match="a2v_teacher_attention must be one of axial, full, got 'sparse'"):
         load_recipe(["a2v_teacher_attention=sparse"])
+
+
+@pytest.mark.parametrize("override, says", [
+    ("model=wan_tiny", "model=wan_tiny is of the 'wan' family; this recipe trains the bundled family's: model=tiny"),
+    ("vae_batch=0", "vae_batch must be in [1, 4096], got 0"),
+    ("threads=-3", "threads must be in [0, 1024] (0: torch's default), got -3"),
+    ("seed=-1", "seed must be in [0, 4294967295], got -1"),
+    ("vae_lr=nan", "vae_lr must be a finite number, got nan"),
+    ("a2v_lr=0", "a2v_lr must be in (0, 1000], got 0"),
+    ("clips=0", "clips must be in [1, 1000000], got 0"),
+    ("clip_seconds=0.2", "clip_seconds=0.2 gives 5 frames; the A2V phases cut windows of 18: give clip_seconds >= 0.72"),
+    ("save_dtype=int3", "save_dtype must be one of float16, bfloat16, float32, got 'int3'"),
+    ("vae_steps=-5", "vae_steps must be in [0, 10000000], got -5"),
+    ("log_every=0", "log_every must be in [1, 10000000], got 0"),
+])  # fmt: skip
+def test_a_recipe_value_that_would_fail_during_or_after_training_is_refused_before_it(override, says):
+    # each of these ended in an 'unexpected' error (exit 1) seconds to minutes into a run, or was accepted
+    with pytest.raises(ConfigError) as caught:
+        load_recipe([override])
+    assert str(caught.value) == f"training config: {says}"
+
+
+def test_a_short_clip_is_enough_when_no_a2v_phase_cuts_long_windows():
+    assert load_recipe(["a2v_distill_steps=0", "clip_seconds=0.48"]).clip_seconds == 0.48

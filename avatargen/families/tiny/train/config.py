@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
 from omegaconf import OmegaConf
 
-from avatargen.config.loader import default_config_dir
+from avatargen.config.loader import default_config_dir, load_config, to_config
+from avatargen.config.validate import MAX_CHUNK_FRAMES, MAX_THREADS, numbers, require_in
+from avatargen.data.motion import num_frames
 from avatargen.errors import ConfigError
+from avatargen.families.tiny.config import motion_frames_for
 from avatargen.families.tiny.params import ATTENTION_KINDS
 
 
@@ -72,7 +76,67 @@ def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:
     except Exception as error:  # OmegaConf's validation errors: one line naming the key
         raise ConfigError(f"training config: {str(error).splitlines()[0]}") from None
     recipe: RecipeConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    try:
+        check_recipe(recipe)
+    except ConfigError as error:
+        raise ConfigError(f"training config: {error}") from None
+    return recipe
+
+
+SAVE_DTYPES = ("float16", "bfloat16", "float32")
+MAX_STEPS, MAX_BATCH, MAX_CLIPS, MAX_CLIP_SECONDS = 10_000_000, 4096, 1_000_000, 600.0
+MAX_TRAIN_SEED = 2**32 - 1  # clip seeds are seed * 100_003 + i: numpy and torch take them up to 64 bits
+
+
+def check_recipe(recipe: RecipeConfig) -> None:
+    """Raise ConfigError naming the first recipe key out of range, before any training (and torch-free): a value
+    that would fail minutes into a run, or after it (``save_dtype``), is refused at once."""
+    for key, value in numbers(recipe):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key} must be a finite number, got {value}")
+        if key.endswith("_steps") and key != "a2v_teacher_steps":
+            require_in(value, 0, MAX_STEPS, key)
+        elif key.endswith("_batch"):
+            require_in(value, 1, MAX_BATCH, key)
+        elif key.endswith("_lr"):
+            _require_positive(value, key)
+        elif key.endswith("_weight") or key == "sr_input_noise":
+            require_in(value, 0.0, 1e6, key)
+    require_in(recipe.seed, 0, MAX_TRAIN_SEED, "seed")
+    require_in(recipe.threads, 0, MAX_THREADS, "threads", " (0: torch's default)")
+    require_in(recipe.train_identities, 1, 2**31 - 1, "train_identities")
+    require_in(recipe.a2v_teacher_steps, 1, 64, "a2v_teacher_steps")
+    require_in(recipe.log_every, 1, MAX_STEPS, "log_every")
+    require_in(recipe.clips, 1, MAX_CLIPS, "clips")
+    require_in(recipe.a2v_window, 1, MAX_CHUNK_FRAMES, "a2v_window")
+    require_in(recipe.clip_seconds, 0.0, MAX_CLIP_SECONDS, "clip_seconds", " seconds")
     if recipe.a2v_teacher_attention not in ATTENTION_KINDS:
         raise ConfigError(f"a2v_teacher_attention must be one of {', '.join(ATTENTION_KINDS)}, got "
                           f"{recipe.a2v_teacher_attention!r}")  # fmt: skip
-    return recipe
+    if recipe.save_dtype not in SAVE_DTYPES:
+        raise ConfigError(f"save_dtype must be one of {', '.join(SAVE_DTYPES)}, got {recipe.save_dtype[:40]!r}")
+    _check_model(recipe)
+
+
+def _require_positive(value: float, key: str) -> None:
+    if not 0 < value <= 1e3:
+        raise ConfigError(f"{key} must be in (0, 1000], got {value:g}")
+
+
+def _check_model(recipe: RecipeConfig) -> None:
+    """``model`` is a config of this recipe's family, and each clip holds the longest window a DiT phase cuts."""
+    config = to_config(load_config([f"model={recipe.model}"]))
+    if config.model.family != "tiny":
+        raise ConfigError(f"model={recipe.model} is of the '{config.model.family}' family; this recipe trains "
+                          "the bundled family's: model=tiny")  # fmt: skip
+    pipeline = config.pipeline
+    windows = [recipe.a2v_window] if recipe.init_from is None else []
+    if recipe.a2v_distill_steps:
+        motion = motion_frames_for(config, composited=True)
+        windows += [pipeline.n_chunk_frames + motion, pipeline.seam_frames + 2 * pipeline.anchor_frames]
+    model = config.model
+    frames = num_frames(round(recipe.clip_seconds * model.sample_rate), model.sample_rate, model.fps)  # make_clip's
+    if frames < max(windows, default=1):
+        need = max(windows, default=1) / model.fps
+        raise ConfigError(f"clip_seconds={recipe.clip_seconds:g} gives {frames} frames; the A2V "
+                          f"phases cut windows of {max(windows)}: give clip_seconds >= {need:.2f}")  # fmt: skip
