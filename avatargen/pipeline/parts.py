@@ -22,6 +22,7 @@ from avatargen.models.sequence import has_token_sequence
 from avatargen.models.structure import model_blocks
 from avatargen.modules import Module
 from avatargen.runtime.distributed import ParallelContext
+from avatargen.runtime.memory_fit import check_weights_fit, weights_share
 from avatargen.runtime.offload import OffloadMonitor
 from avatargen.runtime.placement import PlacementPlan, Weights, place
 from avatargen.runtime.precision import Precision
@@ -70,14 +71,18 @@ def part_plan(config: Config, part: ModelPart, device: torch.device, parallel: P
 
 def place_parts(config: Config, parts: list[ModelPart], device: torch.device, parallel: ParallelContext,
                 monitor: OffloadMonitor, precision: Precision, threads: int | None = None) -> dict[str, Module]:  # fmt: skip
-    """Every part built on the meta device, its weights read (names and shapes checked first) and placed, in order;
-    ``threads``: torch's threads meanwhile (None: as they are)."""
+    """Every part built on the meta device and checked to fit where its weights go (all before any is allocated),
+    then its weights read (names and shapes checked first) and placed, in order; ``threads``: torch's threads
+    meanwhile (None: as they are)."""
     modules: dict[str, Module] = {}
     with torch_threads(threads) if threads else contextlib.nullcontext():
-        for part in parts:
-            model = build_on_meta(part.build)
+        metas = [build_on_meta(part.build) for part in parts]
+        plans = [part_plan(config, part, device, parallel, model) for part, model in zip(parts, metas)]
+        world = parallel.world
+        shares = [weights_share(part.name, model, plan, world.world_size) for part, model, plan in zip(parts, metas, plans)]
+        check_weights_fit(shares, device, ranks_on_host=world.local_world_size)
+        for part, model, plan in zip(parts, metas, plans):
             weights = part.weights()
-            plan = part_plan(config, part, device, parallel, model)
             compute = part.compute_dtype if part.compute_dtype is not None else precision.dtype
             modules[part.name] = Module(part.name, place(model, weights, plan, monitor, part.name), compute)
     return modules
