@@ -39,7 +39,7 @@ from avatargen.bulk.results import ResultLog, progress_line, result_for
 from avatargen.bulk.status import MANIFEST_NAME
 from avatargen.bulk.batch_files import batch_jobs, manifest_chunks, open_out_dir, prepare_out_dir, write_report
 from avatargen.bulk.workers import POLL_S
-from avatargen.config.schema import Config
+from avatargen.config.schema import Config, Device
 from avatargen.errors import EXIT_FAILURE, AvatarGenError, BadInputError, MissingExtraError, RenderInterrupted
 
 INSTALL_HINT = "pip install 'avatargen[ray]'"
@@ -98,22 +98,32 @@ def _check_reachable(address: str) -> None:
                             "start it (ray start --head) or fix --ray-address / batch.ray.address") from None  # fmt: skip
 
 
-def worker_count(ray: Any, config: Config) -> int:
-    """``batch.ray.workers``, or as many workers as the cluster's CPUs (or GPUs) fit."""
+def gpus_per_worker(config: Config, cluster: dict[str, float]) -> float:
+    """``batch.ray.num_gpus``; null: 1 where the cluster (its ``cluster_resources()``) has GPUs and the render may use
+    one (``runtime.device`` not cpu), else 0. A worker that reserves none gets ``CUDA_VISIBLE_DEVICES`` empty from
+    Ray: on a GPU cluster it would render on its CPU."""
+    chosen = config.batch.ray.num_gpus
+    if chosen is not None:
+        return chosen
+    return 1.0 if cluster.get("GPU", 0) >= 1 and config.runtime.device != Device.cpu else 0.0
+
+
+def worker_count(config: Config, cluster: dict[str, float], gpus: float) -> int:
+    """``batch.ray.workers``, or as many workers of ``batch.ray.num_cpus`` CPUs and ``gpus`` GPUs as the cluster (its
+    ``cluster_resources()``) fits."""
     settings = config.batch.ray
     if settings.workers:
         return settings.workers
-    total = ray.cluster_resources()
     fits = []
     if settings.num_cpus > 0:
-        fits.append(int(total.get("CPU", 0) // settings.num_cpus))
-    if settings.num_gpus > 0:
-        fits.append(int(total.get("GPU", 0) // settings.num_gpus))
+        fits.append(int(cluster.get("CPU", 0) // settings.num_cpus))
+    if gpus > 0:
+        fits.append(int(cluster.get("GPU", 0) // gpus))
     count = min(fits)
     if count < 1:
-        raise BadInputError(f"the Ray cluster has {total.get('CPU', 0):g} CPUs and {total.get('GPU', 0):g} GPUs: not "
-                            f"enough for one worker of batch.ray.num_cpus={settings.num_cpus:g}, "
-                            f"batch.ray.num_gpus={settings.num_gpus:g}; add nodes or lower them")  # fmt: skip
+        raise BadInputError(f"the Ray cluster has {cluster.get('CPU', 0):g} CPUs and {cluster.get('GPU', 0):g} GPUs: "
+                            f"not enough for one worker of batch.ray.num_cpus={settings.num_cpus:g}, "
+                            f"batch.ray.num_gpus={gpus:g}; add nodes or lower them")  # fmt: skip
     return count
 
 
@@ -292,12 +302,14 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
     code, count = EXIT_FAILURE, 0
     with DriverStop() as stop:
         try:
-            workers_wanted = worker_count(ray, config)
+            cluster = ray.cluster_resources()
+            gpus = gpus_per_worker(config, cluster)
+            workers_wanted = worker_count(config, cluster, gpus)
             threads = config.runtime.threads or max(1, int(config.batch.ray.num_cpus))
             settings = WorkerSettings((*overrides, f"runtime.threads={threads}"), out_dir, f"ray-{default_owner()}",
                                       None if allow_outside else out_dir, time.time() if retry_failed else None,
                                       resume_command)  # fmt: skip
-            remote = ray.remote(num_cpus=config.batch.ray.num_cpus, num_gpus=config.batch.ray.num_gpus,
+            remote = ray.remote(num_cpus=config.batch.ray.num_cpus, num_gpus=gpus,
                                 max_restarts=-1, max_task_retries=0, max_concurrency=2)(RenderWorker)  # fmt: skip
             workers = [remote.remote(settings) for _ in range(workers_wanted)]  # they start while the jobs are counted
             counted: list[Job] = []  # the jobs are counted while the manifest streams them: only the last is held
@@ -306,7 +318,7 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
             )  # for `avatargen batch status`
             count = len(counted) and counted[0].index + 1
             warn(f"avatargen batch: {count} job(s) on {joined}: {workers_wanted} worker(s) of "
-                 f"{config.batch.ray.num_cpus:g} CPU, {config.batch.ray.num_gpus:g} GPU")  # fmt: skip
+                 f"{config.batch.ray.num_cpus:g} CPU, {gpus:g} GPU")  # fmt: skip
             with BatchProgress(count, enabled=sys.stderr.isatty()) as progress:
                 dispatcher = Dispatcher(ray, workers, jobs(), outputs, config, log, warn, progress, stop)
                 dispatcher.run()

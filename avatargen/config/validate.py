@@ -80,9 +80,10 @@ def _check_numbers(config: Config) -> None:
     require_in(b.max_retries, 0, 1000, "batch.max_retries")
     require_in(b.ray.workers, 0, 1_000_000, "batch.ray.workers", " (0 = as many as the cluster fits)")
     require_in(b.ray.num_cpus, 0, MAX_THREADS, "batch.ray.num_cpus")
-    require_in(b.ray.num_gpus, 0, 64, "batch.ray.num_gpus")
-    _require(b.ray.num_cpus > 0 or b.ray.num_gpus > 0, "batch.ray.num_cpus and batch.ray.num_gpus are both 0: give each "
-             "worker a CPU or a GPU, or Ray places them all on one node")  # fmt: skip
+    if b.ray.num_gpus is not None:
+        require_in(b.ray.num_gpus, 0, 64, "batch.ray.num_gpus", " (null: 1 where the cluster has GPUs)")
+    _require(b.ray.num_cpus > 0 or b.ray.num_gpus != 0, "batch.ray.num_cpus and batch.ray.num_gpus are both 0: give "
+             "each worker a CPU or a GPU, or Ray places them all on one node")  # fmt: skip
     require_in(s.lease_s, 5, MAX_BUFFER_S, "storage.lease_s", " (seconds)")
 
 

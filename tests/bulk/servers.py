@@ -94,7 +94,8 @@ NODE_IP = "127.0.0.2"  # loopback; not 127.0.0.1, which Ray's drivers rewrite to
 
 class RayCluster:
     """Ray's multi-node test cluster on this machine: a head without CPUs (the driver joins it) and ``nodes``
-    worker nodes of one CPU each, every raylet on ``NODE_IP``; node failure is noticed within ~2 s."""
+    worker nodes of one CPU and one declared GPU each (as a GPU cluster's nodes: Ray hands the GPU out; torch finds
+    no CUDA and renders on the CPU), every raylet on ``NODE_IP``; node failure is noticed within ~2 s."""
 
     def __init__(self, nodes: int, env: dict[str, str]):
         from ray.cluster_utils import Cluster
@@ -104,7 +105,7 @@ class RayCluster:
             "num_cpus": 0, "node_ip_address": NODE_IP, "include_dashboard": False,
             "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
                                "health_check_initial_delay_ms": 0}})  # fmt: skip
-        self.nodes = [self.cluster.add_node(num_cpus=1, node_ip_address=NODE_IP) for _ in range(nodes)]
+        self.nodes = [self.cluster.add_node(num_cpus=1, num_gpus=1, node_ip_address=NODE_IP) for _ in range(nodes)]
         self.cluster.wait_for_nodes()
 
     @property

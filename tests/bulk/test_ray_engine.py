@@ -83,6 +83,7 @@ def test_jobs_spread_over_two_nodes_give_the_frames_of_avatargen_render_and_a_ba
     upload_jobs(s3_server, bucket, tmp_path, [0.8, 0.4, 0.6, 0.4, 0.8, 0.4], bad_rows=1)
     code, stderr = _finish(_driver(ray_cluster, bucket, s3_env))
     assert code == 2, stderr  # the one failure is bad input
+    assert "2 worker(s) of 1 CPU, 1 GPU" in stderr  # a GPU cluster's workers reserve a GPU by default
     report = _report(s3_server, bucket)
     assert report["engine"] == "ray" and report["workers"] == 2
     jobs = report["jobs"]
