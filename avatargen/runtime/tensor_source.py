@@ -23,7 +23,7 @@ import os
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Protocol
+from typing import Iterable, Protocol, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -138,17 +138,22 @@ def load_pth(file: Path) -> dict[str, Tensor]:
                               "download or copy it again")  # fmt: skip
     try:
         loaded = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as error:
+    except pickle.UnpicklingError:
         raise CheckpointError(
             f"checkpoint file '{file}' is not a weights-only .pth (it needs Python objects beyond tensors, which "
             "are never unpickled); save its state_dict() alone, or convert it to .safetensors"
         ) from None
     except RuntimeError as error:
-        if "_use_new_zipfile_serialization" in str(error):
-            raise CheckpointError(f"checkpoint file '{file}' is a legacy (non-zip) torch pickle, which cannot be "
-                                  "memory-mapped; re-save it with torch.save() of torch 1.6 or newer, or convert it to "
-                                  ".safetensors") from None  # fmt: skip
-        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from None
+        if "_use_new_zipfile_serialization" not in str(error):
+            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or "
+                                  "re-copy it") from None  # fmt: skip
+        if not _is_legacy_pickle(file):  # torch's mmap says "legacy" of every file that is not a zip
+            raise CheckpointError(f"checkpoint file '{file}' is not a torch checkpoint (neither a zip nor a pickle "
+                                  "that torch.save writes): damaged, or not downloaded whole; download or copy it "
+                                  "again") from None  # fmt: skip
+        raise CheckpointError(f"checkpoint file '{file}' is a legacy (non-zip) torch pickle, which cannot be "
+                              "memory-mapped; re-save it with torch.save() of torch 1.6 or newer, or convert it to "
+                              ".safetensors") from None  # fmt: skip
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
         raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from None
     if not isinstance(loaded, dict) or not all(isinstance(v, Tensor) for v in loaded.values()):
@@ -158,6 +163,20 @@ def load_pth(file: Path) -> dict[str, Tensor]:
         raise CheckpointError(f"checkpoint file '{file}' is truncated: tensor {short[0]} needs more bytes than the file "
                               f"stores for it ({len(short)} tensor(s) so); re-create or re-copy it")  # fmt: skip
     return loaded
+
+
+LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")  # torch's legacy format: a pickled long
+
+
+def _is_legacy_pickle(file: Path) -> bool:
+    """Whether ``file`` starts as torch.save's legacy (non-zip) format does: a pickle (any protocol, framed or not)
+    whose first object is torch's magic number."""
+    try:
+        with open(file, "rb") as handle:
+            head = handle.read(32)
+    except OSError:
+        return False
+    return head.startswith(b"\x80") and LEGACY_MAGIC in head
 
 
 def _short_storages(file: Path, tensors: dict[str, Tensor]) -> list[str]:
@@ -247,15 +266,32 @@ def files_of(root: Path, pattern: str, key: str) -> list[Path]:
     return paths
 
 
+FileRef = TypeVar("FileRef")  # a Path, or a file as a report shows it
+
+
+def stored_once(files: Iterable[tuple[FileRef, Iterable[str]]]) -> dict[str, FileRef]:
+    """Each tensor name of several files merged by name -> the file holding it; ``CheckpointError`` (one line, the
+    first name and both files, how many names so) when a name is stored in two files: they could disagree, and
+    which one a load keeps would be an accident of order. Files as the caller names them (paths, or as shown)."""
+    owners: dict[str, FileRef] = {}
+    twice: list[tuple[str, FileRef, FileRef]] = []
+    for file, names in files:
+        for name in names:
+            if name in owners:
+                twice.append((name, owners[name], file))
+            else:
+                owners[name] = file
+    if twice:
+        name, first, second = twice[0]
+        more = f" ({len(twice)} tensors are stored twice)" if len(twice) > 1 else ""
+        raise CheckpointError(f"tensor '{name}' is in both '{first}' and '{second}'{more}; remove one of the files")
+    return owners
+
+
 def safetensors_files(paths: list[Path], label: str) -> SafetensorsSource:
-    """Several safetensors files as one source; a name stored twice is refused (the files would disagree)."""
-    keys: dict[str, tuple[Path, str]] = {}
-    for path in paths:
-        for key in _file_keys(path):
-            if key in keys:
-                raise CheckpointError(f"tensor '{key}' is in both '{keys[key][0]}' and '{path}'; remove one of the files")
-            keys[key] = (path, key)
-    return SafetensorsSource(keys, label)
+    """Several safetensors files as one source; a name stored twice is refused (``stored_once``)."""
+    owners = stored_once((path, _file_keys(path)) for path in paths)
+    return SafetensorsSource({key: (path, key) for key, path in owners.items()}, label)
 
 
 class RenamedSource:

@@ -124,6 +124,9 @@ def _break(kind: str, root: Path) -> tuple[str, str]:
     if kind == "legacy pickle":
         torch.save(torch.load(vae, weights_only=True), vae, _use_new_zipfile_serialization=False)
         return "vae", "is a legacy (non-zip) torch pickle"
+    if kind in ("random bytes .pth", "a web page as .pth"):  # was 'a legacy (non-zip) torch pickle'
+        vae.write_bytes(os.urandom(4096) if kind == "random bytes .pth" else b"<html>404 Not Found</html>\n")
+        return "vae", "is not a torch checkpoint (neither a zip nor a pickle that torch.save writes): damaged, or not"
     if kind == "malicious zip pickle":
         torch.save({"x": _RunsCode()}, vae)
         return "vae", "is not a weights-only .pth (it needs Python objects beyond tensors, which are never unpickled)"
@@ -132,7 +135,8 @@ def _break(kind: str, root: Path) -> tuple[str, str]:
 
 
 BROKEN = ["truncated shard", "2^63 header length", "non-UTF-8 header", "2^40-element tensor", "symlink loop",
-          "legacy pickle", "malicious zip pickle", "truncated storage"]  # fmt: skip
+          "legacy pickle", "random bytes .pth", "a web page as .pth", "malicious zip pickle",
+          "truncated storage"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +166,7 @@ def test_a_broken_weights_file_is_one_problem_naming_it(tmp_path, clean_folder, 
         file_specs(path, path.name)
     line = str(error.value)
     assert line.startswith(f"file {path.name} ") and says in line and "\n" not in line, line
+    assert ("legacy" in line) == (kind == "legacy pickle"), line
     assert "weights_only=False" not in line and not (tmp_path / "PWNED").exists()
 
 
@@ -185,3 +190,100 @@ def test_a_render_refuses_a_pth_whose_storage_is_truncated(tmp_path, clean_folde
     _cut_a_storage(vae)
     with pytest.raises(CheckpointError, match="is truncated: tensor .* needs more bytes than the file stores"):
         load_pth(vae)
+
+
+# --- what a render refuses, the check reports: one line each, and the check goes on ---------------------------------
+
+
+def _problems(result) -> list[str]:
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    return [line for line in result.stderr.splitlines() if line.startswith("problem: ")]
+
+
+@pytest.mark.parametrize("second", ["InfiniteTalk/multi/infinitetalk.safetensors", "extra.safetensors"])
+def test_a_tensor_stored_in_two_dit_files_is_one_problem_as_a_render_refuses_it(tmp_path, clean_folder, second):
+    """Both adapter files named (they hold the same names), or an adapter that also holds a base shard's tensor: a
+    render refuses the folder (exit 2); the check passed it."""
+    from avatargen.errors import CheckpointError
+    from avatargen.runtime.tensor_source import safetensors_files
+
+    root = Path(shutil.copytree(clean_folder, tmp_path / "weights"))
+    adapter = root / "InfiniteTalk/single/infinitetalk.safetensors"
+    (root / second).parent.mkdir(parents=True, exist_ok=True)
+    if second == "extra.safetensors":
+        save_file({"patch_embedding.bias": torch.zeros(64)}, root / second)
+    else:
+        shutil.copy(adapter, root / second)
+    dit = [f"{WAN_DIR}/diffusion_pytorch_model-*-of-00007.safetensors", "InfiniteTalk/single/infinitetalk.safetensors",
+           second]  # fmt: skip
+    problems = _problems(run_cli("weights", "check", str(root), "model=wan_tiny", f"model.wan.dit=[{','.join(dit)}]"))
+    assert len(problems) == 1 and problems[0].startswith("problem: dit: tensor '"), problems
+    assert f"' and '{second}'" in problems[0] and problems[0].endswith("; remove one of the files"), problems
+    paths = [path for pattern in dit for path in sorted(root.glob(pattern))]
+    with pytest.raises(CheckpointError) as refused:  # the render's loader, by the same rule
+        safetensors_files(paths, "dit")
+    same_tensor = problems[0].removeprefix("problem: dit: ").split(" is in both ")[0]
+    assert str(refused.value).startswith(f"{same_tensor} is in both "), refused.value
+
+
+def _toy_tokenizer(folder: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, "face": 3}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(folder)
+
+
+@pytest.mark.parametrize("holds", ["nothing", "unrelated files", "a tokenizer"])
+def test_a_tokenizer_folder_with_no_tokenizer_is_a_problem_as_a_render_refuses_it(tmp_path, clean_folder, holds):
+    from avatargen.errors import CheckpointError
+    from avatargen.families.wan.stages.text import FolderTokenizer
+
+    root = Path(shutil.copytree(clean_folder, tmp_path / "weights"))
+    folder = root / WAN_DIR / "google/umt5-xxl"
+    folder.mkdir(parents=True)
+    if holds == "unrelated files":
+        (folder / "README.md").write_text("umT5")
+        (folder / "config.json").write_text("{}")
+    if holds == "a tokenizer":
+        _toy_tokenizer(folder)
+    result = run_cli("weights", "check", str(root), "model=wan_tiny", f"model.wan.tokenizer={WAN_DIR}/google/umt5-xxl")
+    if holds == "a tokenizer":
+        assert result.returncode == 0 and "problem" not in result.stderr, result.stderr
+        return
+    problems = _problems(result)
+    assert problems == [f"problem: tokenizer: folder {WAN_DIR}/google/umt5-xxl is not a tokenizer folder "
+                        "(transformers found no tokenizer.json, nor a slow tokenizer it can convert); download it with "
+                        "the Wan folder (docs/models.md)"]  # fmt: skip
+    with pytest.raises(CheckpointError, match="is not a tokenizer folder"):  # the render's test of the folder
+        FolderTokenizer(folder, 8)
+
+
+def test_a_missing_shard_named_by_the_index_is_one_line_with_its_tensor_count(tmp_path, clean_folder):
+    from safetensors import safe_open
+
+    root = Path(shutil.copytree(clean_folder, tmp_path / "weights"))
+    weight_map = {}
+    for shard in sorted((root / WAN_DIR).glob("diffusion_pytorch_model-*")):
+        with safe_open(str(shard), "pt") as handle:
+            weight_map.update({name: shard.name for name in handle.keys()})
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    (root / WAN_DIR / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
+    third = "diffusion_pytorch_model-00003-of-00007.safetensors"
+    (root / WAN_DIR / third).unlink()
+    held = sum(file == third for file in weight_map.values())
+    problems = _problems(run_cli("weights", "check", str(root), "model=wan_tiny"))
+    assert problems == [f"problem: dit: missing file {WAN_DIR}/{third} (a shard: its index names {held} tensors in it)"]
+
+
+def test_a_wav2vec2_config_that_is_not_json_is_a_problem_and_the_check_goes_on(tmp_path, clean_folder):
+    root = Path(shutil.copytree(clean_folder, tmp_path / "weights"))
+    (root / "chinese-wav2vec2-base/config.json").write_text('{"hidden_size": 768,')  # a download cut short
+    (root / WAN_DIR / "Wan2.1_VAE.pth").unlink()
+    result = run_cli("weights", "check", str(root), "model=wan_tiny")
+    problems = _problems(result)
+    assert problems[0].startswith("problem: audio_encoder: file chinese-wav2vec2-base/config.json is not JSON (")
+    assert problems[1:] == [f"problem: vae: missing file {WAN_DIR}/Wan2.1_VAE.pth"], problems
+    assert not any(line.startswith("error: model.wan.wav2vec2") for line in result.stderr.splitlines())

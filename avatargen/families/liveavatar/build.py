@@ -25,7 +25,7 @@ from avatargen.families.wan.models.params import UMT5Params, WanVAEParams, umt5_
 from avatargen.families.wan.models.specs import WAV2VEC2_TINY
 from avatargen.families.wan.models.umt5 import UMT5Encoder
 from avatargen.families.wan.models.vae import WanVAE
-from avatargen.families.wan.sources import wav2vec2_names
+from avatargen.families.wan.sources import folder_config, wav2vec2_names
 from avatargen.families.wan.stages.text import ByteTokenizer, FolderTokenizer, Tokenizer
 from avatargen.modules import Module
 from avatargen.pipeline.parts import ModelPart
@@ -137,11 +137,8 @@ def wav2vec2_source(root: Path, la: LiveAvatarModelConfig) -> TensorSource:
 def _wav2vec2_config(spec: LiveAvatarSpec, root: Path | None, la: LiveAvatarModelConfig):
     from avatargen.families.wan.models.wav2vec2 import wav2vec2_config
 
-    folder = None
-    if root is not None and (root / la.wav2vec2 / "config.json").is_file():
-        import json
-
-        folder = json.loads((root / la.wav2vec2 / "config.json").read_text())
+    path = None if root is None else root / la.wav2vec2 / "config.json"
+    folder = None if path is None else folder_config(path, f"model.liveavatar.wav2vec2: '{path}'")
     return wav2vec2_config(spec, folder or dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16,
                                                 intermediate_size=4096, feat_extract_norm="layer",
                                                 do_stable_layer_norm=True, conv_bias=True))  # fmt: skip
@@ -193,7 +190,7 @@ def model_set(config: Config, modules: dict[str, Module], monitor: OffloadMonito
         folder = root / la.tokenizer
         if not folder.is_dir():
             raise CheckpointError(f"model.liveavatar.tokenizer: '{folder}' does not exist; download Wan2.2-S2V-14B whole")
-        tokenizer = FolderTokenizer(folder, length)
+        tokenizer = FolderTokenizer(folder, length, "model.liveavatar.tokenizer")
     return LiveAvatarModels(spec, *(modules[name] for name in LIVEAVATAR_MODULES), tokenizer=tokenizer,
                             monitor=monitor, precision=precision, stage=parallel.pipeline_ranks)  # fmt: skip
 

@@ -79,15 +79,29 @@ def wav2vec2_names(stored: list[str]) -> dict[str, str]:
     return names
 
 
-def wav2vec2_folder_config(root: Path, wan: WanModelConfig) -> dict[str, Any] | None:
-    """The folder's ``config.json`` (None when it is absent: random weights use the base configuration)."""
-    path = root / wan.wav2vec2 / "config.json"
+def folder_config(path: Path, shown: str) -> dict[str, Any] | None:
+    """A transformers folder's ``config.json`` at ``path`` (None when it is absent), for a render and ``avatargen
+    weights check`` alike; ``CheckpointError`` (one line, starting with ``shown``, the file as the caller names it)
+    when it cannot be read or is not a JSON object."""
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except ValueError as error:
-        raise CheckpointError(f"model.wan.wav2vec2: '{path}' is not JSON ({error}); re-download the folder") from error
+        data = path.read_bytes()
+    except OSError as error:
+        raise CheckpointError(f"{shown} cannot be read ({error.strerror or error}); re-download the folder") from error
+    try:
+        loaded = json.loads(data)
+    except ValueError as error:  # not UTF-8, or not JSON
+        raise CheckpointError(f"{shown} is not JSON ({error}); re-download the folder") from error
+    if not isinstance(loaded, dict):
+        raise CheckpointError(f"{shown} is not a JSON object (a model configuration); re-download the folder")
+    return loaded
+
+
+def wav2vec2_folder_config(root: Path, wan: WanModelConfig) -> dict[str, Any] | None:
+    """The folder's ``config.json`` (None when it is absent: random weights use the base configuration)."""
+    path = root / wan.wav2vec2 / "config.json"
+    return folder_config(path, f"model.wan.wav2vec2: '{path}'")
 
 
 def wav2vec2_source(root: Path, wan: WanModelConfig) -> TensorSource:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -34,17 +34,27 @@ class ByteTokenizer:
         return torch.tensor([ids]), torch.tensor([mask])
 
 
+def open_tokenizer_folder(folder: Path, shown: str) -> Any:
+    """transformers' ``AutoTokenizer`` from a local folder: the one test of whether a folder holds a tokenizer, for a
+    render and ``avatargen weights check`` alike. ``CheckpointError`` (one line, starting with ``shown``, the folder
+    as the caller names it) when transformers cannot make one of it: no tokenizer files, or damaged ones."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, LookupError, TypeError) as error:  # a damaged tokenizer.json raises KeyError
+        reason = (str(error).splitlines() or [""])[0].strip() or error.__class__.__name__
+        if reason.endswith("from one of:"):  # transformers' list of what it looked for follows, over four lines
+            reason = "transformers found no tokenizer.json, nor a slow tokenizer it can convert"
+        raise CheckpointError(f"{shown} is not a tokenizer folder ({reason}); download it with the Wan folder "
+                              "(docs/models.md)") from error  # fmt: skip
+
+
 class FolderTokenizer:
     """transformers' ``AutoTokenizer`` from a local folder, as the reference calls it (eos added, max length)."""
 
-    def __init__(self, folder: Path, length: int):
-        from transformers import AutoTokenizer
-
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        except (OSError, ValueError) as error:
-            raise CheckpointError(f"model.wan.tokenizer: '{folder}' is not a tokenizer folder ({str(error).splitlines()[0]}); "
-                                  "download it with the Wan folder (docs/models.md)") from error  # fmt: skip
+    def __init__(self, folder: Path, length: int, key: str = "model.wan.tokenizer"):
+        self.tokenizer = open_tokenizer_folder(folder, f"{key}: '{folder}'")
         self.length = length
 
     def __call__(self, text: str) -> tuple[Tensor, Tensor]:
