@@ -39,10 +39,12 @@ def shared_lip_finder() -> LipFinder:
 
 
 class Chosen(NamedTuple):
-    """The ``picture`` (H, W, 3) uint8, upright, and the ``face`` animated in it (None: none)."""
+    """The ``picture`` (H, W, 3) uint8, upright, the ``face`` animated in it (None: none), and the quarter ``turns``
+    (``np.rot90``'s k) that stood the given picture upright (0: none)."""
 
     picture: np.ndarray
     face: Face | None
+    turns: int = 0
 
 
 def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], None], name: str,
@@ -90,7 +92,7 @@ def choose_face(rgb: np.ndarray, detector: FaceDetector, warn: Callable[[str], N
     if edge is not None:
         raise BadInputError(f"the face in {name} is cut by the picture's {edge} edge: a face that is not all in the "
                             "picture cannot be animated; give a picture with the whole face in it")  # fmt: skip
-    return Chosen(rgb, face)
+    return Chosen(rgb, face, turns)
 
 
 def cut_edge(face: Face, height: int, width: int) -> str | None:
@@ -129,9 +131,10 @@ def _pick(faces: list[Face], warn: Callable[[str], None], name: str, number: int
     return index
 
 
-def reference_lips(picture: np.ndarray, face: Face | None) -> LipSearch | None:
+def reference_lips(picture: np.ndarray, face: Face | None, alpha: np.ndarray | None = None) -> LipSearch | None:
     """The lips of ``face`` in ``picture`` (H, W, 3) uint8 (``LipFinder.find``, its face mesh kept per machine:
-    ``KnownPicture``); None where there is no face or no lip finder installed."""
+    ``KnownPicture``); None where there is no face or no lip finder installed. ``alpha``: the picture's opacity
+    (H, W) uint8 where it was composited over white (``Reference.alpha``; None: opaque)."""
     if face is None or not lips_installed():
         return None
-    return lips_in_mesh(picture, face, KnownPicture(picture).mesh(face, partial(_mesh, picture, face)))
+    return lips_in_mesh(picture, face, KnownPicture(picture).mesh(face, partial(_mesh, picture, face)), alpha)

@@ -32,12 +32,14 @@ ALREADY_FRAMED = 0.2
 class Framing(NamedTuple):
     """What ``frame_face`` cut: the ``crop`` (S, S, 3), the ``face`` found in the image (None: none, centre crop),
     the ``square`` (left, top, side) of the image the crop covers (it may reach past the image's edges) and the
-    ``picture`` it was cut from (the image, turned upright where it lay on its side: ``choose_face``)."""
+    ``picture`` it was cut from (the image, turned upright where it lay on its side: ``choose_face``), and the
+    quarter ``turns`` that stood it upright (``np.rot90``'s k; 0: none)."""
 
     crop: np.ndarray
     face: Face | None
     square: tuple[int, int, int]
     picture: np.ndarray
+    turns: int = 0
 
 
 def frame_face(rgb: np.ndarray, warn: Callable[[str], None], name: str = "the reference image",
@@ -49,14 +51,14 @@ def frame_face(rgb: np.ndarray, warn: Callable[[str], None], name: str = "the re
     if detector is None and not known.searched and not face_networks_installed():
         warn(f"warning: pipeline.image_fit=face needs the face detector ({INSTALL_HINT}); centre-cropped {name}")
         return Framing(centre_crop(rgb), None, centre_square(rgb), rgb)
-    rgb, face = choose_face(rgb, detector or shared_detector(), warn, name, number, known)
+    rgb, face, turns = choose_face(rgb, detector or shared_detector(), warn, name, number, known)
     if face is None:
         warn(f"warning: no face found in {name}; centre-cropped it: the model draws a front-facing face where it "
              "expects one, from the picture's colours (docs/model-card.md; give a front-facing portrait, or "
              "pipeline.image_fit=crop or pad to frame it yourself)")  # fmt: skip
         return Framing(centre_crop(rgb), None, centre_square(rgb), rgb)
     square = kept_square(rgb, *face_square(face))
-    return Framing(crop_square(rgb, *square), face, square, rgb)
+    return Framing(crop_square(rgb, *square), face, square, rgb, turns)
 
 
 def face_square(face: Face) -> tuple[int, int, int]:

@@ -17,7 +17,9 @@ inner points, in the picture's pixels) or, when they cannot be trusted, ``proble
 - lips that do not show: the band between the two contours no further in colour from the skin around the mouth than
   ``LIP_CONTRAST`` grey levels (a hand over the mouth, a mask; lips show as redder or darker than the skin around
   them: 22-42 on the test photos (on a face darker than ``LIT_SKIN_GREY``, scaled as if lit normally), 36-192 on the bundled cartoons and the synthetic smile; on the covered test
-  pictures of tests/face/photos.py the mesh finds no face at all, the first check).
+  pictures of tests/face/photos.py the mesh finds no face at all, the first check). A picture with transparency,
+  composited over white where it is read, has its lips judged as drawn: each pixel's colour before compositing, those
+  less than ``MIN_LIP_OPACITY`` opaque left out (a face at 50 % opacity shows its lips at half their contrast).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ YAW_NOSE_SHARE = (0.14, 0.86)
 LIP_CONTRAST = 15.0  # grey levels between the lips' mean colour and the skin's around them: below, the lips are hidden
 LIT_SKIN_GREY = 150.0  # skin darker than this grey has its contrast scaled up by this over its grey (exposure)
 RING = (0.12, 0.30)  # the skin around the mouth: this far outside the outer contour, in mouth widths
+MIN_LIP_OPACITY = 0.25  # a pixel of a transparent picture less opaque than this does not show the lips or the skin
 
 
 def lips_installed() -> bool:
@@ -179,9 +182,10 @@ class LipFinder:
         return lips_in_mesh(rgb, face, self.mesh(rgb, face))
 
 
-def lips_in_mesh(rgb: np.ndarray, face: Face, points: np.ndarray | None) -> LipSearch:
+def lips_in_mesh(rgb: np.ndarray, face: Face, points: np.ndarray | None, alpha: np.ndarray | None = None) -> LipSearch:
     """The lips of ``face`` in ``rgb`` (H, W, 3) uint8 from its face mesh ``points`` (``LipFinder.mesh``; None: no
-    mesh fits), or the problem that keeps them from being trusted."""
+    mesh fits), or the problem that keeps them from being trusted. ``alpha``: the opacity (H, W) uint8 of a picture
+    that ``rgb`` is composited over white (None: opaque)."""
     if points is None:
         return LipSearch(None, NO_MESH)
     eyes = np.stack([points[list(pair)].mean(axis=0) for pair in EYES])  # (2, 2): image left, right
@@ -196,8 +200,11 @@ def lips_in_mesh(rgb: np.ndarray, face: Face, points: np.ndarray | None) -> LipS
     if not YAW_NOSE_SHARE[0] <= share <= YAW_NOSE_SHARE[1]:
         return LipSearch(None, "the face is turned too far to the side")
     lips = Lips(points[list(OUTER)], points[list(INNER)])
-    contrast = lip_contrast(rgb, lips)
+    contrast = lip_contrast(rgb, lips, alpha)
     if contrast < LIP_CONTRAST:
+        opacity = lip_opacity(alpha, lips) if alpha is not None else 1.0
+        if opacity < MIN_LIP_OPACITY:
+            return LipSearch(None, f"the lips do not show (transparent: {opacity:.0%} opaque in the picture)")
         return LipSearch(None, f"the lips do not show (covered or masked: {contrast:.0f} grey levels from the skin)")
     return LipSearch(lips)
 
@@ -260,9 +267,11 @@ def _native_logs_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def lip_contrast(rgb: np.ndarray, lips: Lips) -> float:
+def lip_contrast(rgb: np.ndarray, lips: Lips, alpha: np.ndarray | None = None) -> float:
     """The distance (grey levels, RGB) between the mean colour of the lips (between the two contours) and of the
-    skin around them (``RING`` outside the outer contour) in ``rgb`` (H, W, 3) uint8; 0 where either is not seen."""
+    skin around them (``RING`` outside the outer contour) in ``rgb`` (H, W, 3) uint8; 0 where either is not seen.
+    ``alpha`` (H, W) uint8: ``rgb`` is a picture of that opacity composited over white; the colours before it are
+    compared, where at least ``MIN_LIP_OPACITY`` opaque."""
     height, width = rgb.shape[:2]
     reach = RING[1] * lips.width
     x0, y0 = (max(0, int(np.floor(v - reach))) for v in lips.outer.min(axis=0))
@@ -275,15 +284,28 @@ def lip_contrast(rgb: np.ndarray, lips: Lips) -> float:
     mask = Image.new("L", (x1 - x0, y1 - y0), 0)
     ImageDraw.Draw(mask).polygon([(x - x0, y - y0) for x, y in lips.inner], fill=1)
     in_mouth = np.asarray(mask, bool)
-    patch = rgb[y0:y1, x0:x1].astype(np.float64)
-    band = patch[(outside == 0) & ~in_mouth]
-    ring = patch[(outside >= RING[0] * lips.width) & (outside <= reach)]
+    patch = rgb[y0:y1, x0:x1].astype(np.float64)  # (h, w, 3)
+    shows = np.ones(patch.shape[:2], bool)
+    if alpha is not None:  # over white: seen = a * colour + (1 - a) * 255, undone where the picture is opaque enough
+        opacity = alpha[y0:y1, x0:x1].astype(np.float64)[:, :, None] / 255.0  # (h, w, 1)
+        shows = opacity[:, :, 0] >= MIN_LIP_OPACITY
+        patch = np.clip(255.0 - (255.0 - patch) / np.maximum(opacity, MIN_LIP_OPACITY), 0.0, 255.0)
+    band = patch[(outside == 0) & ~in_mouth & shows]
+    ring = patch[(outside >= RING[0] * lips.width) & (outside <= reach) & shows]
     if len(band) < 4 or len(ring) < 4:
         return 0.0
     skin = _middle_mean(ring)
     # a dark or underexposed face has every difference scaled down with its light: judged as if lit normally
     exposure = max(1.0, LIT_SKIN_GREY / max(float(skin @ np.array(LUMA)), 1.0))
     return float(np.linalg.norm(band.mean(axis=0) - skin)) * exposure
+
+
+def lip_opacity(alpha: np.ndarray, lips: Lips) -> float:
+    """The mean opacity (0-1) of ``alpha`` (H, W) uint8 over the box of the outer lip contour."""
+    height, width = alpha.shape
+    (x0, y0), (x1, y1) = np.floor(lips.outer.min(axis=0)).astype(int), np.ceil(lips.outer.max(axis=0)).astype(int) + 1
+    box = alpha[max(0, y0) : min(height, y1), max(0, x0) : min(width, x1)]
+    return float(box.mean()) / 255.0 if box.size else 0.0
 
 
 def _middle_mean(values: np.ndarray) -> np.ndarray:

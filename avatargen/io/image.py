@@ -33,12 +33,14 @@ FITS = ("face", "crop", "pad")
 class Reference:
     """A loaded reference: the model's ``square`` input (size, size, 3) uint8, the ``picture`` it was cut from
     (H, W, 3) uint8 RGB, upright, ``crop`` (left, top, side) in the picture's pixels (it may reach past its edges),
-    and ``face``, the face found in the picture (None: not searched or not found)."""
+    ``face``, the face found in the picture (None: not searched or not found), and ``alpha``, the picture's
+    opacity (H, W) uint8 where its file had transparency (None: opaque; ``picture`` is it composited over white)."""
 
     square: np.ndarray
     picture: np.ndarray
     crop: tuple[int, int, int]
     face: Face | None = None
+    alpha: np.ndarray | None = None
 
     @property
     def square_face(self) -> Face | None:
@@ -76,12 +78,19 @@ def load_reference(
     if size <= 0:
         raise ValueError(f"size must be positive, got {size}")
     path = Path(path)
-    return reference_from_rgb(read_picture(path, fit), size, fit, warn, f"image '{path}'", face)
+    rgb, alpha = read_picture_and_alpha(path, fit)
+    return reference_from_rgb(rgb, size, fit, warn, f"image '{path}'", face, alpha)
 
 
 def read_picture(path: str | Path, fit: str = "crop") -> np.ndarray:
     """The image file's first frame as (H, W, 3) uint8 RGB, upright, as ``load_reference`` frames it (``fit``: the
     size limits it is checked against). Raises ``BadInputError`` as ``load_reference`` does."""
+    return read_picture_and_alpha(path, fit)[0]
+
+
+def read_picture_and_alpha(path: str | Path, fit: str = "crop") -> tuple[np.ndarray, np.ndarray | None]:
+    """``read_picture``, and the picture's opacity (H, W) uint8 where it has transparency that is not opaque
+    everywhere (None: opaque; the RGB is then composited over white)."""
     path = Path(path)
     try:
         return _to_rgb(_open(path, fit), path)
@@ -96,15 +105,19 @@ def reference_from_rgb(
     warn: Callable[[str], None] | None = None,
     name: str = "the picture",
     face: int | None = None,
+    alpha: np.ndarray | None = None,
 ) -> Reference:
     """``load_reference`` of a picture already decoded (uint8 (H, W, 3) RGB, upright): a source video's first frame;
-    ``face`` as there."""
+    ``face`` as there; ``alpha``: its opacity (H, W) uint8 (``read_picture_and_alpha``; None: opaque)."""
     height, width = rgb.shape[:2]
     if min(height, width) < MIN_SIDE:
         raise BadInputError(f"{name} is {width}x{height}, too small to hold a face; give at least {MIN_SIDE}x{MIN_SIDE}")
     number, face = face, None
     if fit == "face":
-        square, face, crop, rgb = frame_face(rgb, warn or _print_warning, name, number=number)
+        framing = frame_face(rgb, warn or _print_warning, name, number=number)
+        square, face, crop, rgb = framing.crop, framing.face, framing.square, framing.picture
+        if alpha is not None and framing.turns:  # the opacity turned upright with the picture
+            alpha = np.rot90(alpha, framing.turns)
     elif fit == "crop":
         square, crop = centre_crop(rgb), centre_square(rgb)
     else:
@@ -113,7 +126,8 @@ def reference_from_rgb(
         crop = (-((side - width) // 2), -((side - height) // 2), side)
     if square.shape[0] != size:
         square = np.asarray(Image.fromarray(square).resize((size, size), Image.Resampling.LANCZOS))
-    return Reference(np.ascontiguousarray(square), np.ascontiguousarray(rgb), crop, face)
+    alpha = np.ascontiguousarray(alpha) if alpha is not None else None
+    return Reference(np.ascontiguousarray(square), np.ascontiguousarray(rgb), crop, face, alpha)
 
 
 def _print_warning(line: str) -> None:
@@ -175,20 +189,27 @@ def _open(path: Path, fit: str) -> Image.Image:
         raise BadInputError(f"image '{path}' is corrupt or truncated ({err}); re-export it, {IMAGE_FIX}") from None
 
 
-def _to_rgb(img: Image.Image, path: Path) -> np.ndarray:
+def _to_rgb(img: Image.Image, path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     """Any Pillow mode to (H, W, 3) uint8 RGB, converted a band of rows at a time: the picture is held twice at most
-    (Pillow's decoded image and the array), never as float64 or a converted copy of the whole."""
+    (Pillow's decoded image and the array), never as float64 or a converted copy of the whole; and its opacity
+    (H, W) uint8 where it has transparency (None: none, or opaque everywhere; a third of the array's bytes more)."""
     width, height = img.size
     convert = _band_converter(img, path)
     rgb = np.empty((height, width, 3), np.uint8)
+    alpha: np.ndarray | None = None
     for top in range(0, height, _BAND_ROWS):
         bottom = min(height, top + _BAND_ROWS)
-        rgb[top:bottom] = convert(img.crop((0, top, width, bottom)))
-    return rgb
+        band = convert(img.crop((0, top, width, bottom)))  # (h, W, 3), or (h, W, 4): RGB over white + its alpha
+        rgb[top:bottom] = band[:, :, :3]
+        if band.shape[2] == 4:
+            alpha = np.empty((height, width), np.uint8) if alpha is None else alpha
+            alpha[top:bottom] = band[:, :, 3]
+    return rgb, (alpha if alpha is not None and alpha.min(initial=255) < 255 else None)
 
 
 def _band_converter(img: Image.Image, path: Path) -> Callable[[Image.Image], np.ndarray]:
-    """How a band of ``img`` becomes (h, W, 3) uint8 RGB."""
+    """How a band of ``img`` becomes (h, W, 3) uint8 RGB ((h, W, 4) where it has transparency: the RGB composited
+    over white, then the alpha)."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         # Pillow's convert() clips these to 0..255; 16-bit images (and 'I', which 16-bit PNGs open as) span 0..65535.
         def wide(band: Image.Image) -> np.ndarray:
@@ -212,7 +233,9 @@ def _band_converter(img: Image.Image, path: Path) -> Callable[[Image.Image], np.
 
         def over_white(band: Image.Image) -> np.ndarray:
             rgba = band.convert("RGBA")
-            return np.asarray(Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB"))
+            white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            over = np.asarray(Image.alpha_composite(white, rgba))  # (h, W, 4), its alpha 255
+            return np.concatenate([over[:, :, :3], np.asarray(rgba)[:, :, 3:]], axis=2)
 
         return over_white
     return lambda band: np.asarray(band.convert("RGB"))

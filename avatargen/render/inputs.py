@@ -22,7 +22,7 @@ from avatargen.io import image_prefetch as prefetch
 from avatargen.io.audio import AudioFileSource
 from avatargen.io.audio_mix import AudioMix
 from avatargen.io.audio_tracks import AudioTracksSource, track_statistics
-from avatargen.io.image import Reference, load_reference, read_picture, reference_from_rgb
+from avatargen.io.image import Reference, load_reference, read_picture_and_alpha, reference_from_rgb
 from avatargen.io.video_in import VideoFrames
 from avatargen.pipeline.inputs import Box, Framing, RenderInputs
 from avatargen.render.request import STREAM
@@ -54,9 +54,9 @@ def open_picture(image: Path | None, video: Path | None, config: Config, family:
         if fit != "face":
             prefetch.stop(image)
             return load_reference(image, size, fit, warn, face=face)
-        rgb = read_picture(image, fit)  # while the face search beside the start ends (a large picture's takes longer)
+        rgb, alpha = read_picture_and_alpha(image, fit)  # while the face search beside the start ends
         prefetch.finish(image, size, face, warn)  # what it found is in the picture cache now
-        return reference_from_rgb(rgb, size, fit, warn, f"image '{image}'", face)
+        return reference_from_rgb(rgb, size, fit, warn, f"image '{image}'", face, alpha)
 
     # a family that frames the picture itself needs no face search for a square it does not use
     loaded = load("crop" if family.framing is not None else fit)

@@ -10,7 +10,7 @@ from avatargen.face.choice import choose_face, reference_lips
 from avatargen.face.detector import shared_detector
 from avatargen.face.choice import shared_lip_finder
 from avatargen.face.lips import EYES, OTHER_FACE, lips_in_mesh, lips_installed
-from tests.conftest import REPO, run_cli
+from tests.conftest import FAST, REPO, run_cli, write_speechlike_wav
 from tests.face import photos
 
 
@@ -57,6 +57,50 @@ def test_a_covered_mouth_gives_no_lips_and_says_why(make):
     picture = make()
     search = reference_lips(picture, shared_detector().find(picture))
     assert search.lips is None and search.problem
+
+
+def _with_alpha(path, rgb: np.ndarray, alpha: np.ndarray) -> str:
+    from PIL import Image
+
+    Image.fromarray(np.dstack([rgb, alpha.astype(np.uint8)]), "RGBA").save(path)
+    return str(path)
+
+
+@needs_mesh
+@pytest.mark.parametrize("turned", [False, True], ids=["upright", "on its side"])
+def test_a_half_transparent_portrait_keeps_its_lips_and_a_transparent_mouth_does_not(tmp_path, turned):
+    # Read over white, a face at 50 % opacity shows its lips at half their contrast: it was refused as covered.
+    from avatargen.io.image import load_reference
+
+    picture = photos.astronaut()
+    height, width = picture.shape[:2]
+    opaque = reference_lips(picture, shared_detector().find(picture)).lips
+
+    def loaded(name: str, alpha: np.ndarray):  # the picture and its alpha saved on their side, when turned
+        rgba = [np.ascontiguousarray(np.rot90(a, -1)) if turned else a for a in (picture, alpha)]
+        return load_reference(_with_alpha(tmp_path / name, *rgba), 256, "face")
+
+    half = loaded("half.png", np.full((height, width), 128))
+    search = reference_lips(half.picture, half.face, half.alpha)
+    assert search.problem is None and np.abs(search.lips.outer - opaque.outer).max() < 4, search.problem
+    soft = np.clip(np.mgrid[:height, :width][1] / width * 2 * 255, 0, 255)  # from clear on the left to opaque mid-way
+    edged = loaded("soft.png", soft)
+    assert reference_lips(edged.picture, edged.face, edged.alpha).problem is None
+    mouth = np.full((height, width), 255)
+    x0, y0, x1, y1 = (int(v) for v in (*opaque.outer.min(axis=0) - 8, *opaque.outer.max(axis=0) + 8))
+    mouth[y0:y1, x0:x1] = 30  # all but see-through over the mouth
+    hidden = loaded("mouth.png", mouth)
+    assert reference_lips(hidden.picture, hidden.face, hidden.alpha).problem == (
+        "the lips do not show (transparent: 12% opaque in the picture)")  # fmt: skip
+
+
+@needs_mesh
+def test_a_half_transparent_photograph_renders(tmp_path):
+    picture = photos.astronaut()
+    path = _with_alpha(tmp_path / "half.png", picture, np.full(picture.shape[:2], 128))
+    audio = write_speechlike_wav(tmp_path / "speech.wav", 1.0)
+    result = run_cli("render", "-i", path, "-a", str(audio), "-o", str(tmp_path / "out.mp4"), "-q", *FAST)
+    assert result.returncode == 0 and (tmp_path / "out.mp4").is_file(), result.stderr
 
 
 @needs_mesh

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from avatargen.errors import BadInputError
-from avatargen.io.image import load_reference_image, save_png
+from avatargen.io.image import load_reference, load_reference_image, read_picture_and_alpha, save_png
 
 SIZE = 64
 
@@ -56,6 +56,17 @@ def test_transparency_is_composited_over_white(tmp_path: Path, mode: str) -> Non
     img.save(tmp_path / "img.png")
     out = load_reference_image(tmp_path / "img.png", 40, "crop")
     assert (out[:, :20] == 255).all() and (out[:, 20:] == 0).all()
+    # The opacity is kept beside the picture: the lips are judged as drawn (tests/face/test_lips.py).
+    rgb, alpha = read_picture_and_alpha(tmp_path / "img.png")
+    assert np.array_equal(rgb, out) and (alpha[:, :20] == 0).all() and (alpha[:, 20:] == 255).all()
+    assert load_reference(tmp_path / "img.png", 40, "crop").alpha.shape == (40, 40)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA"])
+def test_an_opaque_picture_has_no_alpha(tmp_path: Path, mode: str) -> None:
+    Image.new(mode, (40, 40), (10, 20, 30, 255)[: len(mode)]).save(tmp_path / "img.png")
+    assert read_picture_and_alpha(tmp_path / "img.png")[1] is None
+    assert load_reference(tmp_path / "img.png", 40, "crop").alpha is None
 
 
 @pytest.mark.parametrize("mode", ["I;16", "I"])
