@@ -15,6 +15,7 @@ from typing import Callable, List, Optional
 
 import typer
 from typer._click import exceptions as click_errors  # the Click that Typer parses with
+from typer.core import TyperCommand
 
 from avatargen.interrupts import Interrupted, catch_signals, exit_code_of, received, record_signals, signal_of
 from avatargen.io.console import guard_standard_streams, say, write_stdout
@@ -414,7 +415,44 @@ def synth(
     _run(action, debug)
 
 
-@app.command(epilog=EXIT_CODES)
+class _BatchStatusForm(TyperCommand):
+    """``avatargen batch status``'s help: a form of ``batch`` (JOBS the word status), not a command of its own."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        return ["DIR", "[--json]", "[storage.KEY=VALUE ...]"]
+
+
+_batch_status = typer.Typer(add_completion=False)
+
+
+@_batch_status.command(cls=_BatchStatusForm, epilog="Exit codes: 0 shown; 2 DIR does not exist (a bucket prefix with "
+                       "no object under it) or a setting is wrong; 1 object storage failed (try again).")  # fmt: skip
+def _batch_status_help(
+    out_dir: str = typer.Argument(..., metavar="DIR", show_default=False,
+                                  help="The --out-dir of a batch: a folder or s3://BUCKET/PREFIX."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object: the counts and every job."),
+    storage: Optional[List[str]] = typer.Argument(None, metavar="storage.KEY=VALUE", show_default=False, help=(
+        "How to reach a bucket (storage.endpoint_url=..., storage.region=...; docs/batch.md, \"Object storage\").")),
+) -> None:
+    """Show every job of the batch in DIR as done, running (host, pid), failed (why) or pending, and which resume
+    from a checkpoint, read from DIR/batch_jobs.json and the files beside each output; nothing is changed. Any
+    worker's out-dir, at any moment (docs/batch.md)."""
+
+
+class _BatchCommand(TyperCommand):
+    """``avatargen batch``: ``batch status ... --help`` shows the status form's help, not the jobs form's."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        head = args[: args.index("--")] if "--" in args else args
+        if head[:1] == ["status"] and not Path("status").is_file() and set(head[1:]) & set(ctx.help_option_names):
+            form = typer.main.get_command(_batch_status)
+            shown = type(ctx)(form, info_name=f"{ctx.info_name} status", parent=ctx.parent)  # avatargen batch status
+            typer.echo(shown.get_help(), color=ctx.color)  # as --help does: Rich prints it and returns ''
+            ctx.exit()
+        return super().parse_args(ctx, args)
+
+
+@app.command(epilog=EXIT_CODES, cls=_BatchCommand)
 def batch(
     jobs: str = typer.Argument(..., help="Jobs file: JSONL (one object a line) or CSV, a file or s3://BUCKET/KEY; keys image, audio, output (under --out-dir), optional prompt and overrides. Input paths are relative to the jobs file's folder. Or the word status: show the state of the out-dir given after it."),
     out_dir: Optional[str] = typer.Option(None, "--out-dir", help="Folder (or s3://BUCKET/PREFIX) for the outputs and batch_report.json (shared by every worker).", show_default=False),
@@ -429,7 +467,7 @@ def batch(
 ) -> None:
     """Work through the jobs of JOBS into --out-dir as one worker among any number (several processes, machines, a
     Slurm array, torchrun ranks), or as the driver of Ray workers (--ray); `avatargen batch status DIR [--json]`
-    shows done / running / failed / pending.
+    shows done / running / failed / pending (`avatargen batch status --help`).
 
     Each worker takes the next job that is neither finished (OUT.mp4), nor claimed by a live worker (OUT.lock), nor
     failed for good (OUT.failed.json), renders it, and waits for the jobs others hold until every job is finished or

@@ -3,9 +3,9 @@
 ``diagnose(output_dir)`` looks at everything a render depends on and measures what can only be measured: the
 versions (avatargen, Python, torch and its CUDA, numpy, ffmpeg), the CPU and the CUDA GPUs, how fast bf16 and fp16
 matmuls run against fp32 on each (timed now; ``runtime.dtype=auto`` decides from this machine's saved probe), ffmpeg
-and its libx264 and aac encoders (by running it), the optional extras (by importing them) with the pip command for
-those missing, the NUMA nodes, avatargen's cache folders and their sizes, and the free disk where the video will be
-written.
+and its libx264 and aac encoders (by running it), every optional extra of pyproject.toml but test and bench (its
+packages imported), what it enables and the pip command where one is missing, the NUMA nodes, avatargen's cache
+folders and their sizes, and the free disk where the video will be written.
 
 A *problem* means a default render (``avatargen render -i IMAGE -a AUDIO -o OUT.mp4``) will fail here; a *warning*
 means it works with less (the eval extra missing: the reference is centre-cropped instead of framed on its face).
@@ -62,7 +62,23 @@ EXTRAS = (
             "lips (no still mouth for covered lips, no turning of a picture on its side), and eval measures no mouth spill"),
     Package("wan", "transformers", "transformers", "model=infinitetalk and multitalk cannot render (wav2vec2, the umT5 tokenizer)"),
     Package("oracles", "diffusers", "diffusers", "the Wan-family parity tests (tests/models/wan) skip"),
+    Package("webrtc", "aiortc", "aiortc", "--publish webrtc:// is refused (WebRTC: ICE, DTLS-SRTP, RTP)"),
+    Package("webrtc", "aiohttp", "aiohttp", "--publish webrtc:// is refused (its viewer page and WHEP endpoint)"),
+    Package("s3", "boto3", "boto3", "s3:// inputs, outputs and jobs files are refused"),
+    Package("ray", "ray", "ray", "avatargen batch --ray is refused"),
+    Package("ray", "boto3", "boto3", "a batch on Ray cannot read or write s3:// locations"),
+    Package("livekit", "livekit-agents", "livekit.agents", "avatargen.agents.livekit does not import"),
 )
+# What each extra enables (doctor's line for it; pyproject.toml's optional-dependencies say what each installs).
+EXTRA_USES = {
+    "eval": "faces: pipeline.image_fit=face framing, the lips of the warped mouth, avatargen eval",
+    "wan": "model=infinitetalk and multitalk (docs/models.md)",
+    "oracles": "the Wan-family parity tests (tests/models/wan)",
+    "webrtc": "--publish webrtc://, a viewer page and WHEP endpoint (docs/live.md)",
+    "s3": "s3:// inputs, outputs and jobs files (docs/batch.md, Object storage)",
+    "ray": "avatargen batch --ray, the jobs on a Ray cluster (docs/batch.md)",
+    "livekit": "avatargen.agents.livekit, a LiveKit Agents avatar (docs/live.md; not beside eval: protobuf)",
+}
 
 
 def install_command(extra: str) -> str:
@@ -279,7 +295,7 @@ def check_extras() -> list[dict[str, Any]]:
             version = None
         error = _import_error(package.module)
         rows.append({**asdict(package), "version": version, "works": error is None, "error": error,
-                     "install": install_command(package.extra)})  # fmt: skip
+                     "enables": EXTRA_USES[package.extra], "install": install_command(package.extra)})  # fmt: skip
     return rows
 
 
@@ -448,7 +464,7 @@ def format_report(report: Report) -> str:
         rows = [e for e in report.extras if e["extra"] == extra]
         listed = ", ".join(map(_package_state, rows))
         advice = "" if all(e["works"] for e in rows) else f"; {rows[0]['install']}"
-        lines.append((f"extra {extra}", f"{listed}{advice}"))
+        lines.append((f"extra {extra}", f"{listed}; for {rows[0]['enables']}{advice}"))
     if report.numa:
         for node in report.numa:
             gpus = f", GPUs {', '.join(map(str, node['gpus']))}" if node["gpus"] else ""

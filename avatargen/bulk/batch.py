@@ -7,10 +7,10 @@ each job through ``bulk.runner``, so the out-dir, the report and ``avatargen bat
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
-from avatargen.bulk.jobs import check_local_jobs_file
+from avatargen.bulk.batch_files import object_lines
+from avatargen.bulk.jobs import check_jobs_file
 from avatargen.bulk.locations import Where
 from avatargen.config.loader import load_config, to_config
 from avatargen.config.schema import BatchEngine
@@ -26,8 +26,8 @@ def run_batch(
     ``resume_command``: the command that continues a batch stopped mid-job (this one). ``overwrite``: jobs replace
     what is at their outputs' names even when avatargen did not write it (else such a job fails, exit 2)."""
     config = to_config(load_config(overrides))  # a bad base config fails the whole batch at once (exit 2)
-    if isinstance(jobs_file, Path):
-        check_local_jobs_file(jobs_file)  # a wrong path is said now, not after the engine's imports (torch: ~2 s)
+    # A wrong path or a file of no job is said now, not after the engine's imports (torch: ~2 s); in a bucket too.
+    check_jobs_file(jobs_file, object_lines(config))
     if config.batch.engine == BatchEngine.ray:
         from avatargen.bulk.ray_driver import run_on_ray as engine
     else:

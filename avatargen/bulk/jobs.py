@@ -5,7 +5,8 @@ of millions of rows costs the memory of one row, plus about 100 bytes a job (a d
 rows with one output): 1,000,000 rows streamed in 53 s, 117 MB more at the end, on a 2-core VM. Inputs are relative
 to the jobs file's folder (or prefix), outputs to the out-dir; each may also be an ``s3://`` URL. A row that cannot
 run gets a ``problem`` (its job fails alone, with its line number); so does a line longer than ``MAX_LINE_BYTES`` or
-nested deeper than JSON can be read."""
+nested deeper than JSON can be read. A jobs file with no row at all (empty, blank or ``#`` lines only, a CSV header
+alone) is refused as a whole (``BadInputError``): a batch of nothing is a mistake, not a success."""
 
 from __future__ import annotations
 
@@ -78,14 +79,15 @@ def bad_row_number(claim: Where) -> int | None:
 # -- reading the file ------------------------------------------------------------------------------------------------
 
 
-def check_local_jobs_file(path: Path) -> None:
-    """Refuse, as reading it would, a local jobs file that cannot be opened or is not a regular file (the batch says
-    so before it imports torch)."""
-    lines = _local_lines(path)
+def check_jobs_file(jobs_file: Where, read_object: Callable[[ObjectUrl], Iterable[bytes]] | None = None) -> None:
+    """Refuse, as reading it would, a jobs file (local, or an object read through ``read_object``) that cannot be
+    opened, is not a regular file, or holds no job (the batch says so before it imports torch). Reads up to its first
+    row."""
+    rows = _rows(jobs_file, read_object)
     try:
-        next(lines, None)  # opens and checks it, and reads its first line
+        next(rows)  # opens and checks it, and reads it up to its first row (none: BadInputError)
     finally:
-        lines.close()
+        rows.close()
 
 
 def _local_lines(path: Path) -> Iterator[bytes]:
@@ -150,12 +152,8 @@ def iter_jobs(jobs_file: Where, out_dir: Where, allow_outside: bool = False,
     a time. A row that cannot run is a job with a ``problem`` naming its line; an unreadable jobs file raises
     ``BadInputError``. Outputs must lie inside ``out_dir`` unless ``allow_outside``."""
     base = jobs_file.parent if isinstance(jobs_file, ObjectUrl) else jobs_file.resolve().parent
-    lines = open_jobs(jobs_file, read_object)
-    rows = (
-        _csv_rows(lines, jobs_file.name) if jobs_file.suffix.lower() == ".csv" else _jsonl_rows(lines, jobs_file.name)
-    )
     seen: dict[int, int] = {}  # an 8-byte digest of each output's identity -> the first job that names it
-    for index, (row, where, problem) in enumerate(rows):
+    for index, (row, where, problem) in enumerate(_rows(jobs_file, read_object)):
         job = row_to_job(index, row, base, out_dir, where, allow_outside)
         job.problem = problem or job.problem
         if job.problem is None:
@@ -174,6 +172,22 @@ def read_jobs(jobs_file: Where, out_dir: Where, allow_outside: bool = False,
               read_object: Callable[[ObjectUrl], Iterable[bytes]] | None = None) -> list[Job]:  # fmt: skip
     """Every job of ``jobs_file`` at once (for a small file; ``iter_jobs`` streams)."""
     return list(iter_jobs(jobs_file, out_dir, allow_outside, read_object))
+
+
+def _rows(jobs_file: Where, read_object: Callable[[ObjectUrl], Iterable[bytes]] | None,
+          ) -> Iterator[tuple[dict, str, str | None]]:  # fmt: skip
+    """(row, where, problem) of each row of ``jobs_file``, a bad one's included; ``BadInputError`` when it has none."""
+    lines = open_jobs(jobs_file, read_object)
+    csv_file = jobs_file.suffix.lower() == ".csv"
+    rows = _csv_rows(lines, jobs_file.name) if csv_file else _jsonl_rows(lines, jobs_file.name)
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        what, fix = (("a header and no row under it", "one row per job under the header") if csv_file
+                     else ("only blank and # lines", "one JSON object a line, one per job"))  # fmt: skip
+        raise BadInputError(f"jobs file '{jobs_file}' holds no jobs (empty, or {what}); give {fix} (docs/batch.md)")
 
 
 def _jsonl_rows(lines: Iterator[tuple[int, str | None]], name: str) -> Iterator[tuple[dict, str, str | None]]:

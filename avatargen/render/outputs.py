@@ -19,7 +19,7 @@ from avatargen.io.mp4_join import join_parts
 from avatargen.io.no_encoder import NoEncoder
 from avatargen.io.outputs import Output
 from avatargen.io.pacing import CatchUp, RealtimePacer
-from avatargen.io.sink import FrameSink, RenderSink, SinkContext, scheme_of, sink_plugins
+from avatargen.io.sink import FrameSink, RenderSink, SinkContext, scheme_of, sink_plugins, sink_schemes
 from avatargen.io.sink_feed import FileAudioReader, SinkFeed
 from avatargen.pipeline.schedule import CheckpointGrid
 
@@ -70,6 +70,7 @@ class RenderOutputs:
         self.pacer: RealtimePacer | None = None
         self.gate: InputGate | None = None
         self.sinks: list[RenderSink] = []  # the registered sinks opened for this render
+        self.sink_targets: list[str] = []  # the --publish targets they serve (webrtc://), for the report
         self.feed: SinkFeed | None = None
         self.compositing: CompositingSink | None = None
         self._sinks_closed = False
@@ -133,6 +134,7 @@ class RenderOutputs:
                                   paced=plan.settings.realtime, targets=targets)  # fmt: skip
             if (sink := plugin.open(context)) is not None:
                 sinks.append(sink)
+                self.sink_targets += targets
         return sinks
 
     def generated(self, stopped: bool) -> None:
@@ -195,10 +197,19 @@ class RenderOutputs:
             stage_s["publish"] -= sink.paste_s + sink.move_s
 
     def publish_report(self, live: list[Output]) -> list[dict]:
-        """What each live target did (dropped after a failure, and why)."""
-        dropped = self.writer.dropped
-        return [{"target": o.label, "kind": o.kind, "dropped": o.label in dropped, "reason": dropped.get(o.label)}
-                for o in live]  # fmt: skip
+        """What each ``--publish`` target did (dropped after a failure, and why), in the order given: ``live`` are the
+        encoder's (in that order), the others a sink's (``webrtc://``: its scheme is its kind; a sink drops nothing)."""
+        publish = list(self.plan.settings.publish)
+        dropped, encoder_outputs, served = self.writer.dropped, iter(live), sink_schemes(publish)
+        report = []
+        for target in publish:
+            if scheme_of(target) in served:  # a sink's target: listed when its sink opened
+                if target in self.sink_targets:
+                    report.append({"target": target, "kind": scheme_of(target), "dropped": False, "reason": None})
+            elif (o := next(encoder_outputs, None)) is not None:
+                report.append({"target": o.label, "kind": o.kind, "dropped": o.label in dropped,
+                               "reason": dropped.get(o.label)})  # fmt: skip
+        return report
 
     def realtime_report(self) -> dict | None:
         """The pacer's figures, and the silence left out at the input in live mode (``input_dropped_s``)."""

@@ -7,7 +7,10 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from avatargen.bulk.jobs import MAX_LINE_BYTES, read_jobs
+from avatargen.errors import BadInputError
 from tests.conftest import FAST, REPO, run_cli, write_face_png, write_speechlike_wav
 
 
@@ -26,6 +29,22 @@ def test_a_fifo_a_device_or_a_folder_as_the_jobs_file_is_refused_at_once_in_one_
     for jobs in (fifo, Path("/dev/zero"), folder):
         line = _one_line_error(run_cli("batch", str(jobs), "--out-dir", str(tmp_path / "out"), *FAST, timeout=60))
         assert "is not a regular file" in line and "give a JSONL or CSV file" in line, line
+
+
+@pytest.mark.parametrize("name, text", [("jobs.jsonl", ""), ("jobs.jsonl", "\n  \n\n"), ("jobs.jsonl", "# later\n"),
+                                        ("jobs.csv", ""), ("jobs.csv", "image,audio,output\n\n")],
+                         ids=["empty jsonl", "blank lines", "a comment", "empty csv", "a csv header"])  # fmt: skip
+def test_a_jobs_file_of_no_job_is_one_line_and_exit_2_and_writes_nothing(tmp_path, name, text):
+    # It was a batch of 0 jobs, exit 0, its report written: a wrong or truncated file passed for a finished batch.
+    jobs = tmp_path / name
+    jobs.write_text(text)
+    line = _one_line_error(run_cli("batch", str(jobs), "--out-dir", str(tmp_path / "out"), *FAST, timeout=60))
+    what = ("a header and no row under it", "one row per job under the header") if name.endswith(".csv") else (
+        "only blank and # lines", "one JSON object a line, one per job")  # fmt: skip
+    assert line == f"error: jobs file '{jobs}' holds no jobs (empty, or {what[0]}); give {what[1]} (docs/batch.md)"
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(BadInputError, match="holds no jobs"):
+        read_jobs(jobs, tmp_path / "out")
 
 
 def test_an_over_long_line_and_a_deeply_nested_row_fail_alone(tmp_path):

@@ -205,6 +205,17 @@ def test_a_users_object_at_a_jobs_output_fails_that_job_until_overwrite_renders_
     assert client.head_object(Bucket=bucket, Key="out/v0.mp4")["Metadata"].get("made-with") == "avatargen"
 
 
+@pytest.mark.parametrize("key, body", [("in/jobs.jsonl", b""), ("in/jobs.csv", b"image,audio,output\n")])
+def test_a_jobs_file_in_a_bucket_with_no_job_is_refused_as_a_local_one(s3_server, bucket, s3_env, key, body):
+    s3_server.client().put_object(Bucket=bucket, Key=key, Body=body)
+    for engine in ([], ["--ray"]):  # before Ray starts
+        result = run_cli("batch", f"s3://{bucket}/{key}", "--out-dir", f"s3://{bucket}/out", *engine, *BULK, env=s3_env)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, result.stderr
+        assert lines[0].startswith(f"error: jobs file 's3://{bucket}/{key}' holds no jobs (empty, or "), lines
+    assert set(_objects(s3_server, bucket)) == {key}  # nothing written under out/
+
+
 def test_status_of_a_prefix_holding_nothing_says_so_as_for_a_missing_folder(s3_server, bucket, s3_env):
     result = run_cli("batch", "status", f"s3://{bucket}/nothing-here", env=s3_env)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [

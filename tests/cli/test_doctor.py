@@ -7,8 +7,10 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import numpy
@@ -41,13 +43,25 @@ def test_doctor_reports_what_this_machine_has_and_that_a_default_render_works(tm
     assert report.precision["cpu"]["auto"] == choose_precision("auto", torch.device("cpu")).describe()
     assert report.precision["cpu"]["bf16_vs_fp32"] > 0 and report.precision["cpu"]["fp16_vs_fp32"] > 0
     for row in report.extras:  # installed as this suite is (README: the test, eval and oracles extras)
-        assert row["works"] == (importlib.util.find_spec(row["module"]) is not None), row
-        assert row["install"] == f"pip install 'avatargen[{row['extra']}]'"
+        assert row["works"] == _importable(row["module"]), row
+        assert row["install"] == f"pip install 'avatargen[{row['extra']}]'" and row["enables"]
+    # Every extra a user installs is reported, each by the packages it installs (test and bench serve the repository).
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {row["extra"] for row in report.extras} == set(declared) - {"test", "bench"}
+    for row in report.extras:
+        assert any(re.match(rf"{re.escape(row['distribution'])}\b", need) for need in declared[row["extra"]]), row
     assert [node["node"] for node in report.numa] == numa_nodes()
     assert [cache["path"] for cache in report.caches] == [str(cache_folder()), str(pictures_folder()), str(references_folder())]
     assert report.disk["checked"] == str(tmp_path) and report.disk["writable"]
     assert abs(report.disk["free_bytes"] - shutil.disk_usage(tmp_path).free) < 2**30
     assert report.default_render["model"] == "tiny" and Path(report.default_render["checkpoint"]).is_dir()
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose package is missing (livekit.agents)
+        return False
 
 
 def test_doctor_json_and_exit_code_and_version():
@@ -70,6 +84,24 @@ def test_doctor_names_the_pip_command_for_an_eval_extra_that_does_not_import(tmp
     assert "dlib-bin" in extra and "does not import (ImportError: this dlib build does not load)" in extra
     assert extra.endswith("pip install 'avatargen[eval]'")
     assert "warning: dlib-bin does not work here, so references are centre-cropped instead of framed on their face" in result.stdout
+
+
+def test_doctor_says_what_the_webrtc_s3_ray_and_livekit_extras_enable_and_how_to_install_them(tmp_path):
+    # They were not listed at all: a user could not tell from doctor why --publish webrtc:// or s3:// was refused.
+    for module in ("aiortc", "boto3", "ray", "livekit"):  # each of these extras' packages, as if it did not load
+        (tmp_path / module).mkdir()
+        (tmp_path / module / "__init__.py").write_text(f'raise ImportError("no {module} here")\n')
+    result = run_cli("doctor", env_extra={"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"})
+    assert result.returncode == 0, result.stderr  # a default render needs none of them: no problem, no warning
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("extra ")}
+    for extra, package, enables in (("webrtc", "aiortc", "--publish webrtc://"), ("s3", "boto3", "s3:// inputs"),
+                                    ("ray", "ray", "avatargen batch --ray"),
+                                    ("livekit", "livekit-agents", "avatargen.agents.livekit")):  # fmt: skip
+        line = lines[extra]
+        said = f"does not import (ImportError: no {package.split('-')[0]} here)"
+        assert f"{package} not installed" in line or said in line, line
+        assert f"; for {enables}" in line and line.endswith(f"; pip install 'avatargen[{extra}]'"), line
+    assert "aiohttp" in lines["webrtc"] and "warning" not in result.stdout
 
 
 def test_doctor_exits_2_with_the_reason_when_ffmpeg_cannot_run(tmp_path):

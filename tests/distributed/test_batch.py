@@ -122,6 +122,25 @@ def test_a_pipeline_of_steps_in_a_spread_batch_is_refused_naming_batch_mode_shar
     assert not (out / "v.mp4").exists()
 
 
+def test_batch_status_help_is_the_status_forms_and_the_batch_help_points_to_it(tmp_path, monkeypatch):
+    # `batch status --help` showed the help of `batch JOBS --out-dir ...`: nothing about the status form.
+    from typer.testing import CliRunner
+
+    from avatargen.cli import app
+
+    runner, wide = CliRunner(), {"COLUMNS": "200"}
+    for args in (["batch", "status", "--help"], ["batch", "status", "out", "--json", "--help"]):
+        shown = runner.invoke(app, args, env=wide)
+        assert shown.exit_code == 0, shown.output
+        assert "Usage: avatargen batch status DIR [--json] [storage.KEY=VALUE ...]" in shown.stdout, shown.stdout
+        assert "--json" in shown.stdout and "--ray" not in shown.stdout and "--out-dir of a batch" in shown.stdout
+    batch = runner.invoke(app, ["batch", "--help"], env=wide)
+    assert batch.exit_code == 0 and "--ray" in batch.stdout and "`avatargen batch status --help`" in batch.stdout
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "status").write_text("")  # a jobs file named status: the word is JOBS, as when the batch runs
+    assert "--ray" in runner.invoke(app, ["batch", "status", "--help"], env=wide).stdout
+
+
 def test_one_output_named_two_ways_is_a_duplicate_and_status_lists_it_once(tmp_path):
     out = tmp_path / "out"
     (out / "d").mkdir(parents=True)

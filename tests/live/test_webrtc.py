@@ -155,6 +155,19 @@ def test_a_browser_plays_a_render_published_only_over_webrtc_with_its_audio_and_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png", "speech.wav"]  # no file: WebRTC alone
 
 
+def test_the_json_report_lists_a_webrtc_target_among_the_publish_targets_in_their_order(tmp_path, face_png):
+    # It listed the encoder's targets only: a render published over WebRTC reported "publish": [].
+    audio, port = write_speechlike_wav(tmp_path / "speech.wav", 1.0), free_port()
+    hls = tmp_path / "hls" / "live.m3u8"
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(tmp_path / "out.mp4"), "--realtime",
+                     "--publish", f"webrtc://127.0.0.1:{port}", "--publish", str(hls), "--json", "-q", *FAST,
+                     "pipeline.sampling_steps=1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["publish"] == [
+        {"target": f"webrtc://127.0.0.1:{port}", "kind": "webrtc", "dropped": False, "reason": None},
+        {"target": str(hls), "kind": "hls", "dropped": False, "reason": None}]  # fmt: skip
+
+
 def _listening_socket() -> socket.socket:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
