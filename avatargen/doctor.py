@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 import avatargen
+from avatargen.errors import first_line
 from avatargen.face.hog_cache import cache_folder
 from avatargen.face.picture_cache import pictures_folder
 from avatargen.runtime.numa import cuda_bus_id, node_cpus, numa_nodes, pci_numa_node
@@ -220,7 +221,7 @@ def measure_precision(gpus: list[dict[str, Any]]) -> dict[str, Any]:
                 measured[f"{name}_vs_fp32"] = round(probe_cuda_speedup(gpu["index"], dtype), 2)
             except RuntimeError as error:  # a dtype this GPU cannot run
                 measured[f"{name}_vs_fp32"] = None
-                measured[f"{name}_error"] = str(error).splitlines()[0]
+                measured[f"{name}_error"] = first_line(error)
         with torch.cuda.device(device):
             measured["auto"] = choose_precision("auto", device).describe()
         devices[f"cuda:{gpu['index']}"] = measured
@@ -312,7 +313,8 @@ def _import_error(module: str) -> str | None:
     try:
         importlib.import_module(module)
     except Exception as error:  # noqa: BLE001 - any failure to import is the answer
-        return f"{error.__class__.__name__}: {str(error).splitlines()[0]}" if str(error) else error.__class__.__name__
+        text = first_line(error)
+        return text if text == type(error).__name__ else f"{type(error).__name__}: {text}"
     return None
 
 

@@ -14,6 +14,15 @@ EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2
 EXIT_TERMINATED = 143  # SIGTERM: 128 + 15
 
 
+def first_line(error: BaseException, limit: int | None = None) -> str:
+    """The first line of ``error``'s message (its class name where it has none), cut at a word within ``limit``
+    characters: how an error from a library (torch, OmegaConf, Ray: often many lines, a C++ trace) is quoted in
+    avatargen's one-line messages."""
+    lines = str(error).strip().splitlines()
+    line = lines[0].strip() if lines else type(error).__name__
+    return line if limit is None or len(line) <= limit else f"{line[:limit].rsplit(' ', 1)[0]} ..."
+
+
 class AvatarGenError(Exception):
     """Base class: a failure with a one-line, user-facing message."""
 

@@ -40,7 +40,8 @@ from avatargen.bulk.status import MANIFEST_NAME
 from avatargen.bulk.batch_files import batch_jobs, manifest_chunks, open_out_dir, prepare_out_dir, write_report
 from avatargen.bulk.workers import POLL_S
 from avatargen.config.schema import Config, Device
-from avatargen.errors import EXIT_FAILURE, AvatarGenError, BadInputError, MissingExtraError, RenderInterrupted
+from avatargen.errors import (EXIT_FAILURE, AvatarGenError, BadInputError, MissingExtraError, RenderInterrupted,
+                              first_line)  # fmt: skip
 
 INSTALL_HINT = "pip install 'avatargen[ray]'"
 PING_S = 2.0  # how often a lost worker is asked whether Ray has started it again
@@ -72,7 +73,7 @@ def connect(ray: Any, config: Config, debug: bool = False) -> str:
         _check_reachable(address)
         ray.init(address=address, **options)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        raise BadInputError(f"cannot join the Ray cluster at '{address}' ({_first_line(err, 200)}); start it "
+        raise BadInputError(f"cannot join the Ray cluster at '{address}' ({first_line(err, 200)}); start it "
                             "(ray start --head) or fix batch.ray.address / --ray-address") from None  # fmt: skip
     return f"the Ray cluster at {address}"
 
@@ -249,7 +250,7 @@ class Dispatcher:
             self.lost.append((time.monotonic(), worker))  # Ray restarts it; it takes jobs again once it answers
             if self.stop.signum is not None:
                 return  # stopping: the job resumes on the next run
-            reason = _first_line(error, 160)
+            reason = first_line(error, 160)
             if attempt > max_retries:
                 error_text = f"its worker was lost {attempt} times (last: {reason}); batch.max_retries={max_retries}"
                 self.outputs.record_failure(job.claimed_as, error_text, EXIT_FAILURE)
@@ -334,9 +335,3 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
                                 + (f", {unstarted} not started" if unstarted else "")
                                 + f"; continue with: {resume_command}", 128 + stop.signum)  # fmt: skip
     return code
-
-
-def _first_line(error: BaseException, limit: int) -> str:
-    """The first line of ``error``'s message, cut at a word within ``limit`` characters (a Ray error runs long)."""
-    line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return line if len(line) <= limit else f"{line[:limit].rsplit(' ', 1)[0]} ..."

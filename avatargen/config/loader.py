@@ -21,7 +21,7 @@ from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseExceptio
 from avatargen.config.families import extra_model_options, family_named
 from avatargen.config.schema import GROUPS, Config
 from avatargen.config.validate import validate_config
-from avatargen.errors import ConfigError
+from avatargen.errors import ConfigError, first_line
 
 MAX_NESTING = 32  # levels of a dotted key or of a value's lists and mappings: far past any config, far below recursion limits
 SHOWN_CHARS = 80  # of an override echoed in a message
@@ -141,8 +141,7 @@ def _defaults_choices(root: DictConfig, path: Path) -> dict[str, str]:
 
 
 def _one_line(error: OmegaConfBaseException) -> str:
-    message = str(error).strip().splitlines()[0] if str(error).strip() else error.__class__.__name__
-    return _shown(message.replace("Key '", "key '"), REASON_CHARS)
+    return _shown(first_line(error).replace("Key '", "key '"), REASON_CHARS)
 
 
 def _valid_keys(node: Any) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from avatargen.config.schema import Config
-from avatargen.errors import EXIT_FAILURE, AvatarGenError
+from avatargen.errors import EXIT_FAILURE, AvatarGenError, first_line
 from avatargen.runtime.layout import ParallelLayout, SplittableWork, resolve_layout
 from avatargen.runtime.world import WorldInfo, full_world, solo_rank, world_info
 
@@ -222,8 +222,9 @@ def _group_joined() -> bool:
 
 
 def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return text if isinstance(error, AvatarGenError) else f"{error.__class__.__name__}: {text}"
+    text = first_line(error)
+    named = isinstance(error, AvatarGenError) or text == type(error).__name__  # says what it is already
+    return text if named else f"{type(error).__name__}: {text}"
 
 
 def _posted(store: Any, generation: int, world: WorldInfo, wait_s: float) -> dict[int, dict]:

@@ -29,7 +29,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from avatargen.errors import CheckpointError
+from avatargen.errors import CheckpointError, first_line
 
 SAFETENSORS, INDEX, PTH = ".safetensors", ".index.json", ".pth"
 
@@ -62,8 +62,8 @@ class StateDictSource:
         return tensor[rows] if rows is not None else tensor
 
 
-def _reason(error: BaseException) -> str:
-    return str(error).splitlines()[0] if str(error) else error.__class__.__name__
+def _unreadable(file: Path, error: BaseException) -> CheckpointError:
+    return CheckpointError(f"checkpoint file '{file}' could not be read ({first_line(error)}); re-create or re-copy it")
 
 
 class SafetensorsSource:
@@ -81,14 +81,14 @@ class SafetensorsSource:
             try:
                 self._files[file] = safe_open(str(file), framework="pt", device="cpu")
             except (SafetensorError, OSError, ValueError) as error:
-                raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+                raise _unreadable(file, error) from error
         return self._files[file]
 
     def _slice(self, file: Path, key: str):
         try:
             return self._open(file).get_slice(key)
         except (SafetensorError, OSError, ValueError) as error:
-            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+            raise _unreadable(file, error) from error
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return dict(self._shapes)
@@ -100,7 +100,7 @@ class SafetensorsSource:
                 return self._open(file).get_tensor(key)
             return self._slice(file, key)[rows]  # reads only those rows' bytes from the mapping
         except (SafetensorError, OSError, ValueError) as error:
-            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+            raise _unreadable(file, error) from error
 
 
 def _file_keys(file: Path) -> list[str]:
@@ -108,7 +108,7 @@ def _file_keys(file: Path) -> list[str]:
         with safe_open(str(file), framework="pt", device="cpu") as handle:
             return list(handle.keys())
     except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from error
+        raise _unreadable(file, error) from error
 
 
 def _index_keys(index: Path) -> dict[str, Path]:
@@ -117,7 +117,8 @@ def _index_keys(index: Path) -> dict[str, Path]:
         weight_map = json.loads(index.read_text())["weight_map"]
         keys = {str(k): index.parent / str(v) for k, v in weight_map.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise CheckpointError(f"checkpoint index '{index}' is not a safetensors index with a 'weight_map' ({_reason(error)}); re-create it") from error
+        raise CheckpointError(f"checkpoint index '{index}' is not a safetensors index with a 'weight_map' "
+                              f"({first_line(error)}); re-create it") from error  # fmt: skip
     missing = sorted({str(f.name) for f in keys.values() if not f.is_file()})
     if missing:
         raise CheckpointError(f"checkpoint index '{index}' names files that are not there ({', '.join(missing[:3])}); copy the whole set")
@@ -132,7 +133,7 @@ def load_pth(file: Path) -> dict[str, Tensor]:
     try:
         size = os.stat(file).st_size
     except OSError as error:
-        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from None
+        raise _unreadable(file, error) from None
     if size == 0:  # torch would call it a legacy pickle
         raise CheckpointError(f"checkpoint file '{file}' is empty (0 bytes): a download or copy that did not finish; "
                               "download or copy it again")  # fmt: skip
@@ -145,8 +146,7 @@ def load_pth(file: Path) -> dict[str, Tensor]:
         ) from None
     except RuntimeError as error:
         if "_use_new_zipfile_serialization" not in str(error):
-            raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or "
-                                  "re-copy it") from None  # fmt: skip
+            raise _unreadable(file, error) from None
         if not _is_legacy_pickle(file):  # torch's mmap says "legacy" of every file that is not a zip
             raise CheckpointError(f"checkpoint file '{file}' is not a torch checkpoint (neither a zip nor a pickle "
                                   "that torch.save writes): damaged, or not downloaded whole; download or copy it "
@@ -155,7 +155,7 @@ def load_pth(file: Path) -> dict[str, Tensor]:
                               "memory-mapped; re-save it with torch.save() of torch 1.6 or newer, or convert it to "
                               ".safetensors") from None  # fmt: skip
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
-        raise CheckpointError(f"checkpoint file '{file}' could not be read ({_reason(error)}); re-create or re-copy it") from None
+        raise _unreadable(file, error) from None
     if not isinstance(loaded, dict) or not all(isinstance(v, Tensor) for v in loaded.values()):
         raise CheckpointError(f"checkpoint file '{file}' does not hold a flat state dict of tensors; save model.state_dict()")
     short = _short_storages(file, loaded)

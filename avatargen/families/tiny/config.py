@@ -15,7 +15,7 @@ import yaml
 from avatargen.config.families import FamilyConfig
 from avatargen.config.schema import Config, ModelConfig
 from avatargen.config.validate import MAX_SAMPLE_RATE, numbers, require_in
-from avatargen.errors import ConfigError
+from avatargen.errors import ConfigError, first_line
 from avatargen.families.tiny.params import (A2VDiTParams, AudioEncoderParams, SRDiTParams, TextEncoderParams,
                                             VAEParams)
 
@@ -181,7 +181,7 @@ def _validate_model_shapes(model: TinyModelConfig) -> None:
         try:
             built = build_on_meta(partial(MODEL_CLASSES[name], getattr(model, name)))
         except (ValueError, ZeroDivisionError, TypeError, RuntimeError, IndexError, OverflowError, MemoryError) as error:
-            reason = (str(error).strip().splitlines() or [error.__class__.__name__])[0]  # torch appends a C++ trace
+            reason = first_line(error)  # torch appends a C++ trace
             raise ConfigError(
                 f"model.{name} cannot be built from its config ({reason[:200]}); fix the model.{name}.* keys, or use "
                 "the model config its checkpoint was trained with"

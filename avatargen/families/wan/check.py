@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from avatargen.config.schema import Config
-from avatargen.errors import CheckpointError
+from avatargen.errors import CheckpointError, first_line
 from avatargen.families.wan.models.checkpoints import TensorSpec, read_tensor_specs
 from avatargen.families.wan.models.lora import check_targets, parse_lora
 from avatargen.families.wan.build import wan_parts
@@ -106,7 +106,7 @@ def file_specs(path: Path, shown: str) -> dict[str, TensorSpec]:
     try:
         return read_tensor_specs(path)
     except (SafetensorError, OSError, ValueError) as error:
-        reason = (str(error).splitlines() or [error.__class__.__name__])[0]
+        reason = first_line(error)
         raise CheckpointError(f"file {shown} cannot be read ({reason}); download it again") from None
 
 

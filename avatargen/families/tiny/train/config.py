@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from avatargen.config.loader import default_config_dir, load_config, to_config
 from avatargen.config.validate import MAX_CHUNK_FRAMES, MAX_THREADS, numbers, require_in
 from avatargen.data.motion import num_frames
-from avatargen.errors import ConfigError
+from avatargen.errors import ConfigError, first_line
 from avatargen.families.tiny.config import motion_frames_for
 from avatargen.families.tiny.params import ATTENTION_KINDS
 
@@ -74,7 +74,7 @@ def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:
     try:
         cfg = OmegaConf.merge(base, OmegaConf.load(default_config_dir() / "train" / "tiny.yaml"), OmegaConf.from_dotlist(list(overrides)))
     except Exception as error:  # OmegaConf's validation errors: one line naming the key
-        raise ConfigError(f"training config: {str(error).splitlines()[0]}") from None
+        raise ConfigError(f"training config: {first_line(error)}") from None
     recipe: RecipeConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     try:
         check_recipe(recipe)

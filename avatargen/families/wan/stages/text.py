@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from avatargen.families.wan.config import WanModelConfig
-from avatargen.errors import CheckpointError
+from avatargen.errors import CheckpointError, first_line
 
 PAD, EOS, BYTE_OFFSET = 0, 1, 3  # umT5's pad and eos ids; byte b is token b + 3 (after pad, eos, unk)
 
@@ -43,7 +43,7 @@ def open_tokenizer_folder(folder: Path, shown: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, LookupError, TypeError) as error:  # a damaged tokenizer.json raises KeyError
-        reason = (str(error).splitlines() or [""])[0].strip() or error.__class__.__name__
+        reason = first_line(error)
         if reason.endswith("from one of:"):  # transformers' list of what it looked for follows, over four lines
             reason = "transformers found no tokenizer.json, nor a slow tokenizer it can convert"
         raise CheckpointError(f"{shown} is not a tokenizer folder ({reason}); download it with the Wan folder "
