@@ -71,18 +71,19 @@ def part_plan(config: Config, part: ModelPart, device: torch.device, parallel: P
 
 def place_parts(config: Config, parts: list[ModelPart], device: torch.device, parallel: ParallelContext,
                 monitor: OffloadMonitor, precision: Precision, threads: int | None = None) -> dict[str, Module]:  # fmt: skip
-    """Every part built on the meta device and checked to fit where its weights go (all before any is allocated),
-    then its weights read (names and shapes checked first) and placed, in order; ``threads``: torch's threads
+    """Every part built on the meta device, its weights' source opened (a missing file is said first: it must be
+    fixed whatever the memory) and checked to fit where its weights go, all before any is allocated; then each
+    part's weights read (names and shapes checked first) and placed, in order. ``threads``: torch's threads
     meanwhile (None: as they are)."""
     modules: dict[str, Module] = {}
     with torch_threads(threads) if threads else contextlib.nullcontext():
         metas = [build_on_meta(part.build) for part in parts]
+        sources = [part.weights() for part in parts]
         plans = [part_plan(config, part, device, parallel, model) for part, model in zip(parts, metas)]
         world = parallel.world
         shares = [weights_share(part.name, model, plan, world.world_size) for part, model, plan in zip(parts, metas, plans)]
         check_weights_fit(shares, device, ranks_on_host=world.local_world_size)
-        for part, model, plan in zip(parts, metas, plans):
-            weights = part.weights()
+        for part, model, plan, weights in zip(parts, metas, plans, sources):
             compute = part.compute_dtype if part.compute_dtype is not None else precision.dtype
             modules[part.name] = Module(part.name, place(model, weights, plan, monitor, part.name), compute)
     return modules

@@ -58,3 +58,13 @@ def test_a_full_size_model_with_random_weights_on_this_cpu_is_refused_in_one_lin
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert lines[0].startswith("error: the model's weights need ") and "GiB of host memory (dit " in lines[0]
     assert not (tmp_path / "big.mp4").exists() and not (tmp_path / "big.partial.mp4").exists()
+
+
+def test_a_missing_weights_file_is_said_before_the_memory_the_weights_would_need(tmp_path, face_png):
+    # the file must be fixed whatever the memory: said first (the memory line hid it on a 24 GB machine)
+    (tmp_path / "weights").mkdir()
+    audio = write_speechlike_wav(tmp_path / "a.wav", 1.0)
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(tmp_path / "o.mp4"), "model=infinitetalk",
+                     f"model.checkpoint={tmp_path / 'weights'}", "runtime.threads=1")  # fmt: skip
+    assert result.returncode == 2 and "does not exist; download the folder" in result.stderr, result.stderr
+    assert "GiB of host memory" not in result.stderr
