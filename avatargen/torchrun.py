@@ -48,11 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
+    import typer
+
     from avatargen.cli import app
 
-    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
-    commands |= {group.name for group in app.registered_groups}
+    commands = set(typer.main.get_command(app).commands)  # as Click names them: render, batch, weights, ...
     options, command = split_arguments(sys.argv[1:] if argv is None else argv, commands)
+    if not command and options in (["-h"], ["--help"]):
+        print("usage: python -m avatargen.torchrun [torchrun's options] COMMAND [ARGS]\n\nRuns torchrun (every option "
+              "as `torchrun --help` gives it) on `avatargen COMMAND ARGS` and ends with the exit code and line of the "
+              f"first rank that failed.\nCommands: {', '.join(sorted(commands))} (docs/distributed.md)")  # fmt: skip
+        return 0
     if not command:
         print(f"error: give avatargen's command after torchrun's options ({', '.join(sorted(commands))}); see "
               "docs/distributed.md", file=sys.stderr)  # fmt: skip

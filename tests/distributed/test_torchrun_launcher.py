@@ -26,6 +26,15 @@ def test_torchruns_options_end_where_avatargens_command_begins() -> None:
         ["--rdzv-id", "render", "--nnodes=2"], ["batch", "j.csv"])  # a value named like a command is a value  # fmt: skip
 
 
+def test_the_launcher_without_a_command_says_which_in_one_line_and_help_shows_its_usage() -> None:
+    # both ended in a TypeError traceback (a command group's name is a placeholder until Click builds it)
+    for args, code in ((["--nproc-per-node", "1"], 2), (["--help"], 0)):
+        done = subprocess.run([sys.executable, "-m", "avatargen.torchrun", *args], capture_output=True, text=True,
+                              env=ENV, timeout=60)  # fmt: skip
+        assert done.returncode == code and "Traceback" not in done.stderr, done.stderr
+        assert "render, synth, train, weights" in (done.stderr if code else done.stdout)
+
+
 def test_a_refusal_under_the_launcher_is_the_ranks_line_and_exit_2(tmp_path) -> None:
     """Plain torchrun follows it with its ~25-line ChildFailedError report and exits 1."""
     face = write_face_png(tmp_path / "face.png")
