@@ -10,6 +10,7 @@ crf 0), a render of a photograph (skimage's astronaut, 4 s), and clips made from
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -55,6 +56,7 @@ def shifted(audio: np.ndarray, frames: int) -> np.ndarray:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # no options: --help says what it does
     print(f"# {date.today()} eval planted faults, 2-core CPU\n")
     rows: list[tuple[str, str, str, bool]] = []
 
