@@ -569,7 +569,7 @@ def _gib(count: int) -> str:
 
 @weights_app.command("check")
 def check(
-    folder: Path = typer.Argument(..., help="The weights folder (InfiniteTalk's README layout: docs/models.md)."),
+    folder: Path = typer.Argument(..., help="The weights folder: weights/ as InfiniteTalk's README lays it out (docs/models.md), or LiveAvatar's ckpt/ (docs/liveavatar.md)."),
     overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides naming the model and its files, e.g. model=multitalk"),
     as_json: bool = typer.Option(False, "--json", help="Print the whole report as JSON."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
@@ -584,7 +584,9 @@ def check(
 
         config = to_config(load_config([*(overrides or []), f"model.checkpoint={folder}", "model.weights=checkpoint"]))
         if not folder.is_dir():  # said before the engine (and torch) is imported: a typo costs half a second
-            raise ConfigError(f"'{folder}' is not a folder; give the weights/ folder (docs/models.md)")
+            layout = "the ckpt/ folder (docs/liveavatar.md)" if config.model.family == "liveavatar" else \
+                "the weights/ folder (docs/models.md)"  # fmt: skip
+            raise ConfigError(f"'{folder}' is not a folder; give {layout}")
         from avatargen.pipeline.family import load_engine
 
         family = load_engine(family_named(config.model.family))

@@ -436,7 +436,7 @@ def format_report(report: Report) -> str:
         ("cpu", f"{cpu['model']}: {cpu['cores_usable']} of {cpu['cores_total']} cores usable, torch threads "
                 f"{cpu['torch_threads']}; flags: {' '.join(cpu['flags']) or 'none of ' + ', '.join(REPORTED_CPU_FLAGS)}"),
         ("cpu class", f"{cpu['class']}: {CPU_CLASSES[cpu['class']][1] if cpu['class'] in CPU_CLASSES else 'older or unknown'}"
-                      " (README.md, Speed per CPU class)"),
+                      " (docs/performance.md, Speed per CPU class)"),
     ]  # fmt: skip
     if report.gpus:
         lines += [("gpu", f"cuda:{g['index']} {g['name']} (sm {g['capability']}), {g['memory_gib']} GiB, "

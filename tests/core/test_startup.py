@@ -105,6 +105,8 @@ def test_a_missing_jobs_file_is_refused_before_torch_is_imported(tmp_path: Path)
 @pytest.mark.parametrize("command, says", [
     (["weights", "check", "{tmp}/weights", "model=infinitetalk"],
      "error: '{tmp}/weights' is not a folder; give the weights/ folder (docs/models.md)"),
+    (["weights", "check", "{tmp}/ckpt", "model=liveavatar"],  # LiveAvatar's folder is ckpt/, its doc its own
+     "error: '{tmp}/ckpt' is not a folder; give the ckpt/ folder (docs/liveavatar.md)"),
     (["train", "--out", "{tmp}/trained", "--family", "wan2"],
      "error: model.family 'wan2' is not a model family; known families: liveavatar, tiny, wan"),
     (["train", "--out", "{tmp}/trained", "bogus.key=1"],
