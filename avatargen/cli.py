@@ -24,7 +24,8 @@ from avatargen.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, AvatarGenError, BadI
 
 EXIT_CODES = (
     "Exit codes: 0 ok; 2 bad input or bad config (a wrong option too), a file at the output's names that avatargen did "
-    "not write (--overwrite replaces it), or a stdout that cannot take the output; 3 a live output failed (output.on_publish_failure=stop); "
+    "not write (--overwrite replaces it), or a stdout that cannot take a command's text; 3 a live output failed "
+    "(output.on_publish_failure=stop), the video on stdout (-o -) too: closed by its reader, or full; "
     "130 interrupted (SIGINT), 143 terminated (SIGTERM); 1 ffmpeg or object storage failed (try again; the line says "
     "what is kept) or anything else (a bug: rerun with --debug)."
 )
