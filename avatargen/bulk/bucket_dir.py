@@ -184,7 +184,7 @@ class BucketOutDir:
 
     def finished(self, output: ObjectUrl, overwrite: bool = False) -> bool:
         found = self.store.head(output)
-        ours = found is not None and found.metadata.get("made-with") == "avatargen"
+        ours = found is not None and found.made_by_avatargen
         if found is not None and not ours and not overwrite:
             raise BadInputError(f"'{output}' is an object avatargen did not write; this job would replace it: "
                                 f"{OVERWRITE_FIX}")  # fmt: skip

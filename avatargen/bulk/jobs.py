@@ -288,8 +288,9 @@ def row_to_job(index: int, row: dict[str, Any], base: Where, out_dir: Where, whe
         extra = tuple(resolve_against(base, a) for a in audio[1:])
     except BadInputError as err:
         problems.append(str(err))
-    if output is not None and mp4_name_problem(output) is not None:
-        problems.append(f"output '{fields['output']}' {mp4_name_problem(output)}")
+    name_problem = mp4_name_problem(output) if output is not None else None
+    if name_problem is not None:
+        problems.append(f"output '{fields['output']}' {name_problem}")
     elif output is not None and not allow_outside and not inside(output, out_dir):
         problems.append(f"output '{fields['output']}' is outside --out-dir '{out_dir}'; give a path inside it, or pass "
                         "--allow-outside-out-dir")  # fmt: skip

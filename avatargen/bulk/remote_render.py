@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from avatargen.bulk.bucket_dir import BucketClaim
 from avatargen.bulk.locations import ObjectUrl
 from avatargen.bulk.mirror import ResumeMirror
-from avatargen.bulk.s3 import Store, store_for
+from avatargen.bulk.s3 import MADE_WITH, Store, store_for
 from avatargen.config.loader import to_config
 from avatargen.config.schema import StorageConfig
 from avatargen.errors import AvatarGenError, BadInputError
@@ -38,7 +38,6 @@ from avatargen.render.request import config_path_for
 from avatargen.resume import StopRequests
 from avatargen.runtime.world import world_info
 
-MADE_WITH = {"made-with": "avatargen"}  # the metadata of every object a render uploads: a rerun knows it as its own
 _KEPT_MARKERS = ("; the video so far is in ", "; the video of this run is in ", "; the video is in ")
 
 
@@ -150,7 +149,7 @@ def _refuse_foreign_objects(store: Store, output: ObjectUrl, save_config: bool, 
     names = [output] + ([output.with_name(f"{output.stem}.yaml")] if save_config else [])
     for url in [] if overwrite else names:
         info = store.head(url)
-        if info is not None and info.metadata.get("made-with") != "avatargen":
+        if info is not None and not info.made_by_avatargen:
             raise BadInputError(
                 f"'{url}' is an object avatargen did not write; this render would replace it: {OVERWRITE_FIX}"
             )

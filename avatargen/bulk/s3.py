@@ -59,6 +59,14 @@ class ObjectInfo:
     def age_s(self) -> float:
         return (self.server_time - self.last_modified).total_seconds()
 
+    @property
+    def made_by_avatargen(self) -> bool:
+        """Whether a render uploaded it (``MADE_WITH``): a rerun replaces it; a user's object is refused."""
+        return self.metadata.get("made-with") == MADE_WITH["made-with"]
+
+
+MADE_WITH = {"made-with": "avatargen"}  # the metadata of every object a render uploads
+
 
 def _boto3() -> Any:
     try:
