@@ -85,7 +85,7 @@ class ShardMode(Enum):
 class BatchMode(Enum):
     """How ``avatargen batch`` uses the ranks torchrun started."""
 
-    spread = "spread"  # rank r renders jobs r, r+N, ... alone (throughput)
+    spread = "spread"  # every rank is a batch worker of its own, claiming the next free job (throughput)
     shard = "shard"  # every job is rendered by all ranks together, sharded (big models)
 
 

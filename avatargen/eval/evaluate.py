@@ -54,7 +54,7 @@ def evaluate_video(
     info = probe_video(video)
     rate = float(fps) if fps is not None else info.fps
     if not rate > 0:
-        raise BadInputError(f"frame rate must be positive, got {rate}; pass --fps")
+        raise BadInputError(f"video '{video}' gives no frame rate (read {rate}); re-encode it with one (ffmpeg -r 25)")
     if seams is not None and any(s < 1 for s in seams):
         raise BadInputError(f"seam indices must be >= 1 (frame index where a new chunk starts), got {seams}")
     waveform = load_audio(audio, AUDIO_SAMPLE_RATE)  # before the video pass: a bad audio file fails fast

@@ -171,7 +171,7 @@ def _validate_model_shapes(model: TinyModelConfig) -> None:
         for key in DEPTH_KEYS:
             value = getattr(section, key, None)
             if isinstance(value, int):
-                _require(0 <= value <= MAX_LAYERS, f"model.{name}.{key} must be in [0, {MAX_LAYERS}]")
+                _require(0 <= value <= MAX_LAYERS, f"model.{name}.{key} must be in [0, {MAX_LAYERS}], got {value}")
     if not changed:
         return
     from avatargen.families.tiny.models import MODEL_CLASSES  # torch: only for a model config of one's own
