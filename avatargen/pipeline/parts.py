@@ -80,9 +80,9 @@ def place_parts(config: Config, parts: list[ModelPart], device: torch.device, pa
         metas = [build_on_meta(part.build) for part in parts]
         sources = [part.weights() for part in parts]
         plans = [part_plan(config, part, device, parallel, model) for part, model in zip(parts, metas)]
-        world = parallel.world
-        shares = [weights_share(part.name, model, plan, world.world_size) for part, model, plan in zip(parts, metas, plans)]
-        check_weights_fit(shares, device, ranks_on_host=world.local_world_size)
+        ranks = parallel.world.world_size
+        shares = [weights_share(part.name, model, plan, ranks) for part, model, plan in zip(parts, metas, plans)]
+        check_weights_fit(shares, device)
         for part, model, plan, weights in zip(parts, metas, plans, sources):
             compute = part.compute_dtype if part.compute_dtype is not None else precision.dtype
             modules[part.name] = Module(part.name, place(model, weights, plan, monitor, part.name), compute)

@@ -158,3 +158,55 @@ def _set_heap_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:
     if libc is None or user_set or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_bytes)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_bytes))
+
+
+def host_available_bytes() -> int | None:
+    """Memory this process may still take: /proc/meminfo's MemAvailable, lowered to its cgroup's room (the limit, less
+    what the cgroup uses other than page cache the kernel can drop, as ``docker stats`` counts it; cgroup v2 or v1,
+    found from /proc/self/cgroup); None where neither can be read."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    room = _cgroup_room()
+    if room is not None:
+        found.append(room)
+    return max(min(found), 0) if found else None
+
+
+def _cgroup_room() -> int | None:
+    """Limit less non-reclaimable use of this process's memory cgroup (None: no limit, or none readable)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: memory.max, memory.current, memory.stat's inactive_file
+            files = ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):  # v1
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        for folder in (Path("/sys/fs/cgroup") / path.lstrip("/"), Path("/sys/fs/cgroup"),
+                       Path("/sys/fs/cgroup/memory") / path.lstrip("/"), Path("/sys/fs/cgroup/memory")):  # fmt: skip
+            read = _room_in(folder, *files)
+            if read is not None:  # the first folder that holds the files is the cgroup's
+                return read[0]
+    return None
+
+
+def _room_in(folder: Path, limit_file: str, usage_file: str, reclaimable_key: str) -> tuple[int | None] | None:
+    """(the room under the limit in ``folder``, None where there is no limit), or None where the files are not there."""
+    try:
+        limit_text = (folder / limit_file).read_text().strip()
+        usage = int((folder / usage_file).read_text())
+        stat = dict(line.split()[:2] for line in (folder / "memory.stat").read_text().splitlines() if " " in line)
+        limit = None if limit_text == "max" or int(limit_text) >= 2**62 else int(limit_text)  # v1's "none" is huge
+        reclaimable = int(stat.get(reclaimable_key, 0))
+    except (OSError, ValueError):
+        return None
+    return (None if limit is None else limit - usage + reclaimable,)

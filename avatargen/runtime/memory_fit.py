@@ -3,26 +3,29 @@
 Every weight is materialised once, in its home (avatargen/runtime/placement.py): host memory for ``runtime.offload=
 model|block`` and for a CPU render, the device's memory otherwise; an FSDP rank holds its share. Checkpoint or random
 weights alike are copied into buffers of their own (a memory-mapped checkpoint is read, not kept), so what a model
-set needs is known from its meta-built structure. A render whose weights alone exceed the memory there would be
+set needs is known from its meta-built structure. A render whose weights alone exceed the memory free there would be
 killed by the kernel partway through loading (exit 137, no message) or fail in the allocator: it is refused at once,
-one line naming each model's share and what to change.
+one line naming the largest models' shares and what to change.
 
-Only the weights are counted, not a chunk's activations: a render this lets through may still run out of memory,
-but one it refuses could never have run.
+The check is deliberately one-sided: only this process's weights are counted, not a chunk's activations, other
+processes on the machine (torchrun's other local ranks, a batch's other workers) nor the full fp32 copy an FSDP rank
+makes of a randomly initialised model. A render it lets through may still run out of memory; it refuses only renders
+whose weights cannot fit in what is free now (host: MemAvailable or the cgroup's room, page cache counted as free;
+CUDA: the driver's free memory plus what torch's allocator holds unused).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from avatargen.errors import ConfigError
+from avatargen.runtime.memory import host_available_bytes
 from avatargen.runtime.placement import PlacementPlan
 
-GIB = 2**30
+GIB, MIB = 2**30, 2**20
 
 
 @dataclass(frozen=True)
@@ -53,50 +56,39 @@ def weights_share(name: str, model: nn.Module, plan: PlacementPlan, world_size: 
     return WeightsShare(name, "host" if on_host else "device", nbytes, plan.dtype)
 
 
-def host_available_bytes() -> int | None:
-    """Memory this process may still take: /proc/meminfo's MemAvailable, lowered to a cgroup's limit less its use
-    (a container's ``memory.max``); None where neither can be read."""
-    found: list[int] = []
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
-
-
 def device_free_bytes(device: torch.device) -> int | None:
-    """Free memory of a CUDA device (None for any other: a CPU render's weights are host memory)."""
+    """Free memory of a CUDA device: the driver's, plus what torch's caching allocator reserved and holds unused (an
+    earlier model set's, released in a batch that switches models). None for any other device."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    return int(torch.cuda.mem_get_info(device)[0])
+    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(torch.cuda.mem_get_info(device)[0]) + max(unused, 0)
 
 
-def check_weights_fit(shares: list[WeightsShare], device: torch.device, ranks_on_host: int = 1,
-                      host: int | None = None, free_on_device: int | None = None) -> None:  # fmt: skip
-    """ConfigError unless the weights of ``shares`` fit: host memory holds every rank's host share (``ranks_on_host``
-    processes of one render on this machine), the device its own. ``host`` / ``free_on_device``: the memory there
-    (None: read now)."""
+def _size(nbytes: int) -> str:
+    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB else f"{nbytes / MIB:.0f} MiB"
+
+
+def check_weights_fit(shares: list[WeightsShare], device: torch.device, host: int | None = None,
+                      free_on_device: int | None = None) -> None:  # fmt: skip
+    """ConfigError unless the weights of ``shares`` fit: host memory holds the host shares, the device its own.
+    ``host`` / ``free_on_device``: the memory free there (None: read now)."""
     host = host_available_bytes() if host is None else host
     free_on_device = device_free_bytes(device) if free_on_device is None else free_on_device
-    for home, available, copies in (("host", host, max(ranks_on_host, 1)), ("device", free_on_device, 1)):
+    for home, available in (("host", host), ("device", free_on_device)):
         placed = [share for share in shares if share.home == home]
-        need = copies * sum(share.nbytes for share in placed)
+        need = sum(share.nbytes for share in placed)
         if available is None or need <= available:
             continue
         biggest = sorted(placed, key=lambda share: -share.nbytes)[:3]
-        parts = ", ".join(f"{s.name} {s.nbytes / GIB:.1f} GiB in {str(s.dtype).removeprefix('torch.')}" for s in biggest)
-        where = "host memory" if home == "host" else f"{device}'s memory"
-        ranks = f" ({copies} ranks on this machine)" if copies > 1 else ""
-        fix = ("choose a smaller model, or run it where more memory is free (GPUs, or sharded over several machines "
-               "with torchrun: docs/distributed.md)" if home == "host" else
-               "runtime.offload=block keeps idle weights in host memory, or shard the model over more GPUs (torchrun)")
-        raise ConfigError(f"the model's weights need {need / GIB:.1f} GiB of {where}{ranks} ({parts}) and "
-                          f"{available / GIB:.1f} GiB is free: {fix}")  # fmt: skip
+        parts = ", ".join(f"{s.name} {_size(s.nbytes)} in {str(s.dtype).removeprefix('torch.')}" for s in biggest)
+        if home == "device":
+            where = f"{device}'s memory"
+            fix = "runtime.offload=block keeps idle weights in host memory, or shard the model over more GPUs (torchrun)"
+        elif device.type == "cuda":
+            where, fix = "host memory (runtime.offload keeps the weights there)", "runtime.offload=none, or free memory"
+        else:
+            where = "host memory"
+            fix = "free memory, choose a smaller model, or render on GPUs (docs/distributed.md)"
+        raise ConfigError(f"the model's weights need {_size(need)} of {where} ({parts}) and {_size(available)} is "
+                          f"free: {fix}")  # fmt: skip
