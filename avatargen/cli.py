@@ -445,7 +445,9 @@ class _BatchCommand(TyperCommand):
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         head = args[: args.index("--")] if "--" in args else args
-        if head[:1] == ["status"] and not Path("status").is_file() and set(head[1:]) & set(ctx.help_option_names):
+        valued = {name for param in self.params if not getattr(param, "is_flag", True) for name in param.opts}
+        words = [word for i, word in enumerate(head) if not word.startswith("-") and (i == 0 or head[i - 1] not in valued)]
+        if words[:1] == ["status"] and not Path("status").is_file() and set(head) & set(ctx.help_option_names):
             form = typer.main.get_command(_batch_status)
             shown = type(ctx)(form, info_name=f"{ctx.info_name} status", parent=ctx.parent)  # avatargen batch status
             typer.echo(shown.get_help(), color=ctx.color)  # as --help does: Rich prints it and returns ''

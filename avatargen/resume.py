@@ -20,7 +20,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 from safetensors import SafetensorError
 
-from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, ResumeMismatchError
+from avatargen.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BadInputError, ResumeMismatchError, first_line
 from avatargen.interrupts import received
 from avatargen.io.mp4_join import salvage_part
 from avatargen.io.owned_names import part_id_of
@@ -248,7 +248,7 @@ def checkpoint_saver(store: ResumeStore, after: Callable[[], None] | None = None
             raise
         except SafetensorError as err:  # safetensors reports I/O errors as its own type: "... (os error 27)"
             if f"os error {errno.EFBIG})" in str(err) or f"os error {errno.ENOSPC})" in str(err):
-                raise disk_full_error(store.folder, str(err).splitlines()[0]) from None
+                raise disk_full_error(store.folder, first_line(err)) from None
             raise
         if after is not None:
             after()

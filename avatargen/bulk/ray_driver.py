@@ -113,6 +113,9 @@ def worker_count(config: Config, cluster: dict[str, float], gpus: float) -> int:
     """``batch.ray.workers``, or as many workers of ``batch.ray.num_cpus`` CPUs and ``gpus`` GPUs as the cluster (its
     ``cluster_resources()``) fits."""
     settings = config.batch.ray
+    if settings.num_cpus == 0 and gpus == 0:  # num_gpus=null resolved to 0: a cluster without GPUs, or device=cpu
+        raise BadInputError("batch.ray.num_cpus=0 and the workers reserve no GPU (the cluster has none, or "
+                            "runtime.device=cpu): give each worker a CPU, or Ray places them all on one node")  # fmt: skip
     if settings.workers:
         return settings.workers
     fits = []

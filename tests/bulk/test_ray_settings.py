@@ -28,6 +28,14 @@ def test_workers_on_a_gpu_cluster_reserve_a_gpu_each_unless_told_otherwise():
     assert worker_count(_config("batch.ray.num_cpus=16"), GPU_CLUSTER, 1.0) == 4  # the scarcer resource decides
 
 
+def test_workers_that_would_reserve_nothing_are_refused_in_one_line():
+    # num_gpus=null resolves to 0 here: 'min() arg is an empty sequence', exit 1
+    config = _config("batch.ray.num_cpus=0")
+    with pytest.raises(BadInputError, match="batch.ray.num_cpus=0 and the workers reserve no GPU"):
+        worker_count(config, CPU_CLUSTER, gpus_per_worker(config, CPU_CLUSTER))
+    assert worker_count(config, GPU_CLUSTER, gpus_per_worker(config, GPU_CLUSTER)) == 8
+
+
 def test_a_cluster_too_small_for_one_worker_is_one_line_naming_the_keys():
     config = _config("batch.ray.num_gpus=2")
     with pytest.raises(BadInputError, match=r"the Ray cluster has 16 CPUs and 0 GPUs: not enough for one worker of "

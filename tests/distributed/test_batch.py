@@ -129,7 +129,8 @@ def test_batch_status_help_is_the_status_forms_and_the_batch_help_points_to_it(t
     from avatargen.cli import app
 
     runner, wide = CliRunner(), {"COLUMNS": "200"}
-    for args in (["batch", "status", "--help"], ["batch", "status", "out", "--json", "--help"]):
+    for args in (["batch", "status", "--help"], ["batch", "status", "out", "--json", "--help"],
+                 ["batch", "--json", "status", "--help"], ["batch", "--out-dir", "out", "status", "--help"]):
         shown = runner.invoke(app, args, env=wide)
         assert shown.exit_code == 0, shown.output
         assert "Usage: avatargen batch status DIR [--json] [storage.KEY=VALUE ...]" in shown.stdout, shown.stdout

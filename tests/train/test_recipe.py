@@ -101,10 +101,11 @@ def test_the_teacher_attention_is_one_the_a2v_has():
     ("model=wan_tiny", "model=wan_tiny is of the 'wan' family; this recipe trains the bundled family's: model=tiny"),
     ("vae_batch=0", "vae_batch must be in [1, 4096], got 0"),
     ("threads=-3", "threads must be in [0, 1024] (0: torch's default), got -3"),
-    ("seed=-1", "seed must be in [0, 4294967295], got -1"),
+    ("seed=-1", "seed must be in [0, 92230952439944], got -1"),
     ("vae_lr=nan", "vae_lr must be a finite number, got nan"),
     ("a2v_lr=0", "a2v_lr must be in (0, 1000], got 0"),
-    ("clips=0", "clips must be in [1, 1000000], got 0"),
+    ("clips=0", "clips must be in [1, 100000] (and <= train_identities), got 0"),
+    ("train_identities=3", "clips must be in [1, 3] (and <= train_identities), got 100"),  # failed after two phases
     ("clip_seconds=0.2", "clip_seconds=0.2 gives 5 frames; the A2V phases cut windows of 18: give clip_seconds >= 0.72"),
     ("save_dtype=int3", "save_dtype must be one of float16, bfloat16, float32, got 'int3'"),
     ("vae_steps=-5", "vae_steps must be in [0, 10000000], got -5"),
@@ -119,3 +120,6 @@ def test_a_recipe_value_that_would_fail_during_or_after_training_is_refused_befo
 
 def test_a_short_clip_is_enough_when_no_a2v_phase_cuts_long_windows():
     assert load_recipe(["a2v_distill_steps=0", "clip_seconds=0.48"]).clip_seconds == 0.48
+    # init_from without distillation makes no clip at all (it ended in 'max() arg is an empty sequence')
+    assert load_recipe(["init_from=/some/checkpoint", "a2v_distill_steps=0", "clip_seconds=0"]).clip_seconds == 0
+    assert load_recipe(["seed=4294967296"]).seed == 2**32  # 64-bit seeds, as a render's

@@ -85,7 +85,7 @@ def load_recipe(overrides: Sequence[str] = ()) -> RecipeConfig:
 
 SAVE_DTYPES = ("float16", "bfloat16", "float32")
 MAX_STEPS, MAX_BATCH, MAX_CLIPS, MAX_CLIP_SECONDS = 10_000_000, 4096, 1_000_000, 600.0
-MAX_TRAIN_SEED = 2**32 - 1  # clip seeds are seed * 100_003 + i: numpy and torch take them up to 64 bits
+MAX_TRAIN_SEED = (2**63 - 1) // 100_003 - MAX_CLIPS  # clip seeds are seed * 100_003 + i, within a 64-bit seed
 
 
 def check_recipe(recipe: RecipeConfig) -> None:
@@ -107,7 +107,7 @@ def check_recipe(recipe: RecipeConfig) -> None:
     require_in(recipe.train_identities, 1, 2**31 - 1, "train_identities")
     require_in(recipe.a2v_teacher_steps, 1, 64, "a2v_teacher_steps")
     require_in(recipe.log_every, 1, MAX_STEPS, "log_every")
-    require_in(recipe.clips, 1, MAX_CLIPS, "clips")
+    require_in(recipe.clips, 1, min(MAX_CLIPS, recipe.train_identities), "clips", " (and <= train_identities)")
     require_in(recipe.a2v_window, 1, MAX_CHUNK_FRAMES, "a2v_window")
     require_in(recipe.clip_seconds, 0.0, MAX_CLIP_SECONDS, "clip_seconds", " seconds")
     if recipe.a2v_teacher_attention not in ATTENTION_KINDS:
@@ -135,8 +135,10 @@ def _check_model(recipe: RecipeConfig) -> None:
         motion = motion_frames_for(config, composited=True)
         windows += [pipeline.n_chunk_frames + motion, pipeline.seam_frames + 2 * pipeline.anchor_frames]
     model = config.model
+    if not windows:  # no A2V phase runs: no clip is made
+        return
     frames = num_frames(round(recipe.clip_seconds * model.sample_rate), model.sample_rate, model.fps)  # make_clip's
-    if frames < max(windows, default=1):
-        need = max(windows, default=1) / model.fps
+    if frames < max(windows):
+        need = max(windows) / model.fps
         raise ConfigError(f"clip_seconds={recipe.clip_seconds:g} gives {frames} frames; the A2V "
                           f"phases cut windows of {max(windows)}: give clip_seconds >= {need:.2f}")  # fmt: skip
