@@ -201,10 +201,11 @@ def _to_rgb(img: Image.Image, path: Path) -> tuple[np.ndarray, np.ndarray | None
         bottom = min(height, top + _BAND_ROWS)
         band = convert(img.crop((0, top, width, bottom)))  # (h, W, 3), or (h, W, 4): RGB over white + its alpha
         rgb[top:bottom] = band[:, :, :3]
-        if band.shape[2] == 4:
-            alpha = np.empty((height, width), np.uint8) if alpha is None else alpha
+        if band.shape[2] == 4 and (alpha is not None or band[:, :, 3].min(initial=255) < 255):
+            if alpha is None:  # the first band that is not opaque: the rows above it were
+                alpha = np.full((height, width), 255, np.uint8)
             alpha[top:bottom] = band[:, :, 3]
-    return rgb, (alpha if alpha is not None and alpha.min(initial=255) < 255 else None)
+    return rgb, alpha
 
 
 def _band_converter(img: Image.Image, path: Path) -> Callable[[Image.Image], np.ndarray]:
