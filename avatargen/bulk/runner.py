@@ -21,6 +21,7 @@ from avatargen.bulk.locations import ObjectUrl, Where, inside
 from avatargen.bulk.outdir import Claim, OutDir
 from avatargen.bulk.remote_render import ClaimLostError, render_anywhere
 from avatargen.bulk.results import JobResult, result_for
+from avatargen.bulk.s3 import StorageError
 from avatargen.config.loader import load_config
 from avatargen.io.console import RANDOM_WEIGHTS, kind_of
 from avatargen.io.owned_names import OVERWRITE_FIX
@@ -57,6 +58,8 @@ class JobContext:
     resume_command: str = ""
     stop: StopRequests | None = None
     notes: list[str] = field(default_factory=list)
+    storage_down_since: float | None = None  # when object storage stopped answering this worker (None: it answers)
+    storage_outage_s: float = 300.0  # how long a worker waits for it to come back before it gives up (exit 1)
 
 
 def outside_out_dir(cfg: Any, out_dir: Where) -> str | None:
@@ -109,8 +112,8 @@ def run_job(job: Job, ctx: JobContext, claim: Claim | None = None, resume: bool 
             raise  # the user stopped this worker: it ends here
         return result_for(job, ctx.rank, "stopped", started, error=str(stopped), exit_code=stopped.exit_code,
                           worker=WORKER, ran=True)  # fmt: skip
-    except (RankFailedError, KeyboardInterrupt):
-        raise  # another rank died mid-job: the group cannot go on
+    except (RankFailedError, KeyboardInterrupt, StorageError):
+        raise  # another rank died mid-job: the group cannot go on; the store is down: the job is tried again later
     except ClaimLostError as lost:  # another worker renders it now: this one's work on it is dropped
         return result_for(job, ctx.rank, "skipped", started, error=str(lost), worker=WORKER, ran=True)
     except AvatarGenError as err:
@@ -142,8 +145,30 @@ def claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult
 
     A row that cannot run is claimed like a job (under its hidden name, ``jobs.bad_row_claim``), so one worker
     reports it and the others find it failed. A failure is recorded for good (``OUT.failed.json``) where
-    ``record_failure(result)`` says so (the Ray engine first retries what is not bad input)."""
-    started = time.perf_counter()
+    ``record_failure(result)`` says so (the Ray engine first retries what is not bad input). Object storage that
+    fails under the job (a ``StorageError``) records nothing: the job is given back (None) and taken again when the
+    store answers (``_storage_down``)."""
+    try:
+        return _claim_and_run(job, ctx, record_failure, time.perf_counter())
+    except StorageError as down:  # nothing is recorded: the job is taken again once the store answers
+        return _storage_down(ctx, down)
+
+
+def _storage_down(ctx: JobContext, down: StorageError) -> None:
+    """Object storage failed under a job: the job is given back (None: as if another worker held it) and tried
+    again, for up to ``ctx.storage_outage_s`` of outage; then ``down`` ends the worker (exit 1)."""
+    now = time.monotonic()
+    if ctx.storage_down_since is None:
+        ctx.storage_down_since = now
+        ctx.warn(f"warning: {down}; the job is tried again when the store answers (for up to "
+                 f"{ctx.storage_outage_s:g} s)")  # fmt: skip
+    if now - ctx.storage_down_since > ctx.storage_outage_s:
+        raise down
+    return None
+
+
+def _claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult], bool], started: float
+                   ) -> JobResult | None:  # fmt: skip
     out_dir = ctx.out_dir
     try:
         if job.problem is None and out_dir.finished(job.output, job.overwrite):
@@ -152,7 +177,9 @@ def claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult
         if failed is not None:
             return failed
         claim = out_dir.try_claim(job, ctx.owner)
-    except AvatarGenError as err:  # a user's file at OUT.lock, an out-dir that cannot be written, a store down
+    except StorageError:
+        raise
+    except AvatarGenError as err:  # a user's file at OUT.lock, an out-dir that cannot be written
         return result_for(
             job, ctx.rank, "failed", started, error=str(err), exit_code=err.exit_code, worker=WORKER, ran=True
         )
@@ -169,6 +196,8 @@ def claim_and_run(job: Job, ctx: JobContext, record_failure: Callable[[JobResult
         result = run_job(job, ctx, claim, resume)
         if result.status == "failed" and (result.exit_code == EXIT_BAD_INPUT or record_failure(result)):
             out_dir.record_failure(job.claimed_as, result.error or "failed", result.exit_code)
+        ctx.storage_down_since = None  # the store answered all through the job
         return result
     finally:
-        claim.release()
+        with contextlib.suppress(StorageError):  # the store is down: the claim's lease runs out instead
+            claim.release()
