@@ -464,7 +464,7 @@ def batch(
     retry_failed: bool = typer.Option(False, "--retry-failed/--no-retry-failed", help="Try again the jobs that failed for good (OUT.failed.json) before this worker started.", show_default=True),
     allow_outside_out_dir: bool = typer.Option(False, "--allow-outside-out-dir/--no-allow-outside-out-dir", help="Let jobs write outside --out-dir (absolute or ../ outputs, output.publish elsewhere); refused by default.", show_default=True),
     json_out: bool = typer.Option(False, "--json/--no-json", help="With status: print one JSON object.", show_default=True),
-    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP.replace("OUTPUT's", "each job's output's") + " Also the batch's own side files (batch_report.json, batch_jobs.json, OUT.failed.json)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP.replace("OUTPUT's", "each job's output's") + " Also the batch's own side files (batch_report.json, batch_jobs.json, OUT.failed.json). A job whose OUT.mp4 avatargen finished is still skipped: delete it to render it again."),
     debug: bool = typer.Option(False, "--debug/--no-debug", help="Show tracebacks on errors.", show_default=True),
     overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP + " Applied to every job, before its own overrides.", show_default=False),
 ) -> None:

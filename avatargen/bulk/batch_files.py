@@ -71,9 +71,10 @@ def prepare_out_dir(outputs: OutDir, jobs_file: Where, overwrite: bool) -> None:
     outputs.prepare([REPORT_NAME, MANIFEST_NAME], overwrite)
 
 
-def write_report(outputs: OutDir, log: ResultLog, header: dict[str, Any]) -> int:
-    """``batch_report.json`` and the summary table; the batch's exit code."""
-    code = log.exit_code()
+def write_report(outputs: OutDir, log: ResultLog, header: dict[str, Any], stopped: int | None = None) -> int:
+    """``batch_report.json`` and the summary table; the batch's exit code (``stopped``: a stopped batch's, 130 or
+    143, in the report too)."""
+    code = log.exit_code() if stopped is None else stopped
     outputs.write_side(REPORT_NAME, log.report_chunks({"made_by": MADE_BY, **header, "exit_code": code}))
     print_summary(log, str(outputs.root / REPORT_NAME))
     return code

@@ -142,6 +142,11 @@ class ResumeMirror:
             self.snapshot()
             self.flush()
 
+    @property
+    def holds_state(self) -> bool:
+        """Whether the bucket holds resume state of this render: a checkpoint this run copied, or an earlier run's."""
+        return INDEX in self._uploaded or self.store.head(self.remote / INDEX) is not None
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

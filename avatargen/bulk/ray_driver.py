@@ -326,9 +326,11 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
             with BatchProgress(count, enabled=sys.stderr.isatty()) as progress:
                 dispatcher = Dispatcher(ray, workers, jobs(), outputs, config, log, warn, progress, stop)
                 dispatcher.run()
+            stopped = None if stop.signum is None else 128 + stop.signum
             code = write_report(outputs, log, {"jobs_file": str(jobs_file), "out_dir": str(out_dir), "engine": "ray",
                                                "ray": joined, "workers": workers_wanted, "worker": "driver",
-                                               "lost_workers": dispatcher.lost_workers})  # fmt: skip
+                                               "lost_workers": dispatcher.lost_workers, "jobs_total": count,
+                                               "not_started": max(0, count - len(log))}, stopped)  # fmt: skip
         finally:
             ray.shutdown()
     if stop.signum is not None:

@@ -174,5 +174,12 @@ def _keep_in_bucket(error: BaseException, mirror: ResumeMirror, claim: BucketCla
     except AvatarGenError as copy_error:
         error.args = (f"{message[:cut]}; what was rendered could not be copied to '{mirror.remote}' ({copy_error})",)
         return
+    try:
+        kept = mirror.holds_state
+    except AvatarGenError:  # the store went down meanwhile: say where the state would be
+        kept = True
+    if not kept:  # stopped before its first checkpoint: the bucket holds nothing to resume from
+        error.args = (f"{message[:cut]}; it stopped before its first checkpoint: a rerun renders it from the start",)
+        return
     hint = f"; resume with: {resume_command}" if resume_command else "; resume with --resume"
     error.args = (f"{message[:cut]}; what was rendered is kept in '{mirror.remote}'{hint}",)

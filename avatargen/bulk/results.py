@@ -57,7 +57,8 @@ def progress_line(job: Job, result: JobResult, who: str) -> str:
         given = job.inputs_text()
         return f"{who}: job {job.index} failed{f' ({given})' if given else ''}: {result.error}"
     if result.status == "stopped":
-        return f"{who}: job {job.index} stopped at a chunk boundary; it resumes from its last checkpoint"
+        return (f"{who}: job {job.index} stopped at a chunk boundary; the next run continues it from its last "
+                "checkpoint, if it made one")  # fmt: skip
     if result.status == "skipped":
         return f"{who}: job {job.index} dropped: {result.error}"
     resumed = f", resumed from frame {result.resumed_from}" if result.resumed_from else ""

@@ -179,7 +179,10 @@ def test_ctrl_c_on_the_driver_keeps_the_running_jobs_and_the_same_command_finish
     driver.send_signal(signal.SIGINT)
     code, stderr = _finish(driver, timeout=120)
     assert code == 130 and "continue with: avatargen batch" in stderr.strip().splitlines()[-1], stderr
-    first = {j["index"]: j for j in _report(s3_server, bucket)["jobs"]}
+    report = _report(s3_server, bucket)
+    assert report["exit_code"] == 130 and report["jobs_total"] == 3, report  # the report said 0: a success
+    assert report["not_started"] == 3 - len(report["jobs"])
+    first = {j["index"]: j for j in report["jobs"]}
     assert first[0]["status"] == "stopped" and "out/v0.mp4" not in _keys(s3_server, bucket, "out/")
     assert "out/v0.lock" not in _keys(s3_server, bucket, "out/")  # the stopped job's claim is released at once
     code, stderr = _finish(_driver(ray_cluster, bucket, s3_env))
