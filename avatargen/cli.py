@@ -85,7 +85,9 @@ def _run(action: Callable[[], None], debug: bool, interrupted: Callable[[], str]
     try:
         action()
     except AvatarGenError as error:
+        global _interrupt_said
         if isinstance(error, RenderInterrupted):
+            _interrupt_said = True  # its line says the signal (a batch worker's stop between jobs among them)
             # The render stopped on a signal and its work is closed: the process is on its way out with 130/143. A
             # further Ctrl-C now would raise KeyboardInterrupt inside this handler and kill the process by SIGINT
             # instead (SIGKILL still ends it).

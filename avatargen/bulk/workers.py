@@ -12,6 +12,7 @@ summary, and writes ``batch_report.json`` (under torchrun rank 0, for all ranks)
 from __future__ import annotations
 
 import json
+import signal
 import time
 from dataclasses import asdict
 from datetime import timedelta
@@ -25,16 +26,40 @@ from avatargen.bulk.results import JobResult, ResultLog, progress_line
 from avatargen.bulk.runner import WORKER, JobContext, claim_and_run, run_job
 from avatargen.bulk.status import MANIFEST_NAME
 from avatargen.config.schema import BatchMode, Config
-from avatargen.errors import EXIT_OK, ConfigError
+from avatargen.errors import EXIT_OK, ConfigError, RenderInterrupted
+from avatargen.interrupts import Interrupted, exit_code_of
 from avatargen.runtime.distributed import ensure_process_group, full_world
 
 POLL_S = 1.0  # how often a worker with nothing to claim looks again at the jobs other workers hold
 
 
+class WorkerStopped(RenderInterrupted):
+    """A worker stopped by a signal mid-batch; ``log``: the results of the jobs it ran before."""
+
+    def __init__(self, message: str, exit_code: int, log: ResultLog):
+        super().__init__(message, exit_code)
+        self.log = log
+
+
 def work_through(jobs: Iterable[Job], ctx: JobContext) -> ResultLog:
     """This worker's pass over ``jobs``: claim and run each job nobody else holds, then wait for the ones others hold
-    (they come back if their worker dies) until every job is finished or failed."""
+    (they come back if their worker dies) until every job is finished or failed. A signal ends it with
+    ``WorkerStopped`` (the job it was rendering keeps its resume state)."""
     log = ResultLog()
+    try:
+        return _work_through(jobs, ctx, log)
+    except (RenderInterrupted, Interrupted) as stopped:  # in a job's render, or between jobs
+        code = exit_code_of(stopped.signum) if isinstance(stopped, Interrupted) else stopped.exit_code
+        name = signal.Signals(code - 128).name if code > 128 else "a signal"
+        said = f"batch worker stopped by {name} after {log.counts['ok']} job(s) of its own"
+        if isinstance(stopped, RenderInterrupted):  # mid-job: what the job kept, as the render says it
+            said += f"; the job it was rendering: {stopped}"
+        if "resume with: " not in said:
+            said += f"; continue with: {ctx.resume_command}"
+        raise WorkerStopped(said, code, log) from None
+
+
+def _work_through(jobs: Iterable[Job], ctx: JobContext, log: ResultLog) -> ResultLog:
     held: list[Job] = []
 
     def take(job: Job) -> bool:
@@ -103,8 +128,15 @@ def run_workers(jobs_file: Where, out_dir: Where, overrides: list[str], config: 
     ctx = JobContext(overrides, outputs, default_owner(), warn, rank=world.rank, solo=world.world_size > 1,
                      confine=None if allow_outside else out_dir, retry_before=time.time() if retry_failed else None,
                      resume_command=resume_command)  # fmt: skip
+    header = {"jobs_file": str(jobs_file), "out_dir": str(out_dir), "engine": "workers",
+              "mode": config.runtime.batch_mode.value, "world_size": world.world_size, "worker": WORKER}
     if spread or world.world_size == 1:  # one worker among any number: claims jobs as it goes
-        log = work_through(jobs(), ctx)
+        try:
+            log = work_through(jobs(), ctx)
+        except WorkerStopped as stopped:
+            if world.world_size == 1:  # what it did is reported as a finished worker's is
+                write_report(outputs, stopped.log, header, stopped.exit_code)
+            raise
     else:  # shard: every rank renders every job, together, in order
         ctx.solo = False
         log = ResultLog()
@@ -117,6 +149,4 @@ def run_workers(jobs_file: Where, out_dir: Where, overrides: list[str], config: 
         log = _gather(log, world)
     if not world.is_primary:
         return EXIT_OK  # rank 0 reports for everybody
-    return write_report(outputs, log, {"jobs_file": str(jobs_file), "out_dir": str(out_dir), "engine": "workers",
-                                       "mode": config.runtime.batch_mode.value, "world_size": world.world_size,
-                                       "worker": WORKER})  # fmt: skip
+    return write_report(outputs, log, header)

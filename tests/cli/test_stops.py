@@ -303,3 +303,29 @@ def test_a_render_stopped_before_its_first_checkpoint_does_not_offer_a_resume_th
     assert "before its first checkpoint" in message and "run the command again" in message, message
     assert probe(out.with_name("o.partial.mp4"))["frames"] > 0  # the frames made are kept
     assert not (tmp_path / "o.resume").exists()  # nothing in it to resume from
+
+
+def test_a_stopped_batch_worker_reports_what_it_did_and_says_how_to_continue(tmp_path):
+    # it wrote no report and ended on the interrupted job's own line ("before the first frame; nothing was written")
+    face = write_face_png(tmp_path / "face.png")
+    audio = write_speechlike_wav(tmp_path / "a.wav", 6.0)
+    rows = [json.dumps({"image": str(face), "audio": str(audio), "output": f"v{i}.mp4"}) for i in range(4)]
+    (tmp_path / "jobs.jsonl").write_text("\n".join(rows) + "\n")
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        process = subprocess.Popen([sys.executable, "-m", "avatargen", "batch", str(tmp_path / "jobs.jsonl"),
+                                    "--out-dir", str(tmp_path / "out"), *FAST], stdout=subprocess.DEVNULL, stderr=err,
+                                   env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+        deadline = time.monotonic() + 120
+        while "job 0 ok" not in log.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+    last = log.read_text().strip().splitlines()[-1]
+    if code == 0:
+        pytest.skip("the batch finished before the signal")
+    assert code == 143 and last.startswith("error: batch worker stopped by SIGTERM after "), log.read_text()
+    command = f"avatargen batch {tmp_path / 'jobs.jsonl'} --out-dir {tmp_path / 'out'} {' '.join(FAST)}"
+    assert last.endswith((f"continue with: {command}", f"resume with: {command}")), last
+    report = json.loads((tmp_path / "out" / "batch_report.json").read_text())
+    assert report["exit_code"] == 143 and report["jobs"][0]["status"] == "ok"
