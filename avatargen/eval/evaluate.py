@@ -57,6 +57,7 @@ def evaluate_video(
         raise BadInputError(f"video '{video}' gives no frame rate (read {rate}); re-encode it with one (ffmpeg -r 25)")
     if seams is not None and any(s < 1 for s in seams):
         raise BadInputError(f"seam indices must be >= 1 (frame index where a new chunk starts), got {seams}")
+    seams = sorted(set(seams)) if seams is not None else None  # a seam given twice is one seam, not two
     waveform = load_audio(audio, AUDIO_SAMPLE_RATE)  # before the video pass: a bad audio file fails fast
     notes: list[str] = []
     found = _reference_face(detector, reference, face) if reference is not None else None

@@ -21,7 +21,9 @@ from avatargen.io.input_files import VIDEO_FIX, check_input_file
 
 MAX_ANALYSIS_SIDE = 512  # frames larger than this are scaled down: the face detector needs ~80 px faces, not 4K
 _VIDEO_STREAM = re.compile(r"Stream #\d+:\d+\S*: Video: (.*)")
-_SIZE = re.compile(r", (\d{2,5})x(\d{2,5})")
+_SIZE = re.compile(r", (\d{1,5})x(\d{1,5})")
+_ROTATION = re.compile(r"rotation of (-?[\d.]+) degrees")  # a phone video's display matrix: ffmpeg decodes it upright
+MIN_VIDEO_SIDE = 64  # the face detector's smallest input: a smaller frame holds no face to measure
 _TBR = re.compile(r", ([\d.]+)(k?) tbr")
 _FPS = re.compile(r", ([\d.]+)(k?) fps")
 
@@ -50,7 +52,7 @@ def probe_video(path: str | Path) -> VideoInfo:
     lines = proc.stderr.decode("utf-8", errors="replace").splitlines()
     if any("Error opening input" in line for line in lines):
         raise BadInputError(f"video file '{path}' could not be opened by ffmpeg ({ffmpeg_reason(lines)}); {VIDEO_FIX}")
-    for line in lines:
+    for number, line in enumerate(lines):
         stream = _VIDEO_STREAM.search(line)
         if not stream:
             continue
@@ -60,8 +62,25 @@ def probe_video(path: str | Path) -> VideoInfo:
         if size is None or rate is None:
             raise BadInputError(f"video file '{path}' does not state its frame size and rate; re-encode it")
         fps = float(rate.group(1)) * (1000.0 if rate.group(2) else 1.0)
-        return VideoInfo(width=int(size.group(1)), height=int(size.group(2)), fps=fps)
+        width, height = int(size.group(1)), int(size.group(2))
+        if _quarter_turned(lines[number + 1 :]):  # decoded upright: the stored width is the shown height
+            width, height = height, width
+        if min(width, height) < MIN_VIDEO_SIDE:
+            raise BadInputError(f"video file '{path}' is {width}x{height}, too small to hold a face; give a video of at "
+                                f"least {MIN_VIDEO_SIDE}x{MIN_VIDEO_SIDE}")  # fmt: skip
+        return VideoInfo(width=width, height=height, fps=fps)
     raise BadInputError(f"file '{path}' has no video stream; {VIDEO_FIX}")
+
+
+def _quarter_turned(after_stream: list[str]) -> bool:
+    """Whether the stream's side data (the lines after its own, up to the next stream) turn it by 90 or 270 degrees."""
+    for line in after_stream:
+        if "Stream #" in line:
+            return False
+        turn = _ROTATION.search(line)
+        if turn is not None:
+            return round(abs(float(turn.group(1)))) % 180 == 90
+    return False
 
 
 def analysis_size(info: VideoInfo) -> tuple[int, int]:

@@ -281,3 +281,10 @@ def test_a_mouth_hidden_from_the_opening_measure_is_not_said_not_to_follow_when_
         assert "does not follow" not in note and "image region follows the audio at offset +0" in note, note
     else:
         assert note == result["sync_note"]
+
+
+def test_a_seam_given_twice_counts_once(talk: dict) -> None:
+    # --seams 14,14,14 reported three seam ratios "over 2 seams"
+    once = evaluate_video(talk["video"], talk["audio"], seams=[14])
+    thrice = evaluate_video(talk["video"], talk["audio"], seams=[14, 14, 14])
+    assert thrice["seam_ratios"] == once["seam_ratios"] and len(once["seam_ratios"]) == 1
