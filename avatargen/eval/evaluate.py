@@ -16,7 +16,7 @@ from avatargen.errors import BadInputError
 from avatargen.eval.context import EvalContext, Frame, ReferenceFace
 from avatargen.eval.face_track import FaceTracker
 from avatargen.eval.registry import metric_classes
-from avatargen.eval.video import analysis_size, iter_frames, probe_video
+from avatargen.eval.video import analysis_size, iter_frames, probe_video, video_start_s
 from avatargen.face.detector import FaceDetector, shared_detector
 from avatargen.io.audio import load_audio
 from avatargen.io.image import load_reference
@@ -59,6 +59,8 @@ def evaluate_video(
         raise BadInputError(f"seam indices must be >= 1 (frame index where a new chunk starts), got {seams}")
     seams = sorted(set(seams)) if seams is not None else None  # a seam given twice is one seam, not two
     waveform = load_audio(audio, AUDIO_SAMPLE_RATE)  # before the video pass: a bad audio file fails fast
+    # frame 0 is shown at the video stream's start on the file's timeline: the sound from then on goes with it
+    waveform = waveform[round(video_start_s(video) * AUDIO_SAMPLE_RATE) :]
     notes: list[str] = []
     found = _reference_face(detector, reference, face) if reference is not None else None
     if reference is not None and found is None:

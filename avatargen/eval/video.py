@@ -83,6 +83,21 @@ def _quarter_turned(after_stream: list[str]) -> bool:
     return False
 
 
+_PTS_TIME = re.compile(r"pts_time:\s*(-?[\d.]+)")
+
+
+def video_start_s(path: str | Path) -> float:
+    """When the first frame of the video stream is shown on the file's timeline (0 for most files; a video stream
+    that starts after its file's audio, an edit list, an editor's export: its delay). 0 where it cannot be read."""
+    done = subprocess.run(
+        [ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", local_file(Path(path)), "-map", "0:v:0", "-frames:v", "1",
+         "-vf", "showinfo", "-f", "null", "-"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+    )  # fmt: skip
+    found = _PTS_TIME.search(done.stderr.decode("utf-8", errors="replace"))
+    return max(float(found.group(1)), 0.0) if found else 0.0
+
+
 def analysis_size(info: VideoInfo) -> tuple[int, int]:
     """(width, height) the frames are analysed at: the stored size, scaled down to ``MAX_ANALYSIS_SIDE`` (even)."""
     scale = min(1.0, MAX_ANALYSIS_SIDE / max(info.width, info.height))

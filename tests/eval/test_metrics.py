@@ -288,3 +288,17 @@ def test_a_seam_given_twice_counts_once(talk: dict) -> None:
     once = evaluate_video(talk["video"], talk["audio"], seams=[14])
     thrice = evaluate_video(talk["video"], talk["audio"], seams=[14, 14, 14])
     assert thrice["seam_ratios"] == once["seam_ratios"] and len(once["seam_ratios"]) == 1
+
+
+def test_a_video_stream_that_starts_late_on_its_files_timeline_reads_late(talk: dict, tmp_path: Path) -> None:
+    # the stream's start (an edit list, a delayed export) was ignored: a video 200 ms late read as in sync
+    import subprocess
+
+    from avatargen.io.ffmpeg import ffmpeg_exe
+
+    late = tmp_path / "late.mp4"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-y", "-itsoffset", "0.2", "-i", str(talk["video"]), "-i",
+                    str(talk["audio"]), "-map", "0:v", "-map", "1:a", "-c:v", "copy", "-c:a", "aac", str(late)],
+                   check=True)  # fmt: skip
+    measured = evaluate_video(late, late)
+    assert measured["offset_frames"] == talk["result"]["offset_frames"] + 5
