@@ -448,7 +448,8 @@ class _BatchCommand(TyperCommand):
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         head = args[: args.index("--")] if "--" in args else args
         valued = {name for param in self.params if not getattr(param, "is_flag", True) for name in param.opts}
-        words = [word for i, word in enumerate(head) if not word.startswith("-") and (i == 0 or head[i - 1] not in valued)]
+        words = [word for i, word in enumerate(head)
+                 if not word.startswith("-") and (i == 0 or head[i - 1] not in valued)]  # fmt: skip
         if words[:1] == ["status"] and not Path("status").is_file() and set(head) & set(ctx.help_option_names):
             form = typer.main.get_command(_batch_status)
             shown = type(ctx)(form, info_name=f"{ctx.info_name} status", parent=ctx.parent)  # avatargen batch status
@@ -584,7 +585,6 @@ def check(
     result: dict = {}
 
     def action() -> None:
-        from avatargen.config.families import family_named
         from avatargen.config.loader import load_config, to_config
 
         config = to_config(load_config([*(overrides or []), f"model.checkpoint={folder}", "model.weights=checkpoint"]))
@@ -592,9 +592,9 @@ def check(
             layout = "the ckpt/ folder (docs/liveavatar.md)" if config.model.family == "liveavatar" else \
                 "the weights/ folder (docs/models.md)"  # fmt: skip
             raise ConfigError(f"'{folder}' is not a folder; give {layout}")
-        from avatargen.pipeline.family import load_engine
+        from avatargen.pipeline.family import engine_for
 
-        family = load_engine(family_named(config.model.family))
+        family = engine_for(config)
         if family.check_weights is None:
             raise ConfigError(f"weights check reads downloaded weights folders; model={config.model.name} loads its "
                               "own checkpoint, checked as it loads: choose the model you downloaded (e.g. "

@@ -378,11 +378,11 @@ def check_default_render() -> dict[str, Any]:
     name and shape checked against the model, every weight read). ``problems``: why not."""
     import torch
 
-    from avatargen.config.families import family_named, resolve_checkpoint
+    from avatargen.config.families import resolve_checkpoint
     from avatargen.config.loader import load_config, to_config
     from avatargen.errors import AvatarGenError
     from avatargen.pipeline.build import place_models, resolve_device
-    from avatargen.pipeline.family import load_engine
+    from avatargen.pipeline.family import engine_for
     from avatargen.runtime.distributed import ParallelContext, world_info
 
     found: dict[str, Any] = {"model": None, "checkpoint": None, "device": None, "problems": []}
@@ -394,7 +394,7 @@ def check_default_render() -> dict[str, Any]:
         found["problems"].append(str(error))
     try:
         config = to_config(load_config([]))
-        engine = load_engine(family_named(config.model.family))
+        engine = engine_for(config)
         found["model"] = config.model.name
         found["device"] = str(resolve_device(config))
         found["checkpoint"] = str(resolve_checkpoint(config, engine.shipped_checkpoints))

@@ -124,7 +124,6 @@ def run_cli(*args: str, timeout: float = 300, env_extra: dict[str, str] | None =
 
 def engine_of(config):
     """The engine of ``config``'s model family, as a render resolves it (avatargen/pipeline/family.py)."""
-    from avatargen.config.families import family_named
-    from avatargen.pipeline.family import load_engine
+    from avatargen.pipeline.family import engine_for
 
-    return load_engine(family_named(config.model.family))
+    return engine_for(config)

@@ -114,8 +114,8 @@ def worker_count(config: Config, cluster: dict[str, float], gpus: float) -> int:
     ``cluster_resources()``) fits."""
     settings = config.batch.ray
     if settings.num_cpus == 0 and gpus == 0:  # num_gpus=null resolved to 0: a cluster without GPUs, or device=cpu
-        raise BadInputError("batch.ray.num_cpus=0 and the workers reserve no GPU (the cluster has none, or "
-                            "runtime.device=cpu): give each worker a CPU, or Ray places them all on one node")  # fmt: skip
+        raise BadInputError("batch.ray.num_cpus=0 and the workers reserve no GPU (the cluster has none, or runtime."
+                            "device=cpu): give each worker a CPU, or Ray places them all on one node")  # fmt: skip
     if settings.workers:
         return settings.workers
     fits = []

@@ -198,9 +198,9 @@ class RayConfig:
     """The Ray engine of ``avatargen batch`` (``--ray``; docs/batch.md, "Ray cluster")."""
 
     address: Optional[str] = None  # a running cluster: HOST:PORT, ray://HOST:10001 or auto; null: RAY_ADDRESS, else a local Ray (127.0.0.1)
-    workers: int = 0  # worker actors; 0: as many as the cluster's free CPUs (its GPUs, for workers that reserve one) fit
+    workers: int = 0  # worker actors; 0: as many as the cluster's free CPUs (and GPUs, if they reserve one) fit
     num_cpus: float = 1.0  # CPUs each worker reserves (also its torch threads when runtime.threads is 0)
-    num_gpus: Optional[float] = None  # GPUs each worker reserves; null: 1 where the cluster has GPUs (0 with runtime.device=cpu)
+    num_gpus: Optional[float] = None  # GPUs each worker reserves; null: 1 where the cluster has GPUs (not device=cpu)
     forward_aws_env: bool = True  # give the workers the driver's AWS_* variables (endpoint, region, credentials)
 
 

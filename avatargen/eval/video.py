@@ -66,8 +66,8 @@ def probe_video(path: str | Path) -> VideoInfo:
         if _quarter_turned(lines[number + 1 :]):  # decoded upright: the stored width is the shown height
             width, height = height, width
         if min(width, height) < MIN_VIDEO_SIDE:
-            raise BadInputError(f"video file '{path}' is {width}x{height}, too small to hold a face; give a video of at "
-                                f"least {MIN_VIDEO_SIDE}x{MIN_VIDEO_SIDE}")  # fmt: skip
+            raise BadInputError(f"video file '{path}' is {width}x{height}, too small to hold a face; give a video of "
+                                f"at least {MIN_VIDEO_SIDE}x{MIN_VIDEO_SIDE}")  # fmt: skip
         return VideoInfo(width=width, height=height, fps=fps)
     raise BadInputError(f"file '{path}' has no video stream; {VIDEO_FIX}")
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import numpy as np
 
-from avatargen.config.families import FamilyConfig, load_object
+from avatargen.config.families import FamilyConfig, family_named, load_object
 from avatargen.config.schema import Config
 from avatargen.errors import ConfigError
 from avatargen.runtime.layout import SplittableWork
@@ -200,3 +200,8 @@ def load_engine(family: FamilyConfig) -> FamilyEngine:
     if not isinstance(engine, FamilyEngine) or engine.family is not family:
         raise ConfigError(f"'{family.engine}' is not the FamilyEngine of the {family.name} family")
     return engine
+
+
+def engine_for(config: Config) -> FamilyEngine:
+    """The engine of ``config``'s model family (``model.family``), as a render resolves it."""
+    return load_engine(family_named(config.model.family))

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from avatargen.compose.composite import ReferenceCompositor
 from avatargen.compose.speech_drive import SpeechDrive
 from avatargen.config.loader import to_config, to_yaml
-from avatargen.config.families import family_named, resolve_checkpoint
+from avatargen.config.families import resolve_checkpoint
 from avatargen.config.schema import Config, WeightsSource
 from avatargen.errors import AvatarGenError, BadInputError, DiskFullError, PublishError, RenderInterrupted
 from avatargen.face.domain import square_is_photo
@@ -40,7 +40,7 @@ from avatargen.io.resume_store import ResumeStore, file_digest
 from avatargen.io.targets import remove_empty_folders
 from avatargen.pipeline.blank import blank_pipeline
 from avatargen.pipeline.checkpoint import RenderCheckpoint
-from avatargen.pipeline.family import FamilyEngine, load_engine
+from avatargen.pipeline.family import FamilyEngine, engine_for
 from avatargen.pipeline.follower import render_as_follower
 from avatargen.pipeline.inputs import RenderInputs
 from avatargen.pipeline.pipeline import Pipeline
@@ -169,7 +169,7 @@ class RenderSession:
         self.started = time.perf_counter()
         self.streamed_audio = request.audio == STREAM
         self.config: Config = to_config(cfg)
-        self.family: FamilyEngine = load_engine(family_named(self.config.model.family))  # once; passed down
+        self.family: FamilyEngine = engine_for(self.config)  # once; passed down
         self.live: list[Output] = []
         self.opened: OpenedInputs
         self.weights = "random"

@@ -84,7 +84,8 @@ def check_weights_fit(shares: list[WeightsShare], device: torch.device, host: in
         parts = ", ".join(f"{s.name} {_size(s.nbytes)} in {str(s.dtype).removeprefix('torch.')}" for s in biggest)
         if home == "device":
             where = f"{device}'s memory"
-            fix = "runtime.offload=block keeps idle weights in host memory, or shard the model over more GPUs (torchrun)"
+            fix = ("runtime.offload=block keeps idle weights in host memory, or shard the model over more GPUs "
+                   "(torchrun)")
         elif device.type == "cuda":
             where, fix = "host memory (runtime.offload keeps the weights there)", "runtime.offload=none, or free memory"
         else:

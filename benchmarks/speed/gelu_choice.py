@@ -26,8 +26,7 @@ from avatargen.io.image import load_reference_image
 from avatargen.families.tiny.models import layers
 from avatargen.families.tiny.models.a2v_dit import A2VDiT, A2VDiTParams
 from avatargen.families.tiny.build import build_modules
-from avatargen.config.families import family_named
-from avatargen.pipeline.family import load_engine
+from avatargen.pipeline.family import engine_for
 from avatargen.pipeline.build import pipeline_for
 from avatargen.runtime.probe import best_time_s
 
@@ -81,7 +80,7 @@ def main() -> None:
 
     wave, rate = sf.read(REPO / "examples" / "speech_1.flac", dtype="float32")
     config = to_config(load_config(["pipeline.composite=false"]))
-    pipeline = pipeline_for(config, build_modules(config, torch.device("cpu")), load_engine(family_named(config.model.family)))
+    pipeline = pipeline_for(config, build_modules(config, torch.device("cpu")), engine_for(config))
     reference = load_reference_image(REPO / "examples" / "avatar_1.png", config.model.image_size, "face")
     with tempfile.TemporaryDirectory() as folder:
         audio = Path(folder) / "speech.wav"

@@ -19,8 +19,7 @@ import torch
 
 from avatargen.config.loader import load_config, to_config
 from avatargen.families.liveavatar.chunks import LiveAvatarChunks
-from avatargen.config.families import family_named
-from avatargen.pipeline.family import load_engine
+from avatargen.pipeline.family import engine_for
 from avatargen.pipeline.build import place_models
 from avatargen.pipeline.schedule import NChunk
 from avatargen.pipeline.state import RollingState
@@ -49,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = to_config(load_config(["model=liveavatar_tiny"]))
-    models = place_models(config, load_engine(family_named(config.model.family)), torch.device("cpu"), ParallelContext(world_info()))
+    models = place_models(config, engine_for(config), torch.device("cpu"), ParallelContext(world_info()))
     chunks = LiveAvatarChunks(config, models)
     picture = (np.random.default_rng(0).random((64, 64, 3)) * 255).astype(np.uint8)
     started = time.perf_counter()

@@ -20,8 +20,7 @@ import torch
 from avatargen.config.loader import load_config, to_config
 from avatargen.io.image import load_reference_image
 from avatargen.families.tiny.build import build_modules
-from avatargen.config.families import family_named
-from avatargen.pipeline.family import load_engine
+from avatargen.pipeline.family import engine_for
 from avatargen.pipeline.build import pipeline_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -46,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     config = to_config(load_config(args.overrides))
     torch.set_num_threads(config.runtime.threads or torch.get_num_threads())
-    pipeline = pipeline_for(config, build_modules(config, torch.device("cpu")), load_engine(family_named(config.model.family)))
+    pipeline = pipeline_for(config, build_modules(config, torch.device("cpu")), engine_for(config))
     reference = pipeline.steps.context.encode_reference(
         load_reference_image(EXAMPLES / "avatar_1.png", config.model.image_size), ""
     )

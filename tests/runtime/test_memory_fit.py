@@ -34,8 +34,9 @@ def test_a_share_counts_the_run_dtype_its_home_and_an_fsdp_ranks_part():
 
 
 def test_weights_over_the_free_memory_are_refused_naming_the_biggest_models_and_a_fix():
-    shares = [WeightsShare("dit", "host", 30 * GIB, torch.bfloat16), WeightsShare("vae", "host", GIB // 2, torch.float32),
-              WeightsShare("text_encoder", "device", 10 * GIB, torch.bfloat16)]  # fmt: skip
+    shares = [WeightsShare("dit", "host", 30 * GIB, torch.bfloat16),
+              WeightsShare("vae", "host", GIB // 2, torch.float32),
+              WeightsShare("text_encoder", "device", 10 * GIB, torch.bfloat16)]
     check_weights_fit(shares, CUDA, host=31 * GIB, free_on_device=11 * GIB)  # fits: no error
     with pytest.raises(ConfigError) as caught:
         check_weights_fit(shares, torch.device("cpu"), host=20 * GIB, free_on_device=None)
@@ -70,8 +71,8 @@ def test_a_missing_weights_file_is_said_before_the_memory_the_weights_would_need
         pytest.skip("this machine's memory would hold InfiniteTalk's weights: the order is not seen")
     (tmp_path / "weights").mkdir()
     audio = write_speechlike_wav(tmp_path / "a.wav", 1.0)
-    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(tmp_path / "o.mp4"), "model=infinitetalk",
-                     f"model.checkpoint={tmp_path / 'weights'}", "runtime.threads=1")  # fmt: skip
+    result = run_cli("render", "-i", str(face_png), "-a", str(audio), "-o", str(tmp_path / "o.mp4"),
+                     "model=infinitetalk", f"model.checkpoint={tmp_path / 'weights'}", "runtime.threads=1")
     assert result.returncode == 2 and "does not exist; download the folder" in result.stderr, result.stderr
     assert "GiB of host memory" not in result.stderr
 

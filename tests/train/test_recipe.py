@@ -106,7 +106,8 @@ def test_the_teacher_attention_is_one_the_a2v_has():
     ("a2v_lr=0", "a2v_lr must be in (0, 1000], got 0"),
     ("clips=0", "clips must be in [1, 100000] (and <= train_identities), got 0"),
     ("train_identities=3", "clips must be in [1, 3] (and <= train_identities), got 100"),  # failed after two phases
-    ("clip_seconds=0.2", "clip_seconds=0.2 gives 5 frames; the A2V phases cut windows of 18: give clip_seconds >= 0.72"),
+    ("clip_seconds=0.2",
+     "clip_seconds=0.2 gives 5 frames; the A2V phases cut windows of 18: give clip_seconds >= 0.72"),
     ("save_dtype=int3", "save_dtype must be one of float16, bfloat16, float32, got 'int3'"),
     ("vae_steps=-5", "vae_steps must be in [0, 10000000], got -5"),
     ("log_every=0", "log_every must be in [1, 10000000], got 0"),
