@@ -21,6 +21,7 @@ def _closed_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow  # ~30 s: boto's own retries against a closed port, twice
 def test_a_job_under_a_store_that_does_not_answer_is_given_back_not_failed_for_good(tmp_path, monkeypatch):
     # the worker recorded it as failed for good (OUT.failed.json: skipped by every worker) or, when that write failed
     # too, ended with exit 1 and no report: a 30-s outage stopped every file-lock worker at once
