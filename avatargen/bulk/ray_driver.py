@@ -303,7 +303,7 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
     next(jobs(), None)  # so is the jobs file
     joined = connect(ray, config)
     log = ResultLog()
-    code, count = EXIT_FAILURE, 0
+    code, count, unstarted = EXIT_FAILURE, 0, 0
     with DriverStop() as stop:
         try:
             cluster = ray.cluster_resources()
@@ -327,15 +327,15 @@ def run_on_ray(jobs_file: Where, out_dir: Where, overrides: list[str], config: C
                 dispatcher = Dispatcher(ray, workers, jobs(), outputs, config, log, warn, progress, stop)
                 dispatcher.run()
             stopped = None if stop.signum is None else 128 + stop.signum
+            unstarted = max(0, count - len(log))
             code = write_report(outputs, log, {"jobs_file": str(jobs_file), "out_dir": str(out_dir), "engine": "ray",
                                                "ray": joined, "workers": workers_wanted, "worker": "driver",
                                                "lost_workers": dispatcher.lost_workers, "jobs_total": count,
-                                               "not_started": max(0, count - len(log))}, stopped)  # fmt: skip
+                                               "not_started": unstarted}, stopped)  # fmt: skip
         finally:
             ray.shutdown()
     if stop.signum is not None:
         name = signal.Signals(stop.signum).name
-        unstarted = max(0, count - len(log))
         raise RenderInterrupted(f"batch stopped by {name}: {log.counts['stopped']} job(s) kept their resume state"
                                 + (f", {unstarted} not started" if unstarted else "")
                                 + f"; continue with: {resume_command}", 128 + stop.signum)  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Optional
 from omegaconf import OmegaConf
 
 from avatargen.config.loader import default_config_dir, load_config, to_config
+from avatargen.config.schema import Config
 from avatargen.config.validate import MAX_CHUNK_FRAMES, MAX_THREADS, numbers, require_in
 from avatargen.data.motion import num_frames
 from avatargen.errors import ConfigError, first_line
@@ -123,20 +124,25 @@ def _require_positive(value: float, key: str) -> None:
         raise ConfigError(f"{key} must be in (0, 1000], got {value:g}")
 
 
+def distill_windows(config: Config) -> tuple[int, int]:
+    """The frames of the two windows the A2V's distillation cuts: an N chunk with its motion frames, an I chunk
+    (the pipeline's own sizes, composited as the bundled default is)."""
+    pipeline, motion = config.pipeline, motion_frames_for(config, composited=True)
+    return pipeline.n_chunk_frames + motion, pipeline.seam_frames + 2 * pipeline.anchor_frames
+
+
 def _check_model(recipe: RecipeConfig) -> None:
     """``model`` is a config of this recipe's family, and each clip holds the longest window a DiT phase cuts."""
     config = to_config(load_config([f"model={recipe.model}"]))
     if config.model.family != "tiny":
         raise ConfigError(f"model={recipe.model} is of the '{config.model.family}' family; this recipe trains "
                           "the bundled family's: model=tiny")  # fmt: skip
-    pipeline = config.pipeline
     windows = [recipe.a2v_window] if recipe.init_from is None else []
     if recipe.a2v_distill_steps:
-        motion = motion_frames_for(config, composited=True)
-        windows += [pipeline.n_chunk_frames + motion, pipeline.seam_frames + 2 * pipeline.anchor_frames]
-    model = config.model
+        windows += distill_windows(config)
     if not windows:  # no A2V phase runs: no clip is made
         return
+    model = config.model
     frames = num_frames(round(recipe.clip_seconds * model.sample_rate), model.sample_rate, model.fps)  # make_clip's
     if frames < max(windows):
         need = max(windows) / model.fps

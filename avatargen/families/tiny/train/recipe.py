@@ -29,7 +29,7 @@ from avatargen.families.tiny.models.audio_encoder import AudioEncoder
 from avatargen.families.tiny.models.sr_dit import SRDiT
 from avatargen.families.tiny.models.text_encoder import TextEncoder
 from avatargen.families.tiny.models.vae import VAE
-from avatargen.families.tiny.train.config import RecipeConfig
+from avatargen.families.tiny.train.config import RecipeConfig, distill_windows
 from avatargen.families.tiny.train.dit_phases import distill_a2v, train_a2v, train_sr
 from avatargen.families.tiny.train.latent_cache import build_cache
 from avatargen.families.tiny.train.pixel_phases import distill_decoder, train_audio_encoder, train_vae
@@ -143,7 +143,7 @@ def run_recipe(recipe: RecipeConfig, out_dir: Path) -> dict:
     if recipe.a2v_distill_steps:
         teacher = copy.deepcopy(a2v).requires_grad_(False)
         a2v.use_attention(student_attention)  # the same weights, to learn the model's attention
-        windows = (pipeline.n_chunk_frames + motion_frames, pipeline.seam_frames + 2 * pipeline.anchor_frames)  # N, I
+        windows = distill_windows(config)  # N, I
         timed("a2v_distill", lambda: distill_a2v(a2v, teacher, text_encoder, cache, recipe, motion_frames,
                                                  pipeline.anchor_frames, windows, model_cfg.text_encoder.max_tokens, log))  # fmt: skip
     if start is None:
